@@ -1,0 +1,36 @@
+# Two commands do everything on a fresh Debian machine: `make run` and `make test`.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CONF ?= conf/namesrv.properties
+PYTEST_ARGS ?=
+
+.PHONY: setup run test bench stop clean
+
+setup: $(STAMP)
+	@bash infra/install.sh
+	@bash tests/peers/install.sh
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@$(BIN)/pip install --quiet --upgrade pip
+	@echo "installing the project and its pinned dependencies into $(VENV) (first time takes a few minutes)"
+	@$(BIN)/pip install --quiet -e '.[streaming,local,test]'
+	@touch $(STAMP)
+
+run: setup
+	$(BIN)/namesrv start -c $(CONF)
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: setup
+	$(BIN)/python bench/namesrv_bench.py
+
+stop:
+	@-$(BIN)/python -m infra.services stop 2>/dev/null || true
+
+clean: stop
+	rm -rf run build $(VENV)

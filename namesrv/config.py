@@ -1,0 +1,636 @@
+"""Typed name server configuration from Java-style ``.properties`` files.
+
+Theory of operation: :class:`NamesrvConfig` is the one table of options.  Every field carries its
+Java key, Java type, group and a one-line description in ``metadata``; :data:`OPTIONS` is derived from
+it, and so are parsing, GET_NAMESRV_CONFIG rendering and the README table (:func:`options_markdown`).
+
+* Start-up (:func:`load_config`) is strict: a value that does not parse for its type is a
+  :class:`ConfigError` naming key, value and expected type, so a typo stops the server instead of being
+  replaced by a default as Java's ``MixAll.properties2Object`` silently does.  Surrounding whitespace is
+  stripped; booleans must be ``true``/``false`` (any case).
+* Run time (:func:`apply_update`, UPDATE_NAMESRV_CONFIG) follows Java exactly, because remote admin
+  tools rely on it: strings are trimmed, numbers are parsed as written and ignored when they do not
+  parse, booleans use ``Boolean.parseBoolean`` (``"true"`` in any case is true, anything else false).
+* Keys we do not know are kept as ``extras`` (Java remembers every key of the ``-c`` file and echoes
+  it in GET_NAMESRV_CONFIG); an update changes an extra only if it already exists.
+
+``.properties`` text is read with ``javaproperties`` (checked against ``java.util.Properties.load``).
+Bytes are decoded as UTF-8.  Java decodes the ``-c`` file and update bodies as ISO-8859-1, which turns
+non-ASCII values into mojibake; we do not copy that (a file that is not valid UTF-8 is read as
+ISO-8859-1, as Java would).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import javaproperties
+
+from namesrv.fileio import write_atomically
+from namesrv.protocol.codes import ResponseCode
+
+__all__ = [
+    "ConfigError",
+    "NamesrvConfig",
+    "Option",
+    "OPTIONS",
+    "OPTIONS_BY_KEY",
+    "HARD_BLACKLIST",
+    "load_config",
+    "parse_properties",
+    "apply_update",
+    "render_properties",
+    "config_properties",
+    "config_blacklist",
+    "options_markdown",
+    "UpdateResult",
+    "Updated",
+    "Blacklisted",
+    "Unparsable",
+    "PersistFailed",
+]
+
+log = logging.getLogger(__name__)
+
+JavaType = Literal["String", "int", "long", "boolean"]
+
+GROUP_NAMESRV = "NamesrvConfig"
+GROUP_NETTY = "NettyServerConfig"
+GROUP_OURS = "namesrv-py"
+
+#: keys UPDATE_NAMESRV_CONFIG always refuses (``DefaultRequestProcessor.initConfigBlackList``)
+HARD_BLACKLIST = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
+
+_INT_RANGES = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
+# Integer.parseInt / Long.parseLong: optional sign, digits, nothing else (no "_", no spaces)
+_JAVA_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
+
+
+class ConfigError(Exception):
+    """A configuration file or value the server cannot start with; the message says what to fix."""
+
+
+def _home() -> Path:
+    return Path.home()
+
+
+def _default_rocketmq_home() -> str:
+    # Java aborts start-up when this is unset; nothing here needs it, so fall back to the home dir
+    return os.environ.get("ROCKETMQ_HOME") or str(_home())
+
+
+def _default_kv_config_path() -> str:
+    return str(_home() / "namesrv" / "kvConfig.json")
+
+
+def _default_config_store_path() -> str:
+    return str(_home() / "namesrv" / "namesrv.properties")
+
+
+def _opt(
+    default: Any,
+    key: str,
+    java_type: JavaType,
+    group: str,
+    doc: str,
+    *,
+    choices: tuple[str, ...] | None = None,
+    bounds: tuple[int, int] | None = None,
+    default_doc: str | None = None,
+) -> Any:
+    metadata = {
+        "key": key,
+        "type": java_type,
+        "group": group,
+        "doc": doc,
+        "choices": choices,
+        "bounds": bounds,
+        "default_doc": default_doc,
+    }
+    if callable(default):
+        return field(default_factory=default, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+_N, _S, _O = GROUP_NAMESRV, GROUP_NETTY, GROUP_OURS
+
+
+@dataclass
+class NamesrvConfig:
+    """All options of a node: RocketMQ's NamesrvConfig and NettyServerConfig keys, then ours."""
+
+    # --- NamesrvConfig (common/.../namesrv/NamesrvConfig.java) ---
+    rocketmq_home: str = _opt(
+        _default_rocketmq_home, "rocketmqHome", "String", _N,
+        "RocketMQ home directory; informational (Java refuses to start without it, we do not)",
+        default_doc="$ROCKETMQ_HOME, else ~",
+    )
+    kv_config_path: str = _opt(
+        _default_kv_config_path, "kvConfigPath", "String", _N,
+        "JSON file of the KV config store (relative paths resolve against the working directory)",
+        default_doc="~/namesrv/kvConfig.json",
+    )
+    config_store_path: str = _opt(
+        _default_config_store_path, "configStorePath", "String", _N,
+        "file UPDATE_NAMESRV_CONFIG rewrites; the -c file unless that file sets this key",
+        default_doc="~/namesrv/namesrv.properties",
+    )
+    product_env_name: str = _opt(
+        "center", "productEnvName", "String", _N,
+        "cluster-test mode: topic whose route answers for unknown topics",
+    )
+    cluster_test: bool = _opt(
+        False, "clusterTest", "boolean", _N,
+        "cluster-test mode: unknown topics get the route of productEnvName",
+    )
+    order_message_enable: bool = _opt(
+        False, "orderMessageEnable", "boolean", _N,
+        "add orderTopicConf from KV namespace ORDER_TOPIC_CONFIG to topic routes",
+    )
+    return_order_topic_config_to_broker: bool = _opt(
+        True, "returnOrderTopicConfigToBroker", "boolean", _N,
+        "answer REGISTER_BROKER with the ORDER_TOPIC_CONFIG KV table",
+    )
+    client_request_thread_pool_nums: int = _opt(
+        8, "clientRequestThreadPoolNums", "int", _N,
+        "workers for GET_ROUTEINFO_BY_TOPIC",
+    )
+    default_thread_pool_nums: int = _opt(
+        16, "defaultThreadPoolNums", "int", _N,
+        "workers for every other request code",
+    )
+    client_request_thread_pool_queue_capacity: int = _opt(
+        50000, "clientRequestThreadPoolQueueCapacity", "int", _N,
+        "pending GET_ROUTEINFO_BY_TOPIC requests before rejecting",
+    )
+    default_thread_pool_queue_capacity: int = _opt(
+        10000, "defaultThreadPoolQueueCapacity", "int", _N,
+        "pending other requests before rejecting",
+    )
+    scan_not_active_broker_interval: int = _opt(
+        5000, "scanNotActiveBrokerInterval", "long", _N,
+        "period (ms) of the local scan that expires silent brokers",
+    )
+    un_register_broker_queue_capacity: int = _opt(
+        3000, "unRegisterBrokerQueueCapacity", "int", _N,
+        "queued UNREGISTER_BROKER requests before answering SYSTEM_ERROR",
+    )
+    support_acting_master: bool = _opt(
+        False, "supportActingMaster", "boolean", _N,
+        "let a slave stand in for a dead master in routes",
+    )
+    enable_all_topic_list: bool = _opt(
+        True, "enableAllTopicList", "boolean", _N,
+        "answer GET_ALL_TOPIC_LIST_FROM_NAMESERVER (else SYSTEM_ERROR 'disable')",
+    )
+    enable_topic_list: bool = _opt(
+        True, "enableTopicList", "boolean", _N,
+        "answer GET_TOPICS_BY_CLUSTER and the unit topic lists",
+    )
+    notify_min_broker_id_changed: bool = _opt(
+        False, "notifyMinBrokerIdChanged", "boolean", _N,
+        "tell a broker group when its smallest broker id changes",
+    )
+    enable_controller_in_namesrv: bool = _opt(
+        False, "enableControllerInNamesrv", "boolean", _N,
+        "embed the DLedger/JRaft controller (not supported here; kept for compatibility)",
+    )
+    need_wait_for_service: bool = _opt(
+        False, "needWaitForService", "boolean", _N,
+        "refuse GET_ROUTEINFO_BY_TOPIC until waitSecondsForService after start",
+    )
+    wait_seconds_for_service: int = _opt(
+        45, "waitSecondsForService", "int", _N,
+        "seconds needWaitForService waits after start",
+    )
+    delete_topic_with_broker_registration: bool = _opt(
+        False, "deleteTopicWithBrokerRegistration", "boolean", _N,
+        "drop topics missing from a registration (pair with broker enableSingleTopicRegister)",
+    )
+    config_black_list: str = _opt(
+        "configBlackList;configStorePath;kvConfigPath", "configBlackList", "String", _N,
+        "';'-separated keys UPDATE_NAMESRV_CONFIG refuses, besides the built-in four",
+    )
+
+    # --- NettyServerConfig (remoting/.../netty/NettyServerConfig.java) ---
+    bind_address: str = _opt("0.0.0.0", "bindAddress", "String", _S, "address to listen on")
+    listen_port: int = _opt(
+        9876, "listenPort", "int", _S, "TCP port of the remoting protocol", bounds=(0, 65535)
+    )
+    server_worker_threads: int = _opt(8, "serverWorkerThreads", "int", _S, "Netty worker threads")
+    server_callback_executor_threads: int = _opt(
+        0, "serverCallbackExecutorThreads", "int", _S, "threads for async callbacks (0 = default)"
+    )
+    server_selector_threads: int = _opt(3, "serverSelectorThreads", "int", _S, "Netty selector threads")
+    server_oneway_semaphore_value: int = _opt(
+        256, "serverOnewaySemaphoreValue", "int", _S, "concurrent one-way sends allowed"
+    )
+    server_async_semaphore_value: int = _opt(
+        64, "serverAsyncSemaphoreValue", "int", _S, "concurrent async sends allowed"
+    )
+    server_channel_max_idle_time_seconds: int = _opt(
+        120, "serverChannelMaxIdleTimeSeconds", "int", _S, "close a connection idle this long"
+    )
+    server_socket_snd_buf_size: int = _opt(
+        0, "serverSocketSndBufSize", "int", _S, "SO_SNDBUF bytes (0 = OS default)"
+    )
+    server_socket_rcv_buf_size: int = _opt(
+        0, "serverSocketRcvBufSize", "int", _S, "SO_RCVBUF bytes (0 = OS default)"
+    )
+    write_buffer_high_water_mark: int = _opt(
+        0, "writeBufferHighWaterMark", "int", _S, "pause writes above this many buffered bytes (0 = default)"
+    )
+    write_buffer_low_water_mark: int = _opt(
+        0, "writeBufferLowWaterMark", "int", _S, "resume writes below this many buffered bytes (0 = default)"
+    )
+    server_socket_backlog: int = _opt(1024, "serverSocketBacklog", "int", _S, "listen() backlog")
+    server_netty_worker_group_enable: bool = _opt(
+        True, "serverNettyWorkerGroupEnable", "boolean", _S, "separate Netty worker group (Java only)"
+    )
+    server_pooled_byte_buf_allocator_enable: bool = _opt(
+        True, "serverPooledByteBufAllocatorEnable", "boolean", _S, "pooled buffers (Java only)"
+    )
+    enable_shutdown_gracefully: bool = _opt(
+        False, "enableShutdownGracefully", "boolean", _S, "drain requests before stopping"
+    )
+    shutdown_wait_time_seconds: int = _opt(
+        30, "shutdownWaitTimeSeconds", "int", _S, "longest graceful shutdown"
+    )
+    use_epoll_native_selector: bool = _opt(
+        False, "useEpollNativeSelector", "boolean", _S, "native epoll transport (Java only)"
+    )
+
+    # --- ours (defaults keep plain RocketMQ behaviour) ---
+    response_serialize_type: str = _opt(
+        "JSON", "responseSerializeType", "String", _O,
+        "header type of responses: JSON, ROCKETMQ, or ECHO (the request's, as 4.9.8 does)",
+        choices=("JSON", "ROCKETMQ", "ECHO"),
+    )
+    log_level: str = _opt(
+        "WARNING", "logLevel", "String", _O,
+        "Python logging level of the server",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
+    )
+    kafka_bootstrap_servers: str = _opt(
+        "", "kafkaBootstrapServers", "String", _O,
+        "Kafka host:port list for events/actions; empty = standalone, local liveness scan only",
+    )
+    events_topic: str = _opt("namesrv-events", "eventsTopic", "String", _O, "Kafka topic nodes publish events to")
+    actions_topic: str = _opt(
+        "namesrv-actions", "actionsTopic", "String", _O, "Kafka topic of the monitor's actions"
+    )
+    monitor_silence_fallback_millis: int = _opt(
+        30000, "monitorSilenceFallbackMillis", "long", _O,
+        "after this long without actions, expire brokers with the local scan",
+    )
+    node_name: str = _opt("", "nodeName", "String", _O, "name of this node in events; empty = host:port")
+    tick_interval_millis: int = _opt(
+        5000, "tickIntervalMillis", "long", _O, "period (ms) of TICK events that move event time"
+    )
+    redis_url: str = _opt("", "redisUrl", "String", _O, "Redis holding materialised routes; empty = none")
+    warm_start_from_redis: bool = _opt(
+        False, "warmStartFromRedis", "boolean", _O, "load routes from redisUrl at start-up"
+    )
+
+    #: keys of the -c file we do not know, echoed back as Java does
+    extras: dict[str, str] = field(default_factory=dict, metadata={"internal": True})
+
+    @property
+    def kv_config_file(self) -> Path:
+        return Path(self.kv_config_path).expanduser()
+
+    @property
+    def config_store_file(self) -> Path:
+        return Path(self.config_store_path).expanduser()
+
+
+@dataclass(frozen=True)
+class Option:
+    """One row of the option table."""
+
+    attr: str
+    key: str
+    java_type: JavaType
+    group: str
+    doc: str
+    choices: tuple[str, ...] | None
+    bounds: tuple[int, int] | None
+    default_doc: str
+
+
+def _build_options() -> tuple[Option, ...]:
+    rows = []
+    for f in dataclasses.fields(NamesrvConfig):
+        md = f.metadata
+        if md.get("internal"):
+            continue
+        if md["default_doc"] is not None:
+            default_doc = md["default_doc"]
+        else:
+            default_doc = _format_value(f.default)
+        rows.append(
+            Option(f.name, md["key"], md["type"], md["group"], md["doc"], md["choices"], md["bounds"], default_doc)
+        )
+    return tuple(rows)
+
+
+def _format_value(value: Any) -> str:
+    """Java's ``String.valueOf`` for the types we hold."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+OPTIONS: tuple[Option, ...] = _build_options()
+OPTIONS_BY_KEY: dict[str, Option] = {o.key: o for o in OPTIONS}
+
+
+# ---------------------------------------------------------------------------------------------
+# value parsing
+
+
+def _parse_integer(opt: Option, text: str) -> int:
+    if not _JAVA_INTEGER.fullmatch(text):
+        raise ValueError(text)
+    value = int(text)
+    low, high = opt.bounds or _INT_RANGES[opt.java_type]
+    if not low <= value <= high:
+        raise ValueError(text)
+    return value
+
+
+def _expected(opt: Option) -> str:
+    if opt.choices:
+        return "one of " + ", ".join(opt.choices)
+    if opt.java_type == "boolean":
+        return "boolean (true or false)"
+    if opt.java_type in _INT_RANGES:
+        low, high = opt.bounds or _INT_RANGES[opt.java_type]
+        return f"{opt.java_type} ({low}..{high})"
+    return "string"
+
+
+def _parse_strict(opt: Option, raw: str) -> Any:
+    """Start-up parsing; raises ValueError."""
+    text = raw.strip()
+    if opt.java_type == "boolean":
+        lowered = text.lower()
+        if lowered not in ("true", "false"):
+            raise ValueError(raw)
+        return lowered == "true"
+    if opt.java_type in _INT_RANGES:
+        return _parse_integer(opt, text)
+    if opt.choices:
+        upper = text.upper()
+        if upper not in opt.choices:
+            raise ValueError(raw)
+        return upper
+    return text
+
+
+def _parse_java(opt: Option, raw: str) -> Any:
+    """``MixAll.properties2Object`` parsing for run-time updates; raises ValueError."""
+    if opt.java_type == "boolean":
+        return raw.lower() == "true"
+    if opt.java_type in _INT_RANGES:
+        # Java does not trim numbers; bounds are only a start-up check
+        return _parse_integer(dataclasses.replace(opt, bounds=None), raw)
+    text = raw.strip()
+    if opt.choices:
+        if text.upper() not in opt.choices:
+            raise ValueError(raw)
+        return text.upper()
+    return text
+
+
+# ---------------------------------------------------------------------------------------------
+# .properties text
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """``java.util.Properties.load`` of ``text``; the last of duplicate keys wins.
+
+    Raises ``ValueError`` on a malformed ``\\uXXXX`` escape, where Java throws.
+    """
+    return dict(javaproperties.loads(text))
+
+
+def _decode(data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
+
+
+def _property_line(key: str, value: str) -> str:
+    # Java writes ``key=value`` unescaped, which reloads wrongly when a value has a backslash,
+    # a line break or leading blanks; keep Java's bytes whenever they reload to the same pair
+    plain = f"{key}={value}"
+    if javaproperties.loads(plain) == {key: value}:
+        return plain
+    return javaproperties.join_key_value(key, value, ensure_ascii=False)
+
+
+def _java_string_order(key: str) -> bytes:
+    # Java's TreeMap<String> compares UTF-16 code units
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def config_properties(cfg: NamesrvConfig) -> dict[str, str]:
+    """Every non-null option and extra as Java-formatted strings."""
+    props = dict(cfg.extras)
+    for opt in OPTIONS:
+        value = getattr(cfg, opt.attr)
+        if value is not None:
+            props[opt.key] = _format_value(value)
+    return props
+
+
+def render_properties(cfg: NamesrvConfig) -> str:
+    """GET_NAMESRV_CONFIG body (and the persisted file): ``key=value`` lines sorted by key."""
+    props = config_properties(cfg)
+    return "".join(
+        _property_line(key, props[key]) + "\n" for key in sorted(props, key=_java_string_order)
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# start-up
+
+
+def _apply_strict(cfg: NamesrvConfig, props: Mapping[str, str], source: str) -> None:
+    for key, raw in props.items():
+        opt = OPTIONS_BY_KEY.get(key)
+        if opt is None:
+            log.info("%s: unknown key %r kept as an extra (echoed by GET_NAMESRV_CONFIG)", source, key)
+            cfg.extras[key] = raw
+            continue
+        try:
+            value = _parse_strict(opt, raw)
+        except ValueError:
+            raise ConfigError(
+                f"{source}: {key}={raw!r} is not a valid {_expected(opt)}; fix the value or remove the line"
+            ) from None
+        setattr(cfg, opt.attr, value)
+
+
+def load_config(path: Path | None, overrides: Mapping[str, str] | None = None) -> NamesrvConfig:
+    """Build the config: defaults, then the ``-c`` file, then ``overrides`` (command line).
+
+    As in Java, ``configStorePath`` becomes the file's path, so updates rewrite that file, unless
+    the file sets ``configStorePath`` itself (Java ignores it there; we honour it so a tracked
+    ``conf/`` file can send runtime updates to ``run/``).
+    Raises :class:`ConfigError` for a missing or unreadable file or a value of the wrong type.
+    """
+    cfg = NamesrvConfig()
+    if path is not None:
+        try:
+            data = Path(path).read_bytes()
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist; pass an existing file to -c") from None
+        except OSError as exc:
+            raise ConfigError(f"config file {path} cannot be read ({exc.strerror}); check its permissions") from None
+        try:
+            props = parse_properties(_decode(data))
+        except ValueError as exc:
+            raise ConfigError(f"config file {path} is not a valid .properties file: {exc}") from None
+        _apply_strict(cfg, props, str(path))
+        if "configStorePath" not in props:
+            cfg.config_store_path = str(path)
+    if overrides:
+        _apply_strict(cfg, overrides, "command line")
+    return cfg
+
+
+# ---------------------------------------------------------------------------------------------
+# UPDATE_NAMESRV_CONFIG
+
+
+@dataclass(frozen=True)
+class Updated:
+    """Applied and persisted.  ``ignored`` holds values Java would also ignore (bad type)."""
+
+    changed: dict[str, str]
+    ignored: dict[str, str]
+    dropped: tuple[str, ...]
+    code: ResponseCode = ResponseCode.SUCCESS
+    remark: str | None = None
+
+
+@dataclass(frozen=True)
+class Blacklisted:
+    """At least one key may only be changed by a restart; nothing was applied."""
+
+    keys: tuple[str, ...]
+    code: ResponseCode = ResponseCode.NO_PERMISSION
+    remark: str = "Can not update config in black list."
+
+
+@dataclass(frozen=True)
+class Unparsable:
+    """The body is not ``.properties`` text (a malformed ``\\uXXXX``); nothing was applied."""
+
+    reason: str
+    code: ResponseCode = ResponseCode.SYSTEM_ERROR
+    remark: str = "string2Properties error"
+
+
+@dataclass(frozen=True)
+class PersistFailed:
+    """The store file could not be written; the in-memory config was rolled back.
+
+    Java keeps the change in memory and answers SUCCESS; we keep memory and disk equal instead.
+    """
+
+    path: str
+    reason: str
+    code: ResponseCode = ResponseCode.SYSTEM_ERROR
+
+    @property
+    def remark(self) -> str:
+        return f"cannot persist config to {self.path}: {self.reason}"
+
+
+UpdateResult = Updated | Blacklisted | Unparsable | PersistFailed
+
+# one lock for every config object: updates are rare, and readers only read single attributes
+_UPDATE_LOCK = threading.Lock()
+
+
+def _java_split(text: str, sep: str) -> list[str]:
+    # String.split drops trailing empty strings
+    parts = text.split(sep)
+    while len(parts) > 1 and parts[-1] == "":
+        parts.pop()
+    return parts
+
+
+def config_blacklist(cfg: NamesrvConfig) -> frozenset[str]:
+    """Keys UPDATE_NAMESRV_CONFIG refuses."""
+    return HARD_BLACKLIST | frozenset(_java_split(cfg.config_black_list, ";"))
+
+
+def apply_update(cfg: NamesrvConfig, properties_text: str) -> UpdateResult:
+    """UPDATE_NAMESRV_CONFIG on ``cfg`` in place, then persist it to ``cfg.config_store_path``."""
+    try:
+        props = parse_properties(properties_text)
+    except ValueError as exc:
+        return Unparsable(str(exc))
+    blocked = sorted(key for key in props if key in config_blacklist(cfg))
+    if blocked:
+        return Blacklisted(tuple(blocked))
+
+    with _UPDATE_LOCK:
+        before = {opt.attr: getattr(cfg, opt.attr) for opt in OPTIONS}
+        extras_before = dict(cfg.extras)
+        changed: dict[str, str] = {}
+        ignored: dict[str, str] = {}
+        dropped: list[str] = []
+        for key, raw in props.items():
+            opt = OPTIONS_BY_KEY.get(key)
+            if opt is not None:
+                try:
+                    value = _parse_java(opt, raw)
+                except ValueError:
+                    log.info("update ignored %s=%r: not a valid %s", key, raw, _expected(opt))
+                    ignored[key] = raw
+                    continue
+                setattr(cfg, opt.attr, value)
+                changed[key] = _format_value(value)
+            elif key in cfg.extras:
+                cfg.extras[key] = raw
+                changed[key] = raw
+            else:
+                dropped.append(key)
+        target = cfg.config_store_file
+        try:
+            write_atomically(target, render_properties(cfg).encode("utf-8"))
+        except OSError as exc:
+            for attr, value in before.items():
+                setattr(cfg, attr, value)
+            cfg.extras = extras_before
+            log.error("cannot persist config to %s: %s", target, exc)
+            return PersistFailed(str(target), exc.strerror or str(exc))
+    log.info("config updated: %s", changed)
+    return Updated(changed, ignored, tuple(dropped))
+
+
+def options_markdown() -> str:
+    """The option table for the README, one section per group."""
+    lines: list[str] = []
+    for group in (GROUP_NAMESRV, GROUP_NETTY, GROUP_OURS):
+        lines += [f"### {group}", "", "| Key | Type | Default | Meaning |", "|---|---|---|---|"]
+        for opt in OPTIONS:
+            if opt.group == group:
+                default = f"`{opt.default_doc}`" if opt.default_doc else "(empty)"
+                lines.append(f"| `{opt.key}` | {opt.java_type} | {default} | {opt.doc} |")
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,397 @@
+"""One function per request code, and one table from code to function.
+
+Handlers are plain functions ``(node, request, channel) -> response``: no sockets, no awaiting, so a
+test calls them directly the way RocketMQ's ``RequestProcessorTest`` calls ``processRequest``.
+:func:`dispatch` is the only place that turns an unknown code or an escaping exception into a
+response, and the only place that knows oneway requests get no answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from namesrv import config as config_mod
+from namesrv.config import NamesrvConfig
+from namesrv.kvconfig import KVConfigManager
+from namesrv.protocol import bodies, fastjson
+from namesrv.protocol.codes import (
+    MASTER_ID,
+    ORDER_TOPIC_CONFIG,
+    ZONE_MODE_EXT,
+    ZONE_NAME_EXT,
+    RequestCode,
+    ResponseCode,
+    Version,
+)
+from namesrv.protocol.command import RemotingCommand
+from namesrv.protocol.headers import (
+    BrokerIdentityHeader,
+    BrokerMemberGroupHeader,
+    BrokerNameHeader,
+    ClusterHeader,
+    HeaderError,
+    KVConfigHeader,
+    RegisterBrokerHeader,
+    TopicHeader,
+    decode_header,
+)
+from namesrv.protocol.types import BodyError, TopicRouteData
+from namesrv.routes.manager import RouteInfoManager, UnregisterRequest
+
+log = logging.getLogger("namesrv.handlers")
+
+FAQ_SUFFIX = "\nSee https://rocketmq.apache.org/docs/bestPractice/06FAQ for further details."
+
+
+class NodeObserver:
+    """What a node tells the outside world about brokers (the event publisher overrides these).
+
+    The default does nothing, which is a node that behaves exactly like Apache RocketMQ's.
+    """
+
+    def broker_registered(self, header: RegisterBrokerHeader, body: Any, result: Any) -> None: ...
+    def broker_heartbeat(self, cluster_name: str, broker_addr: str, source: RequestCode) -> None: ...
+    def broker_unregistered(self, request: UnregisterRequest, reason: str) -> None: ...
+    def route_changed_by_admin(self, code: RequestCode, detail: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class NameServerNode:
+    """Everything a handler may touch: the tables, the KV store, the settings, and two outlets."""
+
+    config: NamesrvConfig
+    routes: RouteInfoManager
+    kv: KVConfigManager
+    #: queue unregistrations for the batch service; False when its queue is full
+    submit_unregister: Callable[[list[UnregisterRequest]], bool]
+    observer: NodeObserver = field(default_factory=NodeObserver)
+    #: monotonic seconds at start, for needWaitForService
+    started_at: float = 0.0
+    now: Callable[[], float] = field(default=lambda: 0.0)
+    _cache: dict[Any, bytes] = field(default_factory=dict)
+    _cache_key: Any = None
+
+    def cached(self, key: Any, build: Callable[[], bytes]) -> bytes:
+        """Encoded answers stay valid until the route tables, the KV store or the settings change."""
+        generation = (self.routes.version, self.kv.version, self.config.order_message_enable, self.config.support_acting_master)
+        if generation != self._cache_key:
+            self._cache.clear()
+            self._cache_key = generation
+        body = self._cache.get(key)
+        if body is None:
+            body = self._cache[key] = build()
+        return body
+
+
+Handler = Callable[[NameServerNode, RemotingCommand, object], RemotingCommand]
+HANDLERS: dict[int, Handler] = {}
+
+
+def handles(code: RequestCode) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        HANDLERS[int(code)] = fn
+        return fn
+
+    return register
+
+
+def dispatch(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand | None:
+    """Answer one request, or None when no answer is owed (oneway requests, stray responses)."""
+    if request.is_response:
+        log.debug("dropping a response frame nobody asked for: code=%s opaque=%s", request.code, request.opaque)
+        return None
+    handler = HANDLERS.get(request.code)
+    if handler is None:
+        response = request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported")
+    else:
+        try:
+            response = handler(node, request, channel)
+        except (HeaderError, BodyError, fastjson.FastjsonError) as e:
+            response = request.response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+        except Exception as e:  # the one place a handler bug becomes SYSTEM_ERROR instead of a dead connection
+            log.exception("handler for code %s failed", request.code)
+            response = request.response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+    return None if request.is_oneway else response
+
+
+# --- KV config ------------------------------------------------------------------------------
+
+
+@handles(RequestCode.PUT_KV_CONFIG)
+def put_kv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+    h = decode_header(KVConfigHeader, request.ext_fields)
+    if h.namespace is None or h.key is None:
+        return request.response(ResponseCode.SYSTEM_ERROR, "namespace or key is null")
+    node.kv.put(h.namespace, h.key, h.value)
+    return request.response()
+
+
+@handles(RequestCode.GET_KV_CONFIG)
+def get_kv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+    h = decode_header(KVConfigHeader, request.ext_fields)
+    value = node.kv.get(h.namespace, h.key) if h.namespace is not None and h.key is not None else None
+    if value is None:
+        return request.response(
+            ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {h.namespace} Key: {h.key}", ext_fields={}
+        )
+    return request.response(ext_fields={"value": value})
+
+
+@handles(RequestCode.DELETE_KV_CONFIG)
+def delete_kv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+    h = decode_header(KVConfigHeader, request.ext_fields)
+    if h.namespace is not None and h.key is not None:
+        node.kv.delete(h.namespace, h.key)
+    return request.response()
+
+
+@handles(RequestCode.GET_KVLIST_BY_NAMESPACE)
+def get_kvlist_by_namespace(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+    h = decode_header(KVConfigHeader, request.ext_fields)
+    table = node.kv.get_namespace(h.namespace) if h.namespace is not None else None
+    if table is None:
+        return request.response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {h.namespace}")
+    return request.response(body=bodies.encode_kv_table(table))
+
+
+# --- brokers --------------------------------------------------------------------------------
+
+
+@handles(RequestCode.REGISTER_BROKER)
+def register_broker(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+    h = decode_header(RegisterBrokerHeader, request.ext_fields)
+    if h.body_crc32 and h.body_crc32 != bodies.body_crc32(request.body):
+        return request.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
+    body = bodies.decode_register_broker_body(request.body, compressed=bool(h.compressed), version=request.version)
+    result = node.routes.register_broker(
+        h.cluster_name,
+        h.broker_addr,
+        h.broker_name,
+        h.broker_id,
+        h.ha_server_addr,
+        request.ext(ZONE_NAME_EXT),
+        h.heartbeat_timeout_millis,
+        h.enable_acting_master,
+        body,
+        channel,
+    )
+    if result is None:
+        return request.response(ResponseCode.SYSTEM_ERROR, "register broker failed")
+    node.observer.broker_registered(h, body, result)
+    ext: dict[str, str] = {}
+    if result.ha_server_addr is not None:
+        ext["haServerAddr"] = result.ha_server_addr
+    if result.master_addr is not None:
+        ext["masterAddr"] = result.master_addr
+    order_table = node.kv.get_namespace(ORDER_TOPIC_CONFIG) if node.config.return_order_topic_config_to_broker else None
+    return request.response(
+        ext_fields=ext, body=bodies.encode_kv_table(order_table) if order_table is not None else None
+    )
+
+
+@handles(RequestCode.UNREGISTER_BROKER)
+def unregister_broker(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+    h = decode_header(BrokerIdentityHeader, request.ext_fields)
+    unregister = UnregisterRequest(
+        cluster_name=h.cluster_name,
+        broker_addr=h.broker_addr,
+        broker_name=h.broker_name or "",
+        broker_id=h.broker_id,
+        decided_seq=node.routes.next_seq(),
+    )
+    if not node.submit_unregister([unregister]):
+        return request.response(ResponseCode.SYSTEM_ERROR)
+    node.observer.broker_unregistered(unregister, "UNREGISTER_BROKER")
+    return request.response()
+
+
+@handles(RequestCode.QUERY_DATA_VERSION)
+def query_data_version(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+    h = decode_header(BrokerIdentityHeader, request.ext_fields)
+    sent = bodies.decode_data_version(request.body)
+    held = node.routes.query_broker_topic_config(h.cluster_name, h.broker_addr)
+    changed = held is None or held != sent
+    node.routes.update_broker_info_update_timestamp(h.cluster_name, h.broker_addr)
+    node.observer.broker_heartbeat(h.cluster_name, h.broker_addr, RequestCode.QUERY_DATA_VERSION)
+    return request.response(
+        ext_fields={"changed": "true" if changed else "false"},
+        body=bodies.encode_data_version(held) if held is not None else None,
+    )
+
+
+@handles(RequestCode.BROKER_HEARTBEAT)
+def broker_heartbeat(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+    h = decode_header(BrokerIdentityHeader, request.ext_fields)
+    node.routes.update_broker_info_update_timestamp(h.cluster_name, h.broker_addr)
+    node.observer.broker_heartbeat(h.cluster_name, h.broker_addr, RequestCode.BROKER_HEARTBEAT)
+    return request.response()
+
+
+@handles(RequestCode.GET_BROKER_MEMBER_GROUP)
+def get_broker_member_group(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+    h = decode_header(BrokerMemberGroupHeader, request.ext_fields)
+    group = node.routes.get_broker_member_group(h.cluster_name, h.broker_name)
+    member_group = {"brokerAddrs": dict(group.broker_addrs), "brokerName": h.broker_name, "cluster": h.cluster_name}
+    return request.response(body=fastjson.dumps_legacy({"brokerMemberGroup": member_group}))
+
+
+# --- routes ---------------------------------------------------------------------------------
+
+
+@handles(RequestCode.GET_ROUTEINFO_BY_TOPIC)
+def get_routeinfo_by_topic(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+    cfg = node.config
+    if cfg.need_wait_for_service and node.now() - node.started_at < cfg.wait_seconds_for_service:
+        return request.response(ResponseCode.SYSTEM_ERROR, "name server not ready")
+    h = decode_header(TopicHeader, request.ext_fields)
+    zone = _zone_filter(request)
+    standard = zone is None and (request.version >= Version.V4_9_4 or bool(h.accept_standard_json_only))
+    body = node.cached(("route", h.topic, standard, zone), lambda: _encode_route(node, h.topic, standard, zone))
+    if not body:
+        return request.response(
+            ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {h.topic}{FAQ_SUFFIX}"
+        )
+    return request.response(body=body)
+
+
+def _zone_filter(request: RemotingCommand) -> str | None:
+    """The zone a client restricts its routes to (ZoneRouteRPCHook), or None."""
+    mode, zone = request.ext(ZONE_MODE_EXT), request.ext(ZONE_NAME_EXT)
+    if mode is None or mode.strip().lower() != "true" or zone is None or not zone.strip():
+        return None
+    return zone
+
+
+def _encode_route(node: NameServerNode, topic: str, standard: bool, zone: str | None) -> bytes:
+    """The encoded route of a topic, or b"" when there is none (cached like a route)."""
+    route = node.routes.pickup_topic_route_data(topic)
+    if route is None:
+        return b""
+    if node.config.order_message_enable:
+        route.order_topic_conf = node.kv.get(ORDER_TOPIC_CONFIG, topic)
+    if zone is not None:
+        route = _keep_zone(route, zone)
+    return bodies.encode_route(route, standard=standard)
+
+
+def _keep_zone(route: TopicRouteData, zone: str) -> TopicRouteData:
+    """Keep brokers of the client's zone, and any group whose master is down (cross-zone reads)."""
+    kept = [b for b in route.broker_datas if MASTER_ID not in b.broker_addrs or (b.zone_name or "").lower() == zone.lower()]
+    names = {b.broker_name for b in kept}
+    addrs = {a for b in kept for a in b.broker_addrs.values()}
+    return TopicRouteData(
+        queue_datas=[q for q in route.queue_datas if q.broker_name in names],
+        broker_datas=kept,
+        filter_server_table={a: s for a, s in route.filter_server_table.items() if a in addrs},
+        order_topic_conf=route.order_topic_conf,
+        topic_queue_mapping_by_broker=route.topic_queue_mapping_by_broker,
+    )
+
+
+@handles(RequestCode.GET_BROKER_CLUSTER_INFO)
+def get_broker_cluster_info(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+    return request.response(body=node.cached("cluster", lambda: _encode_cluster_info(node.routes)))
+
+
+def _encode_cluster_info(routes: RouteInfoManager) -> bytes:
+    """ClusterInfo stays in fastjson's legacy dialect for every client (apache/rocketmq#3369)."""
+    broker_addr_table, cluster_addr_table = routes.get_all_cluster_info()
+    return fastjson.dumps_legacy({
+        "brokerAddrTable": {name: b.to_wire() for name, b in broker_addr_table.items()},
+        "clusterAddrTable": {name: sorted(members) for name, members in cluster_addr_table.items()},
+    })
+
+
+@handles(RequestCode.WIPE_WRITE_PERM_OF_BROKER)
+def wipe_write_perm_of_broker(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+    h = decode_header(BrokerNameHeader, request.ext_fields)
+    count = node.routes.wipe_write_perm_of_broker(h.broker_name)
+    node.observer.route_changed_by_admin(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": h.broker_name, "topics": count})
+    return request.response(ext_fields={"wipeTopicCount": str(count)})
+
+
+@handles(RequestCode.ADD_WRITE_PERM_OF_BROKER)
+def add_write_perm_of_broker(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+    h = decode_header(BrokerNameHeader, request.ext_fields)
+    count = node.routes.add_write_perm_of_broker(h.broker_name)
+    node.observer.route_changed_by_admin(RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": h.broker_name, "topics": count})
+    return request.response(ext_fields={"addTopicCount": str(count)})
+
+
+@handles(RequestCode.DELETE_TOPIC_IN_NAMESRV)
+def delete_topic_in_namesrv(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+    h = decode_header(TopicHeader, request.ext_fields)
+    node.routes.delete_topic(h.topic, h.cluster_name or None)
+    node.observer.route_changed_by_admin(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": h.topic, "clusterName": h.cluster_name})
+    return request.response()
+
+
+@handles(RequestCode.REGISTER_TOPIC_IN_NAMESRV)
+def register_topic_in_namesrv(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+    h = decode_header(TopicHeader, request.ext_fields)
+    if request.body:
+        queue_datas = bodies.decode_route(request.body).queue_datas
+        if queue_datas:
+            node.routes.register_topic(h.topic, queue_datas)
+            node.observer.route_changed_by_admin(
+                RequestCode.REGISTER_TOPIC_IN_NAMESRV, {"topic": h.topic, "queueDatas": [q.to_wire() for q in queue_datas]}
+            )
+    return request.response()
+
+
+# --- topic lists ----------------------------------------------------------------------------
+
+
+def _topic_list_handler(code: RequestCode, list_topics: Callable[[RouteInfoManager], list[str]], switch: str) -> None:
+    def handler(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+        if not getattr(node.config, switch):
+            return request.response(ResponseCode.SYSTEM_ERROR, "disable")
+        return request.response(body=node.cached(code, lambda: bodies.encode_topic_list(list_topics(node.routes))))
+
+    handler.__name__ = code.name.lower()
+    handles(code)(handler)
+
+
+_topic_list_handler(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, RouteInfoManager.get_all_topic_list, "enable_all_topic_list")
+_topic_list_handler(RequestCode.GET_UNIT_TOPIC_LIST, RouteInfoManager.get_unit_topics, "enable_topic_list")
+_topic_list_handler(RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST, RouteInfoManager.get_has_unit_sub_topic_list, "enable_topic_list")
+_topic_list_handler(
+    RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST, RouteInfoManager.get_has_unit_sub_ununit_topic_list, "enable_topic_list"
+)
+
+
+@handles(RequestCode.GET_TOPICS_BY_CLUSTER)
+def get_topics_by_cluster(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+    if not node.config.enable_topic_list:
+        return request.response(ResponseCode.SYSTEM_ERROR, "disable")
+    h = decode_header(ClusterHeader, request.ext_fields)
+    return request.response(body=bodies.encode_topic_list(node.routes.get_topics_by_cluster(h.cluster)))
+
+
+@handles(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS)
+def get_system_topic_list_from_ns(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+    topics, broker_addr = node.routes.get_system_topic_list()
+    return request.response(body=bodies.encode_topic_list(topics, broker_addr))
+
+
+# --- name-server settings -------------------------------------------------------------------
+
+
+@handles(RequestCode.UPDATE_NAMESRV_CONFIG)
+def update_namesrv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+    if not request.body:
+        return request.response()
+    try:
+        text = request.body.decode("utf-8")
+    except UnicodeDecodeError:
+        return request.response(ResponseCode.SYSTEM_ERROR, "string2Properties error")
+    result = config_mod.apply_update(node.config, text)
+    return request.response(result.code, result.remark)
+
+
+@handles(RequestCode.GET_NAMESRV_CONFIG)
+def get_namesrv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+    return request.response(body=config_mod.render_properties(node.config).encode("utf-8"))

@@ -1,0 +1,301 @@
+"""Request and response bodies: bytes to the typed values of :mod:`namesrv.protocol.types` and back.
+
+Theory of operation: bodies are fastjson JSON (spec 2.3), except a compressed REGISTER_BROKER body,
+which is a zlib stream of length-prefixed pieces (spec 2.3.3).  Readers raise :class:`BodyError` for
+anything malformed; the dispatcher answers that with SYSTEM_ERROR, as Java does.  Writers produce
+fastjson's legacy dialect unless a caller asks for the standard one (route answers to new clients).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from namesrv.protocol import fastjson
+from namesrv.protocol.codes import FRAME_MAX_LENGTH, Version
+from namesrv.protocol.types import BodyError, DataVersion, RegisterBrokerBody, TopicConfig, TopicRouteData
+
+__all__ = [
+    "TopicList",
+    "body_crc32",
+    "decode_register_broker_body",
+    "encode_register_broker_body",
+    "decode_data_version",
+    "encode_data_version",
+    "encode_route",
+    "decode_route",
+    "encode_kv_table",
+    "decode_kv_table",
+    "encode_topic_list",
+    "decode_topic_list",
+]
+
+#: a registration inflating beyond this is a zip bomb, not a topic table
+MAX_INFLATED_SIZE = FRAME_MAX_LENGTH * 8
+_I32 = struct.Struct(">i")
+#: first byte of a zlib stream (deflate, 32 KiB window); a JSON body starts with '{'
+_ZLIB_FIRST_BYTE = 0x78
+_TOPIC_FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
+
+
+def body_crc32(body: bytes | None) -> int:
+    """The ``bodyCrc32`` brokers send: CRC-32 masked to 31 bits, 0 for no body."""
+    return zlib.crc32(body) & 0x7FFFFFFF if body else 0
+
+
+def _json(body: bytes, what: str) -> Any:
+    try:
+        return fastjson.loads(body)
+    except fastjson.FastjsonError as e:
+        raise BodyError(f"{what} body is not JSON: {e}") from None
+
+
+def _object(value: Any, what: str, *, optional: bool = False) -> dict:
+    if value is None and optional:
+        return {}
+    if not isinstance(value, dict):
+        raise BodyError(f"{what} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# REGISTER_BROKER
+
+
+def decode_register_broker_body(body: bytes | None, *, compressed: bool, version: int) -> RegisterBrokerBody:
+    """What a broker registers, read the way Java's name server reads it for ``version``.
+
+    ``compressed`` is the request header flag; a body that starts like a zlib stream is inflated even
+    without it, because 5.x brokers with ``compressedRegister=true`` forget to set the flag.
+    """
+    ancient = version < Version.V3_0_11  # body is a bare TopicConfigSerializeWrapper, no filter list
+    if not body:
+        return RegisterBrokerBody(data_version=DataVersion(0, 0, 0), filter_server_list=None if ancient else [])
+    if ancient:
+        return _from_wrapper(_json(body, "TopicConfigSerializeWrapper"), filter_server_list=None)
+    if compressed or body[0] == _ZLIB_FIRST_BYTE:
+        return _decode_compressed(body, version)
+    d = _object(_json(body, "RegisterBrokerBody"), "RegisterBrokerBody")
+    filters = d.get("filterServerList", [])
+    if filters is not None and not isinstance(filters, list):
+        raise BodyError("filterServerList must be a JSON array")
+    return _from_wrapper(
+        _object(d.get("topicConfigSerializeWrapper"), "topicConfigSerializeWrapper", optional=True),
+        filter_server_list=None if filters is None else [str(f) for f in filters],
+    )
+
+
+def _from_wrapper(wrapper: Any, *, filter_server_list: list[str] | None) -> RegisterBrokerBody:
+    w = _object(wrapper, "topicConfigSerializeWrapper")
+    table = _object(w.get("topicConfigTable"), "topicConfigTable", optional=True)
+    mappings = _object(w.get("topicQueueMappingInfoMap"), "topicQueueMappingInfoMap", optional=True)
+    return RegisterBrokerBody(
+        data_version=DataVersion.from_wire(w.get("dataVersion")),
+        topic_config_table={str(name): TopicConfig.from_wire(tc, str(name)) for name, tc in table.items()},
+        filter_server_list=filter_server_list,
+        topic_queue_mapping_info_map={str(k): v for k, v in mappings.items()},
+    )
+
+
+class _Reader:
+    """Length-prefixed pieces of an inflated registration; every short read is a BodyError."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def at_end(self) -> bool:
+        return self.pos >= len(self.data)
+
+    def int32(self, what: str) -> int:
+        if len(self.data) - self.pos < 4:
+            raise BodyError(f"compressed RegisterBrokerBody ends before the {what}")
+        (value,) = _I32.unpack_from(self.data, self.pos)
+        self.pos += 4
+        return value
+
+    def chunk(self, what: str) -> bytes:
+        length = self.int32(f"length of the {what}")
+        if length < 0 or length > len(self.data) - self.pos:
+            raise BodyError(f"compressed RegisterBrokerBody: {what} length {length} exceeds the data")
+        self.pos += length
+        return self.data[self.pos - length : self.pos]
+
+    def count(self, what: str) -> int:
+        n = self.int32(f"{what} count")
+        if n < 0:
+            raise BodyError(f"compressed RegisterBrokerBody: negative {what} count {n}")
+        return n
+
+
+def _inflate(body: bytes) -> bytes:
+    inflater = zlib.decompressobj()
+    try:
+        data = inflater.decompress(body, MAX_INFLATED_SIZE)
+    except zlib.error as e:
+        raise BodyError(f"compressed RegisterBrokerBody is not a zlib stream: {e}") from None
+    if inflater.unconsumed_tail:
+        raise BodyError(f"compressed RegisterBrokerBody inflates beyond {MAX_INFLATED_SIZE} bytes")
+    if not inflater.eof:
+        raise BodyError("compressed RegisterBrokerBody is truncated")
+    return data
+
+
+def _decode_compressed(body: bytes, version: int) -> RegisterBrokerBody:
+    r = _Reader(_inflate(body))
+    data_version = DataVersion.from_wire(_json(r.chunk("dataVersion"), "dataVersion"))
+    topics: dict[str, TopicConfig] = {}
+    for _ in range(r.count("topic")):
+        tc = _decode_topic_line(r.chunk("topic config"))
+        topics[tc.topic_name] = tc
+    filters = _json(r.chunk("filter server list"), "filterServerList")
+    if not isinstance(filters, list):
+        raise BodyError("filterServerList must be a JSON array")
+    mappings: dict[str, Any] = {}
+    # 5.0 added this section; a body that simply ends before it carries no mappings
+    if version >= Version.V5_0_0 and not r.at_end():
+        for _ in range(r.count("mapping")):
+            info = _object(_json(r.chunk("mapping"), "TopicQueueMappingInfo"), "TopicQueueMappingInfo")
+            topic = info.get("topic")
+            if not isinstance(topic, str):
+                raise BodyError("compressed RegisterBrokerBody: a TopicQueueMappingInfo without a topic")
+            mappings[topic] = info
+    return RegisterBrokerBody(data_version, topics, [str(f) for f in filters], mappings)
+
+
+def _decode_topic_line(raw: bytes) -> TopicConfig:
+    """``name read write perm filterType [attributesJSON]``, split on single spaces as Java does."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BodyError("compressed topic config line is not UTF-8") from None
+    parts = line.split(" ")
+    while parts and parts[-1] == "":  # Java's split drops trailing empty strings
+        parts.pop()
+    if len(parts) < 5:
+        raise BodyError(f"compressed topic config line {line!r} has fewer than 5 fields")
+    name, read, write, perm, filter_type = parts[:5]
+    if filter_type not in _TOPIC_FILTER_TYPES:
+        raise BodyError(f"compressed topic config line {line!r}: unknown topicFilterType {filter_type!r}")
+    try:
+        numbers = int(read), int(write), int(perm)
+    except ValueError:
+        raise BodyError(f"compressed topic config line {line!r}: queue numbers and perm must be integers") from None
+    attributes: dict[str, str] = {}
+    if len(parts) > 5:
+        # Java ignores attributes it cannot parse (e.g. cut by a space inside them)
+        try:
+            parsed = fastjson.loads(parts[5])
+        except fastjson.FastjsonError:
+            parsed = None
+        if isinstance(parsed, dict):
+            attributes = {str(k): str(v) for k, v in parsed.items()}
+    return TopicConfig(
+        topic_name=name,
+        read_queue_nums=numbers[0],
+        write_queue_nums=numbers[1],
+        perm=numbers[2],
+        topic_filter_type=filter_type,
+        attributes=attributes,
+    )
+
+
+def encode_register_broker_body(
+    rb: RegisterBrokerBody, *, compressed: bool = False, version: int = Version.CURRENT
+) -> bytes:
+    """The body a broker of ``version`` sends (used by our test brokers and tools)."""
+    if compressed:
+        return zlib.compress(_compressed_plaintext(rb, version), 9)
+    wrapper = {
+        "dataVersion": rb.data_version.to_wire(),
+        "topicConfigTable": {name: tc.to_wire() for name, tc in rb.topic_config_table.items()},
+        "topicQueueMappingInfoMap": rb.topic_queue_mapping_info_map,
+    }
+    if version < Version.V3_0_11:
+        return fastjson.dumps_legacy(wrapper)
+    return fastjson.dumps_legacy(
+        {"filterServerList": rb.filter_server_list or [], "topicConfigSerializeWrapper": wrapper}
+    )
+
+
+def _compressed_plaintext(rb: RegisterBrokerBody, version: int) -> bytes:
+    out = bytearray()
+
+    def chunk(data: bytes) -> None:
+        out.extend(_I32.pack(len(data)))
+        out.extend(data)
+
+    chunk(encode_data_version(rb.data_version))
+    out.extend(_I32.pack(len(rb.topic_config_table)))
+    for tc in rb.topic_config_table.values():
+        attributes = fastjson.dumps_legacy(tc.attributes).decode()
+        line = f"{tc.topic_name} {tc.read_queue_nums} {tc.write_queue_nums} {tc.perm} {tc.topic_filter_type} {attributes}"
+        chunk(line.encode())
+    chunk(fastjson.dumps_legacy(rb.filter_server_list or []))
+    if version >= Version.V5_0_0:
+        out.extend(_I32.pack(len(rb.topic_queue_mapping_info_map)))
+        for info in rb.topic_queue_mapping_info_map.values():
+            chunk(fastjson.dumps_legacy(info))
+    return bytes(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Small bodies
+
+
+def decode_data_version(body: bytes | None) -> DataVersion | None:
+    """A QUERY_DATA_VERSION body; None when the request has none."""
+    if not body:
+        return None
+    return DataVersion.from_wire(_json(body, "DataVersion"))
+
+
+def encode_data_version(dv: DataVersion) -> bytes:
+    return fastjson.dumps_legacy(dv.to_wire())
+
+
+def encode_route(route: TopicRouteData, *, standard: bool) -> bytes:
+    """A GET_ROUTEINFO_BY_TOPIC answer; ``standard`` for request version >= 401 or acceptStandardJsonOnly."""
+    wire = route.to_wire()
+    return fastjson.dumps_standard(wire) if standard else fastjson.dumps_legacy(wire)
+
+
+def decode_route(body: bytes | None) -> TopicRouteData:
+    if not body:
+        raise BodyError("a route answer needs a body")
+    return TopicRouteData.from_wire(_json(body, "TopicRouteData"))
+
+
+def encode_kv_table(table: dict[str, str]) -> bytes:
+    return fastjson.dumps_legacy({"table": table})
+
+
+def decode_kv_table(body: bytes | None) -> dict[str, str]:
+    if not body:
+        return {}
+    d = _object(_json(body, "KVTable"), "KVTable")
+    table = _object(d.get("table"), "table", optional=True)
+    return {str(k): str(v) for k, v in table.items() if v is not None}
+
+
+class TopicList(NamedTuple):
+    topics: list[str]
+    #: only in GET_SYSTEM_TOPIC_LIST_FROM_NS answers
+    broker_addr: str | None = None
+
+
+def encode_topic_list(topics: Iterable[str], broker_addr: str | None = None) -> bytes:
+    return fastjson.dumps_legacy({"brokerAddr": broker_addr, "topicList": list(topics)})
+
+
+def decode_topic_list(body: bytes | None) -> TopicList:
+    if not body:
+        return TopicList([])
+    d = _object(_json(body, "TopicList"), "TopicList")
+    topics = d.get("topicList", [])
+    if not isinstance(topics, list):
+        raise BodyError("topicList must be a JSON array")
+    addr = d.get("brokerAddr")
+    return TopicList([str(t) for t in topics], None if addr is None else str(addr))

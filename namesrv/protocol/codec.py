@@ -1,0 +1,362 @@
+"""RocketMQ remoting frames: bytes in, :class:`RemotingCommand` out, and back.  No I/O here.
+
+Theory of operation.  Every frame, request or response, is::
+
+    length:u32  type<<24|headerLen:u32  header[headerLen]  body[length-4-headerLen]
+
+``length`` counts what follows it.  ``type`` says how the header is written: JSON (the fastjson text
+of the command bean, keys in alphabetical order, nulls left out) or ROCKETMQ (a compact binary
+layout, spec section 1.4).  The body is opaque bytes here; :mod:`namesrv.protocol.bodies` reads it.
+
+:class:`FrameDecoder` is fed whatever the socket delivered and hands out whole commands.  It judges a
+frame by its first 8 bytes, before waiting for the rest, so a peer cannot make us buffer more than
+the 16 MiB Java allows.  Anything that is not a frame raises :class:`RemoteProtocolError`; the server
+then closes the connection, exactly as Java's ``NettyDecoder`` does.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import orjson
+
+from namesrv.protocol import fastjson
+from namesrv.protocol.codes import FRAME_MAX_LENGTH, LanguageCode, SerializeType
+from namesrv.protocol.command import RemotingCommand
+
+__all__ = ["RemoteProtocolError", "LocalProtocolError", "FrameDecoder", "encode", "decode_frame", "MAX_LENGTH"]
+
+#: the largest legal length word: Netty compares length + 4 with FRAME_MAX_LENGTH
+MAX_LENGTH = FRAME_MAX_LENGTH - 4
+
+_PREFIX = struct.Struct(">II")  # length word, type|headerLen word
+_U32 = struct.Struct(">I")
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+#: ROCKETMQ header up to the remark length: code, language, version, opaque, flag, remarkLen
+_RMQ_FIXED = struct.Struct(">hbhiii")
+_RMQ_MIN_HEADER = _RMQ_FIXED.size + 4  # plus the ext-block length
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_LANGUAGE_BY_NAME = {c.name: c for c in LanguageCode}
+_LANGUAGE_BY_CODE = {c.value: c for c in LanguageCode}
+#: header keys a JSON header may carry; anything else lands in ``RemotingCommand.unknown``
+_JSON_KEYS = frozenset(
+    ("code", "extFields", "flag", "language", "opaque", "remark", "serializeTypeCurrentRPC", "version")
+)
+
+
+class RemoteProtocolError(Exception):
+    """The peer sent bytes that are not a RocketMQ frame.
+
+    Suggested reaction: close the connection without answering (there is no trustworthy opaque to
+    answer to), as Java does on any decode failure.
+    """
+
+
+class LocalProtocolError(Exception):
+    """We asked for a frame the protocol cannot carry (a bug on our side, e.g. a body over 16 MiB)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding
+
+
+def encode(cmd: RemotingCommand) -> bytes:
+    """The whole frame for ``cmd``, length word included, header in ``cmd.serialize_type``."""
+    stype = cmd.serialize_type
+    if stype == SerializeType.JSON:
+        header = _encode_json_header(cmd)
+    elif stype == SerializeType.ROCKETMQ:
+        header = _encode_rocketmq_header(cmd)
+    else:
+        raise LocalProtocolError(f"unknown serialize type {stype!r}; use SerializeType.JSON or ROCKETMQ")
+    body = cmd.body or b""
+    length = 4 + len(header) + len(body)
+    if length > MAX_LENGTH:
+        raise LocalProtocolError(
+            f"frame of {length + 4} bytes exceeds the {FRAME_MAX_LENGTH}-byte limit peers enforce; send less"
+        )
+    return b"".join((_PREFIX.pack(length, (int(stype) << 24) | len(header)), header, body))
+
+
+def _encode_json_header(cmd: RemotingCommand) -> bytes:
+    # insertion order is the wire order: fastjson sorts bean properties alphabetically
+    d: dict[str, Any] = {"code": _int32(cmd.code, "code")}
+    if cmd.ext_fields is not None:
+        d["extFields"] = _wire_ext(cmd.ext_fields)
+    d["flag"] = _int32(cmd.flag, "flag")
+    d["language"] = _language_of(cmd).name
+    d["opaque"] = _int32(cmd.opaque, "opaque")
+    if cmd.remark is not None:
+        d["remark"] = cmd.remark
+    d["serializeTypeCurrentRPC"] = "JSON"
+    d["version"] = _int32(cmd.version, "version")
+    try:
+        return orjson.dumps(d)
+    except TypeError as e:
+        raise LocalProtocolError(f"header of {cmd!r} cannot be written as JSON: {e}") from None
+
+
+def _encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
+    remark = cmd.remark.encode() if cmd.remark else b""
+    ext = bytearray()
+    for key, value in _wire_ext(cmd.ext_fields or {}).items():
+        k, v = str(key).encode(), value.encode()
+        if len(k) > 0x7FFF:
+            raise LocalProtocolError(f"ext key of {len(k)} bytes does not fit the ROCKETMQ int16 length")
+        ext += _I16.pack(len(k)) + k + _I32.pack(len(v)) + v
+    try:
+        fixed = _RMQ_FIXED.pack(
+            cmd.code, _language_of(cmd).value, cmd.version, cmd.opaque, cmd.flag, len(remark)
+        )
+    except struct.error as e:
+        # Java would silently truncate code/version to 16 bits; we refuse instead
+        raise LocalProtocolError(f"{cmd!r} does not fit the ROCKETMQ header (code/version int16): {e}") from None
+    return b"".join((fixed, remark, _I32.pack(len(ext)), ext))
+
+
+def _int32(value: int, name: str) -> int:
+    if not isinstance(value, int) or not _INT32_MIN <= value <= _INT32_MAX:
+        raise LocalProtocolError(f"{name}={value} does not fit a Java int")
+    return int(value)
+
+
+def _language_of(cmd: RemotingCommand) -> LanguageCode:
+    lang = _LANGUAGE_BY_CODE.get(cmd.language)
+    if lang is None:
+        raise LocalProtocolError(f"language {cmd.language!r} is not a LanguageCode")
+    return lang
+
+
+def _wire_ext(ext: dict[str, str]) -> dict[str, str]:
+    """extFields as Java's makeCustomHeaderToNet leaves them: nulls dropped, values as strings."""
+    if all(type(v) is str for v in ext.values()):
+        return ext
+    return {k: v if type(v) is str else _java_text(v) for k, v in ext.items() if v is not None}
+
+
+def _java_text(value: Any) -> str:
+    """``String.valueOf`` of a JSON value, as Java puts it into a String field."""
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, (dict, list)):
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    return str(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding
+
+
+class FrameDecoder:
+    """Accumulates received bytes and yields whole commands.
+
+    Call :meth:`feed` with each chunk, then :meth:`next_command` until it returns ``None``.  A short
+    buffer returns ``None`` and changes nothing.  After a :class:`RemoteProtocolError` the stream is
+    out of step for good: every later call raises the same error.
+    """
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._start = 0  # bytes before this offset are already handed out
+        self._error: RemoteProtocolError | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as a command."""
+        return len(self._buf) - self._start
+
+    def feed(self, data: bytes) -> None:
+        if self._start:
+            # drop consumed frames only now, so next_command never moves bytes it may not return
+            del self._buf[: self._start]
+            self._start = 0
+        self._buf += data
+
+    def next_command(self) -> RemotingCommand | None:
+        if self._error is not None:
+            raise self._error
+        try:
+            return self._next()
+        except RemoteProtocolError as e:
+            self._error = e
+            raise
+
+    def _next(self) -> RemotingCommand | None:
+        buf, start = self._buf, self._start
+        available = len(buf) - start
+        if available < 4:
+            return None
+        (length,) = _U32.unpack_from(buf, start)
+        _check_length(length)
+        if available < 8:
+            return None
+        (word,) = _U32.unpack_from(buf, start + 4)
+        stype, header_len = _check_type_word(word, length)
+        end = start + 4 + length
+        if len(buf) < end:
+            return None
+        header_end = start + 8 + header_len
+        cmd = _decode_header(buf, start + 8, header_end, stype)
+        if header_end < end:
+            with memoryview(buf) as view:
+                cmd.body = bytes(view[header_end:end])
+        if end == len(buf):
+            buf.clear()
+            self._start = 0
+        else:
+            self._start = end
+        return cmd
+
+
+def decode_frame(frame: bytes) -> RemotingCommand:
+    """The command in ``frame``: exactly one whole frame, length word included."""
+    decoder = FrameDecoder()
+    decoder.feed(frame)
+    cmd = decoder.next_command()
+    if cmd is None:
+        raise RemoteProtocolError(f"incomplete frame: {len(frame)} bytes")
+    if decoder.buffered:
+        raise RemoteProtocolError(f"{decoder.buffered} bytes after the frame")
+    return cmd
+
+
+def _check_length(length: int) -> None:
+    if length > MAX_LENGTH:
+        raise RemoteProtocolError(f"frame length {length} exceeds the limit {MAX_LENGTH}")
+    if length < 4:
+        raise RemoteProtocolError(f"frame length {length} cannot hold the 4-byte header length")
+
+
+def _check_type_word(word: int, length: int) -> tuple[SerializeType, int]:
+    type_byte, header_len = word >> 24, word & 0xFFFFFF
+    if type_byte == SerializeType.JSON:
+        stype = SerializeType.JSON
+    elif type_byte == SerializeType.ROCKETMQ:
+        stype = SerializeType.ROCKETMQ
+    else:
+        raise RemoteProtocolError(f"unknown serialize type {type_byte}")
+    if header_len > length - 4:
+        raise RemoteProtocolError(f"header length {header_len} exceeds the frame's {length - 4} bytes")
+    return stype, header_len
+
+
+def _decode_header(buf: bytearray, start: int, end: int, stype: SerializeType) -> RemotingCommand:
+    if stype == SerializeType.JSON:
+        return _decode_json_header(buf[start:end])
+    return _decode_rocketmq_header(buf, start, end)
+
+
+def _decode_json_header(raw: bytearray) -> RemotingCommand:
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        # fastjson peers may write bare integer keys; the tolerant parser is only paid for then
+        try:
+            obj = fastjson.loads(raw)
+        except fastjson.FastjsonError as e:
+            raise RemoteProtocolError(f"JSON header is not JSON: {e}") from None
+    if type(obj) is not dict:
+        raise RemoteProtocolError(f"JSON header must be an object, got {type(obj).__name__}")
+    cmd = RemotingCommand(
+        code=_header_int(obj, "code"),
+        opaque=_header_int(obj, "opaque"),
+        flag=_header_int(obj, "flag"),
+        version=_header_int(obj, "version"),
+        serialize_type=SerializeType.JSON,
+    )
+    language = obj.get("language")
+    if language is not None:
+        cmd.language = _decode_language(cmd, language)
+    remark = obj.get("remark")
+    if remark is not None:
+        cmd.remark = remark if type(remark) is str else _java_text(remark)
+    ext = obj.get("extFields")
+    if ext is not None:
+        if type(ext) is not dict:
+            raise RemoteProtocolError(f"extFields must be an object, got {type(ext).__name__}")
+        cmd.ext_fields = {
+            k if type(k) is str else str(k): v if type(v) is str else _java_text(v)
+            for k, v in ext.items()
+            if v is not None
+        }
+    if not obj.keys() <= _JSON_KEYS:
+        cmd.unknown.update((k, v) for k, v in obj.items() if k not in _JSON_KEYS)
+    return cmd
+
+
+def _header_int(obj: dict, key: str) -> int:
+    value = obj.get(key)
+    if value is None:
+        return 0  # a missing key keeps the Java bean default
+    if type(value) is not int or not _INT32_MIN <= value <= _INT32_MAX:
+        raise RemoteProtocolError(f"header {key} must be a 32-bit integer, got {value!r}")
+    return value
+
+
+def _decode_language(cmd: RemotingCommand, value: Any) -> LanguageCode:
+    # Java accepts the enum name or its ordinal; an unknown one is kept for inspection
+    if type(value) is str:
+        lang = _LANGUAGE_BY_NAME.get(value)
+    elif type(value) is int:
+        lang = _LANGUAGE_BY_CODE.get(value)
+    else:
+        raise RemoteProtocolError(f"header language must be a name or a number, got {value!r}")
+    if lang is None:
+        cmd.unknown["language"] = value
+        return LanguageCode.OTHER
+    return lang
+
+
+def _decode_rocketmq_header(buf: bytearray, start: int, end: int) -> RemotingCommand:
+    if end - start < _RMQ_MIN_HEADER:
+        raise RemoteProtocolError(f"ROCKETMQ header of {end - start} bytes is shorter than {_RMQ_MIN_HEADER}")
+    code, lang_code, version, opaque, flag, remark_len = _RMQ_FIXED.unpack_from(buf, start)
+    cmd = RemotingCommand(code=code, opaque=opaque, flag=flag, version=version, serialize_type=SerializeType.ROCKETMQ)
+    language = _LANGUAGE_BY_CODE.get(lang_code)
+    if language is None:
+        cmd.unknown["language"] = lang_code
+        language = LanguageCode.OTHER
+    cmd.language = language
+    pos = start + _RMQ_FIXED.size
+    cmd.remark, pos = _rmq_string(buf, pos, remark_len, end - 4, "remark")
+    (ext_len,) = _I32.unpack_from(buf, pos)
+    pos += 4
+    if ext_len < 0 or ext_len > end - pos:
+        raise RemoteProtocolError(f"ROCKETMQ ext block of {ext_len} bytes exceeds the header")
+    if ext_len:
+        cmd.ext_fields = _rmq_ext(buf, pos, pos + ext_len)
+    return cmd
+
+
+def _rmq_ext(buf: bytearray, pos: int, end: int) -> dict[str, str]:
+    ext: dict[str, str] = {}
+    while pos < end:
+        if end - pos < 2:
+            raise RemoteProtocolError("ROCKETMQ ext block ends inside a key length")
+        (key_len,) = _I16.unpack_from(buf, pos)
+        key, pos = _rmq_string(buf, pos + 2, key_len, end, "ext key")
+        if end - pos < 4:
+            raise RemoteProtocolError("ROCKETMQ ext block ends inside a value length")
+        (value_len,) = _I32.unpack_from(buf, pos)
+        value, pos = _rmq_string(buf, pos + 4, value_len, end, "ext value")
+        # Java reads "" as null, so an empty key or value is an absent field
+        if key is not None and value is not None:
+            ext[key] = value
+    return ext
+
+
+def _rmq_string(buf: bytearray, pos: int, length: int, limit: int, what: str) -> tuple[str | None, int]:
+    """A length-prefixed UTF-8 string whose bytes start at ``pos`` and must end by ``limit``."""
+    if length == 0:
+        return None, pos
+    if length < 0 or length > limit - pos:
+        raise RemoteProtocolError(f"ROCKETMQ {what} length {length} exceeds the header")
+    try:
+        return buf[pos : pos + length].decode("utf-8"), pos + length
+    except UnicodeDecodeError as e:
+        raise RemoteProtocolError(f"ROCKETMQ {what} is not UTF-8: {e.reason}") from None

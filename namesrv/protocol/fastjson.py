@@ -1,0 +1,269 @@
+"""The two JSON dialects Java RocketMQ peers speak through fastjson 1.2.x.
+
+Theory of operation: fastjson is not JSON.  By default it writes map keys that are not strings
+without quotes (``{0:"127.0.0.1:10911"}``), and it reads them back; RocketMQ uses such maps for
+broker ids and static-topic queue ids.  So:
+
+* :func:`loads` parses standard JSON with orjson and, only when that fails, re-parses with a small
+  recursive-descent parser that also takes bare integer (and identifier) object keys and trailing
+  commas.  A regex pre-pass that quotes keys would be wrong: string values may contain ``{0:``.
+* :func:`dumps_legacy` writes fastjson's default output: compact, raw UTF-8, integer keys bare.
+* :func:`dumps_standard` writes the dialect route answers use for clients from 4.9.4 on
+  (``MapSortField`` + ``BrowserCompatible`` + ``WriteSlashAsSpecial``): valid JSON, ASCII only with
+  upper-case ``\\uXXXX`` escapes, ``/`` escaped, and longs JavaScript cannot hold written as strings.
+
+Both writers sort map keys (integers numerically, before strings) and leave out ``None`` values of
+maps, as fastjson leaves out null bean properties.  They take plain dicts/lists/scalars, e.g. the
+``to_wire()`` dicts of :mod:`namesrv.protocol.types`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from enum import Enum
+from json.decoder import scanstring
+from json.encoder import encode_basestring
+from typing import Any
+
+import orjson
+
+__all__ = ["FastjsonError", "loads", "dumps_legacy", "dumps_standard"]
+
+#: fastjson's BrowserCompatible writes longs outside +-(2^53-1) as strings
+_JS_SAFE_MAX = 2**53 - 1
+_INF = float("inf")
+#: deeper nesting than any RocketMQ body has; guards the recursive parser against stack exhaustion
+_MAX_DEPTH = 256
+
+
+class FastjsonError(ValueError):
+    """Text that neither JSON nor fastjson's dialect can parse; ``pos`` is the character offset."""
+
+    def __init__(self, msg: str, pos: int | None = None) -> None:
+        self.msg = msg
+        self.pos = pos
+        super().__init__(msg if pos is None else f"{msg} at character {pos}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+_WS = re.compile(r"[ \t\n\r\f\b]*")
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_INT_KEY = re.compile(r"-?[0-9]+")
+_NAME_KEY = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
+_LITERALS = {"true": True, "false": False, "null": None}
+
+
+def loads(data: bytes | bytearray | memoryview | str) -> Any:
+    """Parse JSON or fastjson output; raise :class:`FastjsonError` on anything else."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass
+    if isinstance(data, str):
+        text = data
+    else:
+        try:
+            text = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise FastjsonError(f"not UTF-8 ({e.reason})", e.start) from None
+    try:
+        value, end = _value(text, _WS.match(text, 0).end(), 0)
+    except RecursionError:
+        raise FastjsonError("nesting too deep") from None
+    end = _WS.match(text, end).end()
+    if end != len(text):
+        raise FastjsonError("extra data after the JSON value", end)
+    return value
+
+
+def _value(s: str, i: int, depth: int) -> tuple[Any, int]:
+    """Parse one value starting exactly at ``s[i]``; return it and the index after it."""
+    c = s[i : i + 1]
+    if c == '"':
+        try:
+            return scanstring(s, i + 1, False)
+        except json.JSONDecodeError as e:
+            raise FastjsonError(e.msg, e.pos) from None
+    if c == "{":
+        return _object(s, i + 1, depth + 1)
+    if c == "[":
+        return _array(s, i + 1, depth + 1)
+    m = _NUMBER.match(s, i)
+    if m:
+        text = m.group()
+        if m.group(1) or m.group(2):
+            return float(text), m.end()
+        return int(text), m.end()
+    for word, value in _LITERALS.items():
+        if s.startswith(word, i):
+            return value, i + len(word)
+    raise FastjsonError("expected a JSON value" if c else "unexpected end of text", i)
+
+
+def _object(s: str, i: int, depth: int) -> tuple[dict, int]:
+    if depth > _MAX_DEPTH:
+        raise FastjsonError("nesting too deep", i)
+    out: dict[Any, Any] = {}
+    i = _WS.match(s, i).end()
+    while s[i : i + 1] != "}":
+        key, i = _key(s, i)
+        i = _WS.match(s, i).end()
+        if s[i : i + 1] != ":":
+            raise FastjsonError("expected ':' after an object key", i)
+        i = _WS.match(s, i + 1).end()
+        out[key], i = _value(s, i, depth)
+        i = _WS.match(s, i).end()
+        c = s[i : i + 1]
+        if c == ",":
+            i = _WS.match(s, i + 1).end()  # a trailing comma is fine, as in fastjson
+        elif c != "}":
+            raise FastjsonError("expected ',' or '}' in an object", i)
+    return out, i + 1
+
+
+def _key(s: str, i: int) -> tuple[Any, int]:
+    if s[i : i + 1] == '"':
+        try:
+            return scanstring(s, i + 1, False)
+        except json.JSONDecodeError as e:
+            raise FastjsonError(e.msg, e.pos) from None
+    m = _INT_KEY.match(s, i)
+    if m:
+        return int(m.group()), m.end()
+    m = _NAME_KEY.match(s, i)
+    if m:
+        return m.group(), m.end()
+    raise FastjsonError("expected an object key" if i < len(s) else "unexpected end of text", i)
+
+
+def _array(s: str, i: int, depth: int) -> tuple[list, int]:
+    if depth > _MAX_DEPTH:
+        raise FastjsonError("nesting too deep", i)
+    out: list[Any] = []
+    i = _WS.match(s, i).end()
+    while s[i : i + 1] != "]":
+        item, i = _value(s, i, depth)
+        out.append(item)
+        i = _WS.match(s, i).end()
+        c = s[i : i + 1]
+        if c == ",":
+            i = _WS.match(s, i + 1).end()
+        elif c != "]":
+            raise FastjsonError("expected ',' or ']' in an array", i)
+    return out, i + 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+
+
+def dumps_legacy(obj: Any) -> bytes:
+    """fastjson's default output: integer map keys bare (``{0:"a"}``), raw UTF-8, ``/`` raw."""
+    prepared = _prepare(obj, standard=False)
+    try:
+        return orjson.dumps(prepared)
+    except orjson.JSONEncodeError:
+        # orjson refuses integer keys (and lone surrogates, and ints beyond 64 bits): write it ourselves
+        out: list[str] = []
+        _emit_legacy(prepared, out)
+        # a lone surrogate becomes '?', as Java's String.getBytes(UTF_8) does
+        return "".join(out).encode("utf-8", "replace")
+
+
+def dumps_standard(obj: Any) -> bytes:
+    """Strict, browser-safe JSON as Java route answers for clients >= 4.9.4 (pure ASCII)."""
+    text = json.dumps(_prepare(obj, standard=True), ensure_ascii=True, separators=(",", ":"))
+    if "\\u" in text:
+        text = _LOWER_HEX_ESCAPE.sub(_upper_hex, text)
+    # JSON text has '/' only inside strings, so escaping every one is safe
+    return text.replace("/", "\\/").encode("ascii")
+
+
+#: a ``\\uxxxx`` escape, or an escaped backslash consumed first so ``\\\\u00e9`` (text) is skipped
+_LOWER_HEX_ESCAPE = re.compile(r"\\\\|\\u([0-9a-f]{4})")
+
+
+def _upper_hex(m: re.Match[str]) -> str:
+    hexdigits = m.group(1)
+    return m.group() if hexdigits is None else "\\u" + hexdigits.upper()
+
+
+def _prepare(obj: Any, standard: bool) -> Any:
+    """A copy with maps sorted and stripped of nulls, ready for a C encoder.
+
+    ``standard`` also turns integer keys and JavaScript-unsafe longs into strings.
+    """
+    if isinstance(obj, str) or obj is True or obj is False or obj is None:
+        return obj
+    if isinstance(obj, dict):
+        return {_prepare_key(k, standard): _prepare(v, standard) for k, v in _sorted_items(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [_prepare(v, standard) for v in obj]
+    if isinstance(obj, (set, frozenset)):
+        return [_prepare(v, standard) for v in sorted(obj)]
+    if isinstance(obj, int):
+        value = int(obj)  # IntEnum/IntFlag members are written as plain numbers
+        return str(value) if standard and not -_JS_SAFE_MAX <= value <= _JS_SAFE_MAX else value
+    if isinstance(obj, float):
+        # fastjson writes NaN and infinities as null
+        return obj if obj == obj and obj not in (_INF, -_INF) else None
+    if isinstance(obj, Enum):
+        return obj.name
+    raise TypeError(f"cannot write {type(obj).__name__} as JSON; pass to_wire() dicts, lists and scalars")
+
+
+
+def _prepare_key(k: Any, standard: bool) -> str | int:
+    if isinstance(k, str):
+        return k
+    if _is_int(k):
+        return int.__repr__(k) if standard else int(k)
+    if isinstance(k, Enum):
+        return k.name
+    return str(k)
+
+
+def _sorted_items(d: dict) -> list[tuple[Any, Any]]:
+    """Non-null entries, integer keys numerically first, then string keys."""
+    items = [(k, v) for k, v in d.items() if v is not None]
+    try:
+        items.sort(key=lambda kv: kv[0])
+    except TypeError:  # mixed key types
+        items.sort(key=lambda kv: (0, kv[0]) if _is_int(kv[0]) else (1, str(kv[0])))
+    return items
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _emit_legacy(obj: Any, out: list[str]) -> None:
+    """Write what :func:`_prepare` returned: only dicts, lists, str, int, float, bool and None remain."""
+    if isinstance(obj, str):
+        out.append(encode_basestring(obj))
+    elif obj is None:
+        out.append("null")
+    elif obj is True:
+        out.append("true")
+    elif obj is False:
+        out.append("false")
+    elif isinstance(obj, (int, float)):
+        out.append(repr(obj))
+    elif isinstance(obj, dict):
+        out.append("{")
+        for n, (k, v) in enumerate(obj.items()):
+            if n:
+                out.append(",")
+            out.append(f"{k}:" if isinstance(k, int) else encode_basestring(k) + ":")
+            _emit_legacy(v, out)
+        out.append("}")
+    else:
+        out.append("[")
+        for n, v in enumerate(obj):
+            if n:
+                out.append(",")
+            _emit_legacy(v, out)
+        out.append("]")

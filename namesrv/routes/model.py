@@ -1,0 +1,142 @@
+"""Value types of the route tables: keys, live entries, requests and results.
+
+Results are values the caller inspects; nothing here logs or talks to the network.  The types the
+wire carries (QueueData, BrokerData, DataVersion, ...) live in :mod:`namesrv.protocol.types`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from namesrv.protocol.types import DataVersion
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerAddrInfo:
+    """Liveness key: the same address in two clusters is two brokers."""
+
+    cluster_name: str
+    broker_addr: str
+
+
+@dataclass(slots=True)
+class BrokerLiveInfo:
+    """What we know about one registered broker process; mutated only under the manager's lock."""
+
+    last_update_timestamp: int
+    heartbeat_timeout_millis: int
+    data_version: DataVersion
+    #: the connection the broker registered on; compared by identity, never used here
+    channel: Hashable | None
+    ha_server_addr: str | None
+    #: sequence number of the registration that created this entry
+    registered_seq: int
+    #: sequence number of the latest registration *or* heartbeat; unregister decisions older than
+    #: this are stale (see ``RouteInfoManager`` on fencing)
+    refreshed_seq: int = 0
+
+    def __post_init__(self) -> None:
+        if self.refreshed_seq < self.registered_seq:
+            self.refreshed_seq = self.registered_seq
+
+    def expired(self, now_ms: int) -> bool:
+        # strictly after the deadline, as Java's ``last + timeout < now``
+        return self.last_update_timestamp + self.heartbeat_timeout_millis < now_ms
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterRequest:
+    """One broker to remove, and when (in manager sequence numbers) that was decided.
+
+    ``broker_name``/``broker_id`` are None when the broker is live but belongs to no group of its
+    cluster (then only its live entry and filter servers are removed).
+    """
+
+    cluster_name: str
+    broker_addr: str
+    broker_name: str | None
+    broker_id: int | None
+    #: ``RouteInfoManager.next_seq()`` taken when the decision was made
+    decided_seq: int
+
+    @property
+    def addr_info(self) -> BrokerAddrInfo:
+        return BrokerAddrInfo(self.cluster_name, self.broker_addr)
+
+
+class FenceReason(enum.Enum):
+    #: the broker registered or heartbeated after the decision
+    REFRESHED = "refreshed"
+    #: the address now holds another broker id in its group (role switch after the decision)
+    ROLE_CHANGED = "role_changed"
+
+
+@dataclass(frozen=True, slots=True)
+class FencedRequest:
+    request: UnregisterRequest
+    reason: FenceReason
+
+
+@dataclass(frozen=True, slots=True)
+class MinBrokerIdChange:
+    """A NOTIFY_MIN_BROKER_ID_CHANGE (905) the server may send, oneway, to ``notify_addrs``."""
+
+    broker_name: str
+    min_broker_id: int
+    min_broker_addr: str
+    offline_broker_addr: str | None
+    ha_broker_addr: str | None
+    notify_addrs: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class RegisterBrokerResult:
+    """Outcome of one REGISTER_BROKER; the handler answers SUCCESS for every instance of it."""
+
+    #: the group master's HA address and address, for a slave whose master is live
+    ha_server_addr: str | None = None
+    master_addr: str | None = None
+    #: first time this (group, id) got an address; the broker's topic table was (re)applied
+    register_first: bool = False
+    #: the DataVersion differs from the one held for (cluster, addr), or none was held
+    data_version_changed: bool = False
+    #: something a route / cluster-info / topic-list answer shows changed (``version`` bumped)
+    routes_changed: bool = False
+    #: the registration lost the stateVersion conflict check and was ignored (§3.2 step 6)
+    conflict: bool = False
+    registered_seq: int | None = None
+    min_broker_id_change: MinBrokerIdChange | None = None
+
+    @property
+    def topic_config_changed(self) -> bool:
+        """True when an event for this registration should carry the topic table."""
+        return self.register_first or self.data_version_changed
+
+
+@dataclass(slots=True)
+class UnregisterOutcome:
+    applied: list[UnregisterRequest] = field(default_factory=list)
+    fenced: list[FencedRequest] = field(default_factory=list)
+    #: broker groups left with no member (their queues were dropped)
+    removed_brokers: set[str] = field(default_factory=set)
+    #: broker groups that lost members but still exist
+    reduced_brokers: set[str] = field(default_factory=set)
+    #: channels of the live entries removed, for the server to close
+    removed_channels: list[Hashable] = field(default_factory=list)
+    min_broker_id_changes: list[MinBrokerIdChange] = field(default_factory=list)
+    routes_changed: bool = False
+
+    @property
+    def fenced_count(self) -> int:
+        return len(self.fenced)
+
+
+@dataclass(slots=True)
+class RouteSettings:
+    """The settings the manager reads at use time; any object with these attributes will do."""
+
+    support_acting_master: bool = False
+    delete_topic_with_broker_registration: bool = False
+    notify_min_broker_id_changed: bool = False

@@ -1,0 +1,145 @@
+"""The asyncio shell around the sans-I/O core: connections, framing, dispatch, shutdown.
+
+``data_received`` only feeds the decoder and dispatches complete commands; everything a request
+does happens in :mod:`namesrv.handlers`.  A frame the decoder rejects closes that connection and
+nothing else.  A connection that closes, or stays silent for ``serverChannelMaxIdleTimeSeconds``,
+unregisters the brokers that registered through it, as Netty's channel events do in Java.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+from namesrv.handlers import NameServerNode, dispatch
+from namesrv.protocol.codec import FrameDecoder, RemoteProtocolError, encode
+from namesrv.protocol.codes import SerializeType
+from namesrv.protocol.command import RemotingCommand
+
+log = logging.getLogger("namesrv.server")
+
+
+class Connection(asyncio.Protocol):
+    """One TCP connection from a broker, a client or an admin tool."""
+
+    __slots__ = ("server", "transport", "decoder", "peer", "last_active")
+
+    def __init__(self, server: NameServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.decoder = FrameDecoder()
+        self.peer = "?"
+        self.last_active = time.monotonic()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.server.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_active = time.monotonic()
+        self.decoder.feed(data)
+        out: list[bytes] = []
+        try:
+            while (request := self.decoder.next_command()) is not None:
+                response = dispatch(self.server.node, request, self)
+                if response is not None:
+                    out.append(self.server.encode_response(request, response))
+        except RemoteProtocolError as e:
+            log.warning("closing connection from %s: malformed frame: %s", self.peer, e)
+            if out:
+                self.transport.write(b"".join(out))
+            self.transport.close()
+            return
+        if out:
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.connections.discard(self)
+        self.server.channel_destroyed(self, "connection closed" if exc is None else f"connection error: {exc}")
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def __repr__(self) -> str:
+        return f"Connection({self.peer})"
+
+
+class NameServer:
+    """A listening name-server node and the background work that belongs to it."""
+
+    def __init__(self, node: NameServerNode) -> None:
+        self.node = node
+        self.connections: set[Connection] = set()
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self._server: asyncio.base_events.Server | None = None
+        self._channel_destroyed_hooks: list = []
+        mode = node.config.response_serialize_type.upper()
+        self._echo_type = mode == "ECHO"
+        self._response_type = SerializeType.ROCKETMQ if mode == "ROCKETMQ" else SerializeType.JSON
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return self._server.sockets[0].getsockname()[1]
+
+    def encode_response(self, request: RemotingCommand, response: RemotingCommand) -> bytes:
+        response.serialize_type = request.serialize_type if self._echo_type else self._response_type
+        return encode(response)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        """Every background task goes through here, so shutdown can find and cancel it."""
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self.tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task %s failed", task.get_name(), exc_info=task.exception())
+
+    def channel_destroyed(self, connection: Connection, reason: str) -> None:
+        requests = self.node.routes.on_channel_destroy(connection)
+        if requests:
+            log.info("%s from %s: unregistering %s", reason, connection.peer, [r.broker_addr for r in requests])
+            self.node.submit_unregister(requests)
+            for r in requests:
+                self.node.observer.broker_unregistered(r, reason)
+
+    async def start(self, host: str, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: Connection(self), host, port, reuse_address=True, backlog=self.node.config.server_socket_backlog
+        )
+        self.spawn(self._close_idle_connections(), "idle-connections")
+
+    async def _close_idle_connections(self) -> None:
+        idle_limit = self.node.config.server_channel_max_idle_time_seconds
+        if idle_limit <= 0:
+            return
+        while True:
+            await asyncio.sleep(min(idle_limit, 1.0))
+            deadline = time.monotonic() - idle_limit
+            for connection in [c for c in self.connections if c.last_active < deadline]:
+                log.info("closing idle connection from %s (no traffic for %ss)", connection.peer, idle_limit)
+                connection.close()
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Stop listening, close every connection, wait up to ``timeout``, then cancel what is left."""
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self.connections):
+            connection.close()
+        for task in list(self.tasks):
+            task.cancel()
+        if self.tasks:
+            await asyncio.wait(self.tasks, timeout=timeout)
+        if self._server is not None:
+            await asyncio.wait_for(self._server.wait_closed(), timeout)

@@ -1,0 +1,248 @@
+"""The spec's frames (§6) and behaviours, over real TCP against a running node.
+
+Our node stamps version 479 like the Java 5.3.3 reference, so the spec's response frames are
+compared byte for byte where the spec gives bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import time
+
+import pytest
+
+from namesrv.client import NameServerClient
+from namesrv.protocol import fastjson
+from namesrv.protocol.codec import FrameDecoder, decode_frame, encode
+from namesrv.protocol.codes import RequestCode, ResponseCode, SerializeType
+from namesrv.protocol.command import request
+from tests.support.node import VECTORS, raw_exchange
+
+V = json.loads((VECTORS / "vectors.json").read_text())
+FRAMES = {f["name"]: f for f in V["frames"]}
+REGISTER_BODY = (VECTORS / "register_broker_body.json").read_bytes()
+V3_EXT = json.loads(FRAMES["REGISTER_BROKER request (uncompressed body)"]["header_json"])["extFields"]
+
+
+def frame(name: str) -> bytes:
+    return bytes.fromhex(FRAMES[name]["frame_hex"])
+
+
+def responses(data: bytes):
+    decoder = FrameDecoder()
+    decoder.feed(data)
+    out = []
+    while (cmd := decoder.next_command()) is not None:
+        out.append(cmd)
+    return out
+
+
+def register_v3(client: NameServerClient, **ext_overrides: str):
+    return client.call(RequestCode.REGISTER_BROKER, {**V3_EXT, **ext_overrides}, REGISTER_BODY)
+
+
+def test_v1_route_frames_are_byte_identical_after_v3_registration(node):
+    expected = frame("GET_ROUTEINFO_BY_TOPIC response SUCCESS (standard JSON body, request version>=401)")
+    with NameServerClient(node.addr) as broker:  # the broker's connection stays open, or it is unregistered
+        assert register_v3(broker).code == ResponseCode.SUCCESS
+        assert raw_exchange(node.addr, frame("GET_ROUTEINFO_BY_TOPIC request (JSON)")) == expected
+        # the binary-header request gets the same JSON answer: responses use the server's type
+        assert raw_exchange(node.addr, frame("same request, ROCKETMQ binary header")) == expected
+
+
+def test_v1_legacy_dialect_for_old_clients_and_standard_on_request(node):
+    route_frame = FRAMES["GET_ROUTEINFO_BY_TOPIC response SUCCESS (standard JSON body, request version>=401)"]
+    with NameServerClient(node.addr) as c:
+        register_v3(c)
+        old = c.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}, version=63)
+        assert old.body.decode() == route_frame["legacy_body (request version<401 and no acceptStandardJsonOnly)"]
+        asked = c.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest", "acceptStandardJsonOnly": "true"}, version=0)
+        assert asked.body.decode() == route_frame["body_text"]
+
+
+def test_v2_unknown_topic_is_byte_identical(node):
+    req = request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoSuchTopic"}, opaque=2)
+    got = raw_exchange(node.addr, encode(req))
+    header_json = FRAMES["GET_ROUTEINFO_BY_TOPIC response TOPIC_NOT_EXIST"]["header_json"].encode()
+    assert got == struct.pack(">ii", 4 + len(header_json), len(header_json)) + header_json
+    assert len(got) - 4 == 0xFB
+
+
+def test_v3_register_response_and_negative_cases(node):
+    with NameServerClient(node.addr) as c:
+        bad_crc = register_v3(c, bodyCrc32="1")
+        assert (bad_crc.code, bad_crc.remark) == (ResponseCode.SYSTEM_ERROR, "crc32 not match")
+        ok = register_v3(c)
+        assert ok.code == ResponseCode.SUCCESS and ok.ext_fields == {} and ok.body is None
+    expected = json.loads(FRAMES["REGISTER_BROKER response for a master (no KV ORDER_TOPIC_CONFIG namespace)"]["header_json"])
+    with NameServerClient(node.addr) as c:
+        raw = c.call(RequestCode.REGISTER_BROKER, V3_EXT, REGISTER_BODY)
+        assert (raw.code, raw.flag, raw.ext_fields, raw.version) == (expected["code"], expected["flag"], expected["extFields"], 479)
+
+
+def test_v3_first_registration_with_one_topic_fails(node):
+    body = json.loads(REGISTER_BODY)
+    del body["topicConfigSerializeWrapper"]["topicConfigTable"]["DefaultCluster"]
+    raw = json.dumps(body, separators=(",", ":")).encode()
+    with NameServerClient(node.addr) as c:
+        r = c.call(RequestCode.REGISTER_BROKER, {**V3_EXT, "bodyCrc32": "0"}, raw)
+        assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "register broker failed")
+        brokers, _ = c.cluster_info()
+        assert brokers["broker-a"].broker_addrs == {}  # Java leaves an empty group behind
+
+
+def test_v3_slave_gets_master_addresses_and_order_topic_table(node):
+    with NameServerClient(node.addr) as c:
+        c.put_kv("ORDER_TOPIC_CONFIG", "TopicOrder", "broker-a:4;broker-b:4")
+        register_v3(c)
+        slave = register_v3(c, brokerId="1", brokerAddr="127.0.0.1:10921", bodyCrc32="0")
+    expected = FRAMES["REGISTER_BROKER response for a slave (master alive) with ORDER_TOPIC_CONFIG KV present"]
+    assert slave.ext_fields == json.loads(expected["header_json"])["extFields"]
+    assert slave.body.decode() == expected["body_text"]
+
+
+def test_v4_cluster_info_is_legacy_json(node):
+    with NameServerClient(node.addr) as broker:
+        register_v3(broker)
+        got = responses(raw_exchange(node.addr, frame("GET_BROKER_CLUSTER_INFO request")))
+    assert got[0].body.decode() == FRAMES["GET_BROKER_CLUSTER_INFO response (legacy fastjson: unquoted numeric keys)"]["body_text"]
+
+
+def test_v5_query_data_version(node):
+    qdv = frame("QUERY_DATA_VERSION request (body = broker DataVersion)")
+    before = responses(raw_exchange(node.addr, qdv))[0]
+    assert before.ext_fields == {"changed": "true"} and before.body is None
+    with NameServerClient(node.addr) as c:
+        register_v3(c)
+        after = responses(raw_exchange(node.addr, qdv))[0]
+    unchanged = FRAMES["QUERY_DATA_VERSION response (unchanged)"]
+    assert after.ext_fields == {"changed": "false"}
+    assert after.body.decode() == unchanged["body_text"]
+
+
+def test_v6_kv_round_trip_and_file(node, tmp_path):
+    put = raw_exchange(node.addr, frame("PUT_KV_CONFIG request"))
+    assert put == encode_expected(FRAMES["PUT_KV_CONFIG response"]["header_json"])
+    assert (tmp_path / "kvConfig.json").read_text() == V["json_bodies"]["kvConfig.json"]
+    with NameServerClient(node.addr) as c:
+        assert c.get_kv("ORDER_TOPIC_CONFIG", "TopicOrder") == "broker-a:4"
+        missing = c.call(RequestCode.GET_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "missing"})
+        assert (missing.code, missing.remark, missing.ext_fields) == (
+            ResponseCode.QUERY_NOT_FOUND, "No config item, Namespace: ORDER_TOPIC_CONFIG Key: missing", {})
+        c.delete_kv("ORDER_TOPIC_CONFIG", "TopicOrder")
+        assert c.get_kv("ORDER_TOPIC_CONFIG", "TopicOrder") is None
+        assert c.kv_namespace("ORDER_TOPIC_CONFIG") == {}  # the namespace outlives its last key
+
+
+def encode_expected(header_json: str, body: bytes = b"") -> bytes:
+    h = header_json.encode()
+    return struct.pack(">ii", 4 + len(h) + len(body), len(h)) + h + body
+
+
+def test_every_request_code_is_answered(node):
+    with NameServerClient(node.addr) as c:
+        register_v3(c)
+        for code in RequestCode:
+            if code == RequestCode.NOTIFY_MIN_BROKER_ID_CHANGE:
+                continue
+            r = c.call(code, {"topic": "TopicTest", "brokerName": "broker-a", "clusterName": "DefaultCluster",
+                              "brokerAddr": "127.0.0.1:10911", "cluster": "DefaultCluster", "namespace": "ns", "key": "k"})
+            assert r.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED, code
+        unknown = c.call(99999)
+        assert (unknown.code, unknown.remark) == (ResponseCode.REQUEST_CODE_NOT_SUPPORTED, " request type 99999 not supported")
+
+
+def test_oneway_requests_get_no_answer_even_on_error(node):
+    oneway_bad = encode(request(99999, opaque=41, oneway=True))
+    oneway_hb = encode(request(RequestCode.BROKER_HEARTBEAT, {"clusterName": "c", "brokerAddr": "a"}, opaque=42, oneway=True))
+    normal = encode(request(RequestCode.GET_BROKER_CLUSTER_INFO, opaque=43))
+    got = responses(raw_exchange(node.addr, oneway_bad + oneway_hb + normal))
+    assert [r.opaque for r in got] == [43]
+
+
+def test_response_frames_from_peers_are_not_requests(node):
+    stray = request(RequestCode.GET_BROKER_CLUSTER_INFO, opaque=5)
+    stray.flag = 1
+    normal = encode(request(RequestCode.GET_BROKER_CLUSTER_INFO, opaque=6))
+    assert [r.opaque for r in responses(raw_exchange(node.addr, encode(stray) + normal))] == [6]
+
+
+@pytest.mark.parametrize("garbage", [
+    struct.pack(">i", 16 * 1024 * 1024 - 3) + b"\x00\x00\x00\x02",  # length over the 16 MiB cap
+    struct.pack(">ii", 8, 50) + b"xxxx",  # header longer than the frame
+    struct.pack(">ii", 6, 2) + b"{]",  # not JSON
+    struct.pack(">ii", 6, 0x05000002) + b"{}",  # unknown serialize type
+], ids=["oversize", "header-too-long", "bad-json", "bad-type"])
+def test_malformed_frame_closes_only_that_connection(node, garbage):
+    with NameServerClient(node.addr) as healthy:
+        healthy.cluster_info()
+        raw_exchange(node.addr, garbage, expect_close=True)
+        healthy.cluster_info()
+
+
+def test_closing_the_broker_connection_unregisters_it(node):
+    with NameServerClient(node.addr) as broker:
+        register_v3(broker)
+        with NameServerClient(node.addr) as client:
+            assert client.topic_route("TopicTest").queue_datas
+    with NameServerClient(node.addr) as client:
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            if client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}).code == ResponseCode.TOPIC_NOT_EXIST:
+                return
+            time.sleep(0.02)
+    pytest.fail("the broker's route outlived its connection")
+
+
+def test_rocketmq_binary_requests_are_answered(node):
+    with NameServerClient(node.addr, serialize_type=SerializeType.ROCKETMQ) as c:
+        register_v3(c)
+        assert c.topic_route("TopicTest").broker_datas[0].broker_addrs == {0: "127.0.0.1:10911"}
+
+
+def test_namesrv_config_update_blacklist_and_listing(node, tmp_path):
+    with NameServerClient(node.addr) as c:
+        for key in ("configStorePath", "kvConfigPath", "configBlackList", "rocketmqHome"):
+            r = c.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=f"{key}=/tmp/x\n".encode())
+            assert (r.code, r.remark) == (ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+        c.update_config({"enableAllTopicList": "false"})
+        r = c.call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, "disable")
+        text = c.ok(RequestCode.GET_NAMESRV_CONFIG).body.decode()
+        keys = [line.split("=", 1)[0] for line in text.splitlines() if line]
+        assert keys == sorted(keys) and "enableAllTopicList=false" in text
+    assert "enableAllTopicList=false" in (tmp_path / "namesrv.properties").read_text()
+
+
+def test_tolerant_register_body_with_bare_integer_keys(node):
+    body = json.loads(REGISTER_BODY)
+    text = json.dumps(body, separators=(",", ":")).replace(
+        '"topicQueueMappingInfoMap":{}',
+        '"topicQueueMappingInfoMap":{"TopicTest":{"bname":"broker-a","currIdMap":{0:0,1:1},"epoch":0,'
+        '"scope":"__global__","topic":"TopicTest","totalQueues":2}}')
+    with NameServerClient(node.addr) as c:
+        r = c.call(RequestCode.REGISTER_BROKER, {**V3_EXT, "bodyCrc32": "0"}, text.encode())
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        route = fastjson.loads(c.ok(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}).body)
+        assert route["topicQueueMappingByBroker"]["broker-a"]["currIdMap"] == {"0": 0, "1": 1}
+
+
+def test_idle_connections_are_closed_and_their_brokers_unregistered(tmp_path):
+    from tests.support.node import running_node
+
+    with running_node(tmp_path, serverChannelMaxIdleTimeSeconds="1") as n:
+        with NameServerClient(n.addr) as broker:
+            register_v3(broker)
+            time.sleep(2.5)
+            with pytest.raises((ConnectionError, OSError)):
+                broker.cluster_info()
+        with NameServerClient(n.addr) as client:
+            r = client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"})
+            assert r.code == ResponseCode.TOPIC_NOT_EXIST
+
+
+def test_decode_of_a_whole_frame_helper_matches_stream_decoder():
+    data = frame("GET_ROUTEINFO_BY_TOPIC request (JSON)")
+    assert decode_frame(data).ext_fields == {"topic": "TopicTest"}

@@ -1,0 +1,104 @@
+"""Fixtures shared by the route-table tests: the brokers of RocketMQ's RouteInfoManagerNewTest.
+
+DEF master = Default_Cluster/Default_Broker id 0 at 127.0.0.1:10911 (HA :20911), DEF slave = id 1
+at :30911 (HA :40911).  Every registration also carries ``baseTopic`` so it never has exactly one
+topic (the single-topic guard would reject it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from namesrv.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
+from namesrv.routes import RegisterBrokerResult, RouteInfoManager, RouteSettings
+
+DEF_CLUSTER = "Default_Cluster"
+DEF_BROKER = "Default_Broker"
+MASTER_ADDR = "127.0.0.1:10911"
+MASTER_HA = "127.0.0.1:20911"
+SLAVE_ADDR = "127.0.0.1:30911"
+SLAVE_HA = "127.0.0.1:40911"
+DV1 = DataVersion(counter=1, timestamp=1_700_000_000_000)
+
+
+class Clock:
+    """An injected millisecond clock that only moves when told to."""
+
+    def __init__(self, now: int = 1_000_000) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+
+
+def make_manager(**settings: bool) -> tuple[RouteInfoManager, Clock]:
+    clock = Clock()
+    return RouteInfoManager(RouteSettings(**settings), now_ms=clock), clock
+
+
+@dataclass
+class Broker:
+    cluster: str = DEF_CLUSTER
+    name: str = DEF_BROKER
+    addr: str = MASTER_ADDR
+    ha: str | None = MASTER_HA
+    id: int = 0
+    #: None = a 4.x broker that does not send the flag
+    acting: bool | None = True
+    dv: DataVersion = DV1
+
+    def but(self, **kw) -> Broker:
+        return replace(self, **kw)
+
+
+MASTER = Broker()
+SLAVE = Broker(addr=SLAVE_ADDR, ha=SLAVE_HA, id=1)
+
+
+def topic_configs(*topics: str, rq: int = 8, wq: int = 8, perm: int = 6, sys_flag: int = 0, base: bool = True) -> dict[str, TopicConfig]:
+    table = {"baseTopic": TopicConfig("baseTopic")} if base else {}
+    for t in topics:
+        table[t] = TopicConfig(t, read_queue_nums=rq, write_queue_nums=wq, perm=perm, topic_sys_flag=sys_flag)
+    return table
+
+
+def register(
+    mgr: RouteInfoManager,
+    broker: Broker,
+    *topics: str,
+    channel: object | None = None,
+    timeout: int | None = None,
+    zone: str | None = "",
+    configs: dict[str, TopicConfig] | None = None,
+    filter_servers: list[str] | None = None,
+    mappings: dict | None = None,
+) -> RegisterBrokerResult | None:
+    body = RegisterBrokerBody(
+        data_version=broker.dv,
+        topic_config_table=topic_configs(*topics) if configs is None else configs,
+        filter_server_list=[] if filter_servers is None else filter_servers,
+        topic_queue_mapping_info_map=mappings or {},
+    )
+    return mgr.register_broker(
+        broker.cluster, broker.addr, broker.name, broker.id, broker.ha, zone, timeout, broker.acting, body,
+        channel if channel is not None else object(),
+    )
+
+
+def unregister(mgr: RouteInfoManager, broker: Broker):
+    return mgr.unregister_broker(broker.cluster, broker.addr, broker.name, broker.id)
+
+
+def addrs_of(mgr: RouteInfoManager, topic: str, broker_name: str = DEF_BROKER) -> dict[int, str]:
+    route = mgr.pickup_topic_route_data(topic)
+    assert route is not None, f"no route for {topic}"
+    return next(bd.broker_addrs for bd in route.broker_datas if bd.broker_name == broker_name)
+
+
+def perm_of(mgr: RouteInfoManager, topic: str, broker_name: str = DEF_BROKER) -> int:
+    route = mgr.pickup_topic_route_data(topic)
+    assert route is not None, f"no route for {topic}"
+    return next(qd.perm for qd in route.queue_datas if qd.broker_name == broker_name)
