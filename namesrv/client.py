@@ -11,11 +11,11 @@ import socket
 
 import javaproperties
 
-from namesrv.protocol import bodies, fastjson
+from namesrv.protocol import bodies
 from namesrv.protocol.codec import FrameDecoder, encode
 from namesrv.protocol.codes import RequestCode, ResponseCode, SerializeType, Version
 from namesrv.protocol.command import RemotingCommand, request
-from namesrv.protocol.types import BrokerData, TopicRouteData
+from namesrv.protocol.types import TopicRouteData
 
 
 class RemoteError(Exception):
@@ -98,11 +98,8 @@ class NameServerClient:
     def topic_route(self, topic: str) -> TopicRouteData:
         return bodies.decode_route(self.ok(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}).body)
 
-    def cluster_info(self) -> tuple[dict[str, BrokerData], dict[str, list[str]]]:
-        d = fastjson.loads(self.ok(RequestCode.GET_BROKER_CLUSTER_INFO).body or b"{}")
-        brokers = {name: BrokerData.from_wire(b) for name, b in (d.get("brokerAddrTable") or {}).items()}
-        clusters = {name: list(members) for name, members in (d.get("clusterAddrTable") or {}).items()}
-        return brokers, clusters
+    def cluster_info(self) -> bodies.ClusterInfo:
+        return bodies.decode_cluster_info(self.ok(RequestCode.GET_BROKER_CLUSTER_INFO).body)
 
     def topic_list(self, cluster: str | None = None) -> list[str]:
         if cluster:

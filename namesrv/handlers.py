@@ -234,8 +234,7 @@ def broker_heartbeat(node: NameServerNode, request: RemotingCommand, channel: ob
 def get_broker_member_group(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(BrokerMemberGroupHeader, request.ext_fields)
     group = node.routes.get_broker_member_group(h.cluster_name, h.broker_name)
-    member_group = {"brokerAddrs": dict(group.broker_addrs), "brokerName": h.broker_name, "cluster": h.cluster_name}
-    return request.response(body=fastjson.dumps_legacy({"brokerMemberGroup": member_group}))
+    return request.response(body=bodies.encode_broker_member_group(h.cluster_name, h.broker_name, group.broker_addrs))
 
 
 # --- routes ---------------------------------------------------------------------------------
@@ -293,16 +292,7 @@ def _keep_zone(route: TopicRouteData, zone: str) -> TopicRouteData:
 
 @handles(RequestCode.GET_BROKER_CLUSTER_INFO)
 def get_broker_cluster_info(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
-    return request.response(body=node.cached("cluster", lambda: _encode_cluster_info(node.routes)))
-
-
-def _encode_cluster_info(routes: RouteInfoManager) -> bytes:
-    """ClusterInfo stays in fastjson's legacy dialect for every client (apache/rocketmq#3369)."""
-    broker_addr_table, cluster_addr_table = routes.get_all_cluster_info()
-    return fastjson.dumps_legacy({
-        "brokerAddrTable": {name: b.to_wire() for name, b in broker_addr_table.items()},
-        "clusterAddrTable": {name: sorted(members) for name, members in cluster_addr_table.items()},
-    })
+    return request.response(body=node.cached("cluster", lambda: bodies.encode_cluster_info(*node.routes.get_all_cluster_info())))
 
 
 @handles(RequestCode.WIPE_WRITE_PERM_OF_BROKER)

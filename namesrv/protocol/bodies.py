@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from namesrv.protocol import fastjson
 from namesrv.protocol.codes import FRAME_MAX_LENGTH, Version
-from namesrv.protocol.types import BodyError, DataVersion, RegisterBrokerBody, TopicConfig, TopicRouteData
+from namesrv.protocol.types import BodyError, BrokerData, DataVersion, RegisterBrokerBody, TopicConfig, TopicRouteData
 
 __all__ = [
     "TopicList",
@@ -231,8 +231,8 @@ def _compressed_plaintext(rb: RegisterBrokerBody, version: int) -> bytes:
     out.extend(_I32.pack(len(rb.topic_config_table)))
     for tc in rb.topic_config_table.values():
         attributes = fastjson.dumps_legacy(tc.attributes).decode()
-        line = f"{tc.topic_name} {tc.read_queue_nums} {tc.write_queue_nums} {tc.perm} {tc.topic_filter_type} {attributes}"
-        chunk(line.encode())
+        fields = (tc.topic_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc.topic_filter_type, attributes)
+        chunk(" ".join(map(str, fields)).encode())
     chunk(fastjson.dumps_legacy(rb.filter_server_list or []))
     if version >= Version.V5_0_0:
         out.extend(_I32.pack(len(rb.topic_queue_mapping_info_map)))
@@ -266,6 +266,37 @@ def decode_route(body: bytes | None) -> TopicRouteData:
     if not body:
         raise BodyError("a route answer needs a body")
     return TopicRouteData.from_wire(_json(body, "TopicRouteData"))
+
+
+class ClusterInfo(NamedTuple):
+    """GET_BROKER_CLUSTER_INFO: broker groups by name, and the group names of each cluster."""
+
+    broker_addr_table: dict[str, BrokerData]
+    cluster_addr_table: dict[str, list[str]]
+
+
+def encode_cluster_info(broker_addr_table: dict[str, BrokerData], cluster_addr_table: dict[str, Iterable[str]]) -> bytes:
+    """Always the legacy dialect, for every client version (apache/rocketmq#3369 is still open)."""
+    return fastjson.dumps_legacy({
+        "brokerAddrTable": {name: b.to_wire() for name, b in broker_addr_table.items()},
+        "clusterAddrTable": {name: sorted(members) for name, members in cluster_addr_table.items()},
+    })
+
+
+def decode_cluster_info(body: bytes | None) -> ClusterInfo:
+    d = _object(_json(body, "ClusterInfo"), "ClusterInfo") if body else {}
+    brokers = _object(d.get("brokerAddrTable"), "brokerAddrTable", optional=True)
+    clusters = _object(d.get("clusterAddrTable"), "clusterAddrTable", optional=True)
+    return ClusterInfo(
+        {str(name): BrokerData.from_wire(b) for name, b in brokers.items()},
+        {str(name): [str(m) for m in members or []] for name, members in clusters.items()},
+    )
+
+
+def encode_broker_member_group(cluster_name: str | None, broker_name: str | None, broker_addrs: dict[int, str]) -> bytes:
+    """GET_BROKER_MEMBER_GROUP, legacy dialect (bare integer broker ids)."""
+    group = {"brokerAddrs": dict(broker_addrs), "brokerName": broker_name, "cluster": cluster_name}
+    return fastjson.dumps_legacy({"brokerMemberGroup": group})
 
 
 def encode_kv_table(table: dict[str, str]) -> bytes:

@@ -96,7 +96,7 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
     try:
         return orjson.dumps(d)
     except TypeError as e:
-        raise LocalProtocolError(f"header of {cmd!r} cannot be written as JSON: {e}") from None
+        raise LocalProtocolError(f"header of command code={cmd.code} cannot be written as JSON: {e}") from None
 
 
 def _encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
@@ -108,12 +108,12 @@ def _encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
             raise LocalProtocolError(f"ext key of {len(k)} bytes does not fit the ROCKETMQ int16 length")
         ext += _I16.pack(len(k)) + k + _I32.pack(len(v)) + v
     try:
-        fixed = _RMQ_FIXED.pack(
-            cmd.code, _language_of(cmd).value, cmd.version, cmd.opaque, cmd.flag, len(remark)
-        )
+        fixed = _RMQ_FIXED.pack(cmd.code, _language_of(cmd).value, cmd.version, cmd.opaque, cmd.flag, len(remark))
     except struct.error as e:
         # Java would silently truncate code/version to 16 bits; we refuse instead
-        raise LocalProtocolError(f"{cmd!r} does not fit the ROCKETMQ header (code/version int16): {e}") from None
+        raise LocalProtocolError(
+            f"command code={cmd.code} version={cmd.version} does not fit the ROCKETMQ header (int16 fields): {e}"
+        ) from None
     return b"".join((fixed, remark, _I32.pack(len(ext)), ext))
 
 
@@ -293,6 +293,8 @@ def _header_int(obj: dict, key: str) -> int:
     value = obj.get(key)
     if value is None:
         return 0  # a missing key keeps the Java bean default
+    if type(value) is str and value.strip().lstrip("-").isdigit():
+        value = int(value)  # fastjson reads "105" into an int field too
     if type(value) is not int or not _INT32_MIN <= value <= _INT32_MAX:
         raise RemoteProtocolError(f"header {key} must be a 32-bit integer, got {value!r}")
     return value

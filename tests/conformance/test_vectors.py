@@ -117,7 +117,8 @@ SYNTHETIC = {
     "json, empty body": RemotingCommand(code=106, opaque=5, version=479),
     "json, large body": RemotingCommand(code=103, opaque=9, ext_fields={"k": "v"}, body=bytes(range(256)) * 400),
     "rocketmq, remark and ext": RemotingCommand(
-        code=1, opaque=3, flag=1, remark="boom é", ext_fields={"a": "1", "b": "x"}, serialize_type=SerializeType.ROCKETMQ
+        code=1, opaque=3, flag=1, remark="boom é", ext_fields={"a": "1", "b": "x"},
+        serialize_type=SerializeType.ROCKETMQ,
     ),
     "rocketmq, body": RemotingCommand(code=0, body=b"\x00" * 1000, serialize_type=SerializeType.ROCKETMQ),
 }
@@ -178,7 +179,8 @@ def test_escaping_vectors_byte_exact():
 def test_legacy_json_bodies_byte_exact():
     bodies = VECTORS["json_bodies"]
     assert encode_topic_list(["TopicTest"]) == bodies["TopicList_json"].encode()
-    assert encode_topic_list(["broker-a", "DefaultCluster"], "127.0.0.1:10911") == bodies["SystemTopicList_json"].encode()
+    system = encode_topic_list(["broker-a", "DefaultCluster"], "127.0.0.1:10911")
+    assert system == bodies["SystemTopicList_json"].encode()
     assert encode_data_version(DataVersion(5, 0, 1700000000000)) == bodies["DataVersion_json"].encode()
     member_group = bodies["GetBrokerMemberGroupResponseBody_json"]
     assert fastjson.dumps_legacy(fastjson.loads(member_group)) == member_group.encode()
@@ -189,7 +191,8 @@ def test_legacy_json_bodies_byte_exact():
 def test_register_broker_body_vector():
     assert len(REGISTER_BODY) == 623
     assert body_crc32(REGISTER_BODY) == 1733174871
-    v3 = decode_frame(bytes.fromhex(next(f for f in FRAMES if f["name"].startswith("REGISTER_BROKER request"))["frame_hex"]))
+    v3_hex = next(f for f in FRAMES if f["name"].startswith("REGISTER_BROKER request"))["frame_hex"]
+    v3 = decode_frame(bytes.fromhex(v3_hex))
     assert v3.body == REGISTER_BODY and v3.ext("bodyCrc32") == str(body_crc32(v3.body))
     rb = decode_register_broker_body(REGISTER_BODY, compressed=False, version=v3.version)
     assert rb.data_version == DataVersion(5, 0, 1700000000000)

@@ -188,6 +188,11 @@ def test_encode_rocketmq_empty_ext_decodes_as_none():
     assert back.ext_fields is None and back.remark is None
 
 
+def test_numeric_strings_in_integer_header_fields_are_read_as_fastjson_does():
+    cmd = decode_frame(json_frame(b'{"code":"105","opaque":"7"}'))
+    assert (cmd.code, cmd.opaque) == (105, 7)
+
+
 # ---------------------------------------------------------------------------------------------
 # decode: garbage
 
@@ -199,7 +204,7 @@ BAD_FRAMES = {
     "bad json": json_frame(b'{"code":'),
     "empty json header": json_frame(b""),
     "header is an array": json_frame(b"[1]"),
-    "code is a string": json_frame(b'{"code":"105"}'),
+    "code is a non-numeric string": json_frame(b'{"code":"abc"}'),
     "code is a bool": json_frame(b'{"code":true}'),
     "code is a float": json_frame(b'{"code":1.5}'),
     "opaque beyond int32": json_frame(b'{"code":1,"opaque":2147483648}'),
