@@ -13,6 +13,8 @@ import zlib
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+import orjson
+
 from namesrv.protocol import fastjson
 from namesrv.protocol.codes import FRAME_MAX_LENGTH, Version
 from namesrv.protocol.types import BodyError, BrokerData, DataVersion, RegisterBrokerBody, TopicConfig, TopicRouteData
@@ -253,7 +255,8 @@ def decode_data_version(body: bytes | None) -> DataVersion | None:
 
 
 def encode_data_version(dv: DataVersion) -> bytes:
-    return fastjson.dumps_legacy(dv.to_wire())
+    # three ASCII keys already in fastjson's order: orjson writes the same bytes, much faster
+    return orjson.dumps(dv.to_wire())
 
 
 def encode_route(route: TopicRouteData, *, standard: bool) -> bytes:

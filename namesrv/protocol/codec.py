@@ -279,11 +279,16 @@ def _decode_json_header(raw: bytearray) -> RemotingCommand:
     if ext is not None:
         if type(ext) is not dict:
             raise RemoteProtocolError(f"extFields must be an object, got {type(ext).__name__}")
-        cmd.ext_fields = {
-            k if type(k) is str else str(k): v if type(v) is str else _java_text(v)
-            for k, v in ext.items()
-            if v is not None
-        }
+        # keys and values are usually strings already, and then the map is used as it is
+        for k, v in ext.items():
+            if type(v) is not str or type(k) is not str:
+                ext = {
+                    k if type(k) is str else str(k): v if type(v) is str else _java_text(v)
+                    for k, v in ext.items()
+                    if v is not None
+                }
+                break
+        cmd.ext_fields = ext
     if not obj.keys() <= _JSON_KEYS:
         cmd.unknown.update((k, v) for k, v in obj.items() if k not in _JSON_KEYS)
     return cmd

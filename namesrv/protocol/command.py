@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from namesrv.protocol.codes import Flag, LanguageCode, ResponseCode, SerializeType, Version
 
 
+_RESPONSE, _ONEWAY = int(Flag.RESPONSE), int(Flag.ONEWAY)
+
+
 @dataclass(slots=True)
 class RemotingCommand:
     code: int
@@ -26,13 +29,14 @@ class RemotingCommand:
     #: header keys we did not recognise, kept so a proxy or a test can see them
     unknown: dict[str, object] = field(default_factory=dict, repr=False, compare=False)
 
+    # plain ints: IntFlag arithmetic costs more than the rest of a heartbeat's header handling
     @property
     def is_response(self) -> bool:
-        return bool(self.flag & Flag.RESPONSE)
+        return bool(self.flag & _RESPONSE)
 
     @property
     def is_oneway(self) -> bool:
-        return bool(self.flag & Flag.ONEWAY)
+        return bool(self.flag & _ONEWAY)
 
     def ext(self, key: str) -> str | None:
         """One custom header field, or None when absent (Java's ``extFields.get``)."""
@@ -50,7 +54,7 @@ class RemotingCommand:
         return RemotingCommand(
             code=int(code),
             opaque=self.opaque,
-            flag=Flag.RESPONSE,
+            flag=_RESPONSE,
             language=LanguageCode.JAVA,
             version=Version.CURRENT,
             remark=remark,

@@ -55,14 +55,15 @@ def _fields(cls: type) -> list[tuple[str, str, type, bool]]:
 def decode_header(cls: type[T], ext_fields: dict[str, str] | None) -> T:
     """Build header ``cls`` from a request's extFields; raise HeaderError naming a missing required field."""
     ext = ext_fields or {}
-    values: dict[str, Any] = {}
-    for name, java, kind, required in _fields(cls):
-        raw = ext.get(java)
-        value = None if raw is None else _parse(kind, raw)
+    values: list[Any] = []
+    for _name, java, kind, required in _fields(cls):
+        value = ext.get(java)
+        if value is not None and kind is not str:
+            value = _parse(kind, value)
         if value is None and required:
             raise HeaderError(f"the request header field {java} is missing or not a valid {kind.__name__}")
-        values[name] = value
-    return cls(**values)
+        values.append(value)
+    return cls(*values)
 
 
 def encode_header(header: Any) -> dict[str, str]:

@@ -54,7 +54,7 @@ class DataVersion:
         return cls(_int(d.get("counter")), _int(d.get("stateVersion")), _int(d.get("timestamp")))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen __init__ costs 3x, and brokers send thousands of these
 class TopicConfig:
     topic_name: str
     read_queue_nums: int = 16
@@ -79,6 +79,14 @@ class TopicConfig:
 
     @classmethod
     def from_wire(cls, d: Any, name: str | None = None) -> TopicConfig:
+        if type(d) is dict:
+            # the shape every broker sends; anything else takes the checked path below
+            topic, r, w, p = d.get("topicName") or name, d.get("readQueueNums"), d.get("writeQueueNums"), d.get("perm")
+            flag, attrs = d.get("topicSysFlag", d.get("topicSynFlag", 0)), d.get("attributes")
+            if (type(topic) is str and topic and type(r) is int and type(w) is int and type(p) is int
+                    and type(flag) is int and (not attrs or type(attrs) is dict and all(type(v) is str for v in attrs.values()))):
+                return cls(topic, r, w, p, d.get("topicFilterType") or "SINGLE_TAG", flag, bool(d.get("order", False)),
+                           dict(attrs) if attrs else {})
         d = _obj(d, "topicConfig")
         topic = d.get("topicName") or name
         if not isinstance(topic, str) or not topic:

@@ -9,12 +9,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from namesrv.protocol.types import DataVersion
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerAddrInfo:
+class BrokerAddrInfo(NamedTuple):  # a tuple: hashed and built in C, on every heartbeat
     """Liveness key: the same address in two clusters is two brokers."""
 
     cluster_name: str

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+
+import uvloop
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,7 +48,7 @@ def running_node(tmp_path: Path, **overrides: str) -> Iterator[NodeThread]:
         **overrides,
     }
     config = load_config(None, props)
-    loop = asyncio.new_event_loop()
+    loop = uvloop.new_event_loop()  # the loop `namesrv start` runs on
     started: dict = {}
     ready = threading.Event()
 

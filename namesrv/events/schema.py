@@ -1,0 +1,523 @@
+"""The JSON that name-server nodes and the streaming monitor exchange through Kafka, version 1.
+
+Theory of operation
+-------------------
+Two record kinds travel through two topics:
+
+* an :class:`Event` (topic ``eventsTopic``): what one node saw a broker do, or a TICK carrying the
+  node's clock;
+* an :class:`Action` (topic ``actionsTopic``): what the monitor decided (EXPIRE, REMOVE) and its own
+  MONITOR_HEARTBEAT.
+
+Each kind is described once, by a table of :class:`Field` rows (``EVENT_FIELDS``,
+``ACTION_FIELDS``).  Encoding, strict decoding and the Spark schema (:func:`event_ddl`,
+:func:`action_ddl`) are all derived from those rows, so the node and the Spark job cannot drift
+apart.  This module imports nothing but the standard library and ``orjson``: the Spark job imports
+it in its Python workers.
+
+Rules of version 1 (``docs/events.md`` is the reader's guide):
+
+* ``"v": 1`` is required; any other value is a :class:`SchemaError`.
+* Fields whose value is absent are not written; readers treat a missing field as null.
+* Readers ignore fields they do not know (a writer may add an optional field without a new
+  version); changing the meaning or type of a field, or making one required, needs ``"v": 2``.
+* Numbers must be JSON integers (not booleans, not floats); strings must be strings.
+
+Every failure to decode is one :class:`SchemaError` whose message names the field and what was
+wrong; callers count and skip such records.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+__all__ = [
+    "VERSION",
+    "SchemaError",
+    "EventType",
+    "HeartbeatSource",
+    "UnregisterSource",
+    "AdminOp",
+    "ActionType",
+    "DataVersionInfo",
+    "QueueInfo",
+    "BrokerQueueInfo",
+    "Event",
+    "Action",
+    "Field",
+    "EVENT_FIELDS",
+    "ACTION_FIELDS",
+    "encode_event",
+    "decode_event",
+    "event_key",
+    "encode_action",
+    "decode_action",
+    "action_key",
+    "event_ddl",
+    "action_ddl",
+    "event_field_types",
+    "action_field_types",
+    "is_light",
+]
+
+VERSION = 1
+
+
+class SchemaError(ValueError):
+    """A record that is not a valid version-1 event or action; the message says which field and why."""
+
+
+class EventType(enum.StrEnum):
+    #: a registration that carries the broker's topic table (first sight, or DataVersion changed)
+    REGISTER = "REGISTER"
+    #: proof of life: an unchanged registration, QUERY_DATA_VERSION or BROKER_HEARTBEAT
+    HEARTBEAT = "HEARTBEAT"
+    #: the node queued the broker's removal (its request, local expiry, or an applied action)
+    UNREGISTER = "UNREGISTER"
+    #: the connection the broker registered on closed; the node queued its removal
+    CHANNEL_CLOSED = "CHANNEL_CLOSED"
+    #: an admin request changed routes (perm wipe/add, topic delete/register)
+    ADMIN = "ADMIN"
+    #: the node's clock, so event time moves while every broker is silent
+    TICK = "TICK"
+
+
+class HeartbeatSource(enum.StrEnum):
+    REGISTER_BROKER = "REGISTER_BROKER"
+    QUERY_DATA_VERSION = "QUERY_DATA_VERSION"
+    BROKER_HEARTBEAT = "BROKER_HEARTBEAT"
+
+
+class UnregisterSource(enum.StrEnum):
+    #: the broker asked (UNREGISTER_BROKER, code 104)
+    UNREGISTER_BROKER = "UNREGISTER_BROKER"
+    #: the node's own expiry scan (the fallback while the monitor is silent)
+    LOCAL_EXPIRY = "LOCAL_EXPIRY"
+    #: the node applied the monitor's EXPIRE / REMOVE action
+    EXPIRE = "EXPIRE"
+    REMOVE = "REMOVE"
+
+
+class AdminOp(enum.StrEnum):
+    WIPE_WRITE_PERM = "WIPE_WRITE_PERM"
+    ADD_WRITE_PERM = "ADD_WRITE_PERM"
+    DELETE_TOPIC = "DELETE_TOPIC"
+    REGISTER_TOPIC = "REGISTER_TOPIC"
+
+
+class ActionType(enum.StrEnum):
+    #: the broker was silent past its timeout: remove it
+    EXPIRE = "EXPIRE"
+    #: the broker left (it unregistered or its connection closed somewhere): remove it everywhere
+    REMOVE = "REMOVE"
+    #: the monitor is alive; nodes keep their local expiry scan off while they hear it
+    MONITOR_HEARTBEAT = "MONITOR_HEARTBEAT"
+
+
+# --------------------------------------------------------------------------- value types
+
+
+@dataclass(frozen=True, slots=True)
+class DataVersionInfo:
+    """The broker's topic-table version, as it registered it."""
+
+    counter: int
+    state_version: int
+    timestamp: int
+
+    def to_json(self) -> dict[str, int]:
+        return {"counter": self.counter, "stateVersion": self.state_version, "timestamp": self.timestamp}
+
+    @classmethod
+    def from_json(cls, d: Any, where: str) -> DataVersionInfo:
+        d = _object(d, where)
+        return cls(
+            _req_int(d, "counter", where), _req_int(d, "stateVersion", where), _req_int(d, "timestamp", where)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """One topic's queues on the registering broker group."""
+
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "readQueueNums": self.read_queue_nums,
+            "writeQueueNums": self.write_queue_nums,
+            "perm": self.perm,
+            "topicSysFlag": self.topic_sys_flag,
+        }
+
+    @classmethod
+    def from_json(cls, d: Any, where: str) -> QueueInfo:
+        d = _object(d, where)
+        return cls(
+            _req_int(d, "readQueueNums", where),
+            _req_int(d, "writeQueueNums", where),
+            _req_int(d, "perm", where),
+            _opt_int(d, "topicSysFlag", where, 0),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerQueueInfo:
+    """A topic's queues on a named broker group (REGISTER_TOPIC's queueDatas)."""
+
+    broker_name: str
+    queues: QueueInfo
+
+    def to_json(self) -> dict[str, Any]:
+        return {"brokerName": self.broker_name, **self.queues.to_json()}
+
+    @classmethod
+    def from_json(cls, d: Any, where: str) -> BrokerQueueInfo:
+        d = _object(d, where)
+        name = d.get("brokerName")
+        if type(name) is not str or not name:
+            raise SchemaError(f"{where}.brokerName: expected a non-empty string, got {name!r}")
+        return cls(name, QueueInfo.from_json(d, where))
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(slots=True)
+class Event:
+    """One thing a node saw; optional fields are None when the event type does not carry them."""
+
+    type: EventType
+    #: the node's name (``nodeName``, else host:port); the publisher fills it in when it sends
+    node: str
+    #: node wall clock, epoch milliseconds
+    event_time: int
+    #: per node, increasing from 1 at every start of the node
+    seq: int
+    cluster_name: str | None = None
+    broker_name: str | None = None
+    broker_id: int | None = None
+    broker_addr: str | None = None
+    #: HEARTBEAT: a HeartbeatSource; UNREGISTER: an UnregisterSource
+    source: str | None = None
+    #: free text for people (CHANNEL_CLOSED: how the connection ended)
+    reason: str | None = None
+    ha_server_addr: str | None = None
+    zone_name: str | None = None
+    enable_acting_master: bool | None = None
+    heartbeat_timeout_millis: int | None = None
+    data_version: DataVersionInfo | None = None
+    #: REGISTER only: topic -> queues on this broker group
+    topics: dict[str, QueueInfo] | None = None
+    #: ADMIN only
+    op: AdminOp | None = None
+    topic: str | None = None
+    topic_count: int | None = None
+    queue_datas: list[BrokerQueueInfo] | None = None
+    v: int = VERSION
+
+
+@dataclass(slots=True)
+class Action:
+    """One decision of the monitor (or its heartbeat)."""
+
+    type: ActionType
+    #: which monitor instance decided (its query id or host)
+    monitor: str
+    #: monitor wall clock when it decided / sent, epoch milliseconds
+    decided_at: int
+    cluster_name: str | None = None
+    broker_addr: str | None = None
+    broker_name: str | None = None
+    broker_id: int | None = None
+    #: the latest event time seen for the broker when deciding; nodes that saw anything newer skip it
+    last_heartbeat: int | None = None
+    #: the monitor's event-time watermark when deciding
+    watermark: int | None = None
+    reason: str | None = None
+    v: int = VERSION
+
+
+# --------------------------------------------------------------------------- field tables
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One JSON field: its name, the dataclass attribute, and its Spark SQL type."""
+
+    name: str
+    attr: str
+    ddl: str
+    #: JSON value, field path -> checked Python value (raises SchemaError)
+    read: Callable[[Any, str], Any]
+    #: Python value -> JSON value
+    write: Callable[[Any], Any] = lambda x: x
+
+
+def _read_str(x: Any, where: str) -> str:
+    if type(x) is not str:
+        raise SchemaError(f"{where}: expected a string, got {_show(x)}")
+    return x
+
+
+def _read_int(x: Any, where: str) -> int:
+    if type(x) is not int:
+        raise SchemaError(f"{where}: expected an integer, got {_show(x)}")
+    return x
+
+
+def _read_bool(x: Any, where: str) -> bool:
+    if type(x) is not bool:
+        raise SchemaError(f"{where}: expected true or false, got {_show(x)}")
+    return x
+
+
+def _reader_enum(enum_type: type[enum.StrEnum]) -> Callable[[Any, str], Any]:
+    def read(x: Any, where: str) -> Any:
+        try:
+            return enum_type(_read_str(x, where))
+        except ValueError:
+            known = ", ".join(m.value for m in enum_type)
+            raise SchemaError(f"{where}: unknown value {x!r} (known: {known})") from None
+
+    return read
+
+
+def _read_topics(x: Any, where: str) -> dict[str, QueueInfo]:
+    return {str(t): QueueInfo.from_json(q, f"{where}[{t!r}]") for t, q in _object(x, where).items()}
+
+
+def _read_queue_datas(x: Any, where: str) -> list[BrokerQueueInfo]:
+    if type(x) is not list:
+        raise SchemaError(f"{where}: expected a list, got {_show(x)}")
+    return [BrokerQueueInfo.from_json(q, f"{where}[{i}]") for i, q in enumerate(x)]
+
+
+_QUEUE_DDL = "readQueueNums: INT, writeQueueNums: INT, perm: INT, topicSysFlag: INT"
+
+EVENT_FIELDS: tuple[Field, ...] = (
+    Field("v", "v", "INT", _read_int),
+    Field("type", "type", "STRING", _reader_enum(EventType), str),
+    Field("node", "node", "STRING", _read_str),
+    Field("eventTime", "event_time", "BIGINT", _read_int),
+    Field("seq", "seq", "BIGINT", _read_int),
+    Field("clusterName", "cluster_name", "STRING", _read_str),
+    Field("brokerName", "broker_name", "STRING", _read_str),
+    Field("brokerId", "broker_id", "BIGINT", _read_int),
+    Field("brokerAddr", "broker_addr", "STRING", _read_str),
+    Field("source", "source", "STRING", _read_str),
+    Field("reason", "reason", "STRING", _read_str),
+    Field("haServerAddr", "ha_server_addr", "STRING", _read_str),
+    Field("zoneName", "zone_name", "STRING", _read_str),
+    Field("enableActingMaster", "enable_acting_master", "BOOLEAN", _read_bool),
+    Field("heartbeatTimeoutMillis", "heartbeat_timeout_millis", "BIGINT", _read_int),
+    Field(
+        "dataVersion", "data_version", "STRUCT<counter: BIGINT, stateVersion: BIGINT, timestamp: BIGINT>",
+        DataVersionInfo.from_json, DataVersionInfo.to_json,
+    ),
+    Field(
+        "topics", "topics", f"MAP<STRING, STRUCT<{_QUEUE_DDL}>>",
+        _read_topics, lambda t: {name: q.to_json() for name, q in t.items()},
+    ),
+    Field("op", "op", "STRING", _reader_enum(AdminOp), str),
+    Field("topic", "topic", "STRING", _read_str),
+    Field("topicCount", "topic_count", "INT", _read_int),
+    Field(
+        "queueDatas", "queue_datas", f"ARRAY<STRUCT<brokerName: STRING, {_QUEUE_DDL}>>",
+        _read_queue_datas, lambda qs: [q.to_json() for q in qs],
+    ),
+)  # fmt: skip
+
+ACTION_FIELDS: tuple[Field, ...] = (
+    Field("v", "v", "INT", _read_int),
+    Field("type", "type", "STRING", _reader_enum(ActionType), str),
+    Field("monitor", "monitor", "STRING", _read_str),
+    Field("decidedAt", "decided_at", "BIGINT", _read_int),
+    Field("clusterName", "cluster_name", "STRING", _read_str),
+    Field("brokerAddr", "broker_addr", "STRING", _read_str),
+    Field("brokerName", "broker_name", "STRING", _read_str),
+    Field("brokerId", "broker_id", "BIGINT", _read_int),
+    Field("lastHeartbeat", "last_heartbeat", "BIGINT", _read_int),
+    Field("watermark", "watermark", "BIGINT", _read_int),
+    Field("reason", "reason", "STRING", _read_str),
+)
+
+_BROKER = ("clusterName", "brokerAddr")
+#: fields an event must carry, by type (on top of v, type, node, eventTime, seq)
+EVENT_REQUIRED: Mapping[EventType, tuple[str, ...]] = {
+    EventType.REGISTER: (*_BROKER, "brokerName", "brokerId", "heartbeatTimeoutMillis", "dataVersion", "topics"),
+    EventType.HEARTBEAT: (*_BROKER, "source"),
+    EventType.UNREGISTER: (*_BROKER, "source"),
+    EventType.CHANNEL_CLOSED: _BROKER,
+    EventType.ADMIN: ("op",),
+    EventType.TICK: (),
+}
+ADMIN_REQUIRED: Mapping[AdminOp, tuple[str, ...]] = {
+    AdminOp.WIPE_WRITE_PERM: ("brokerName", "topicCount"),
+    AdminOp.ADD_WRITE_PERM: ("brokerName", "topicCount"),
+    AdminOp.DELETE_TOPIC: ("topic",),
+    AdminOp.REGISTER_TOPIC: ("topic", "queueDatas"),
+}
+_SOURCES: Mapping[EventType, type[enum.StrEnum]] = {
+    EventType.HEARTBEAT: HeartbeatSource,
+    EventType.UNREGISTER: UnregisterSource,
+}
+ACTION_REQUIRED: Mapping[ActionType, tuple[str, ...]] = {
+    ActionType.EXPIRE: (*_BROKER, "lastHeartbeat", "watermark"),
+    ActionType.REMOVE: (*_BROKER, "lastHeartbeat", "watermark"),
+    ActionType.MONITOR_HEARTBEAT: (),
+}
+_COMMON_EVENT = ("v", "type", "node", "eventTime", "seq")
+_COMMON_ACTION = ("v", "type", "monitor", "decidedAt")
+
+#: event types the publisher may drop first when its queue is full
+LIGHT_EVENT_TYPES = frozenset({EventType.HEARTBEAT, EventType.TICK})
+
+
+def is_light(event: Event) -> bool:
+    """Heartbeats and ticks: superseded by the next one, so they are dropped first under pressure."""
+    return event.type in LIGHT_EVENT_TYPES
+
+
+# --------------------------------------------------------------------------- encode / decode
+
+
+def _to_json(record: Event | Action, fields: tuple[Field, ...]) -> bytes:
+    out = {}
+    for f in fields:
+        value = getattr(record, f.attr)
+        if value is not None:
+            out[f.name] = f.write(value)
+    return orjson.dumps(out)
+
+
+def _from_json(data: bytes | str | Mapping[str, Any], fields: tuple[Field, ...], what: str) -> dict[str, Any]:
+    """Field-by-field typed values (by attribute name) of one record, checked for type only."""
+    if isinstance(data, Mapping):
+        raw = data
+    else:
+        try:
+            raw = orjson.loads(data)
+        except (orjson.JSONDecodeError, TypeError) as e:
+            raise SchemaError(f"{what}: not JSON ({e})") from None
+    if not isinstance(raw, dict):
+        raise SchemaError(f"{what}: expected a JSON object, got {_show(raw)}")
+    v = raw.get("v")
+    if v != VERSION or type(v) is not int:
+        raise SchemaError(f"{what}.v: unsupported schema version {v!r}; this reader knows {VERSION}")
+    values: dict[str, Any] = {}
+    for f in fields:
+        value = raw.get(f.name)
+        if value is not None:
+            values[f.attr] = f.read(value, f"{what}.{f.name}")
+    return values
+
+
+def _require(values: dict[str, Any], fields: tuple[Field, ...], names: tuple[str, ...], what: str) -> None:
+    attrs = {f.name: f.attr for f in fields}
+    missing = [n for n in names if values.get(attrs[n]) is None]
+    if missing:
+        raise SchemaError(f"{what}: missing required field(s) {', '.join(missing)}")
+
+
+def encode_event(event: Event) -> bytes:
+    """The event as compact JSON (absent fields are not written)."""
+    return _to_json(event, EVENT_FIELDS)
+
+
+def decode_event(data: bytes | str | Mapping[str, Any]) -> Event:
+    """A checked :class:`Event` from JSON bytes/text or an already parsed object; SchemaError if invalid."""
+    values = _from_json(data, EVENT_FIELDS, "event")
+    _require(values, EVENT_FIELDS, _COMMON_EVENT, "event")
+    etype: EventType = values["type"]
+    what = f"{etype.value} event"
+    _require(values, EVENT_FIELDS, EVENT_REQUIRED[etype], what)
+    source_enum = _SOURCES.get(etype)
+    if source_enum is not None:
+        values["source"] = _reader_enum(source_enum)(values["source"], f"{what}.source").value
+    if etype is EventType.ADMIN:
+        _require(values, EVENT_FIELDS, ADMIN_REQUIRED[values["op"]], f"ADMIN {values['op'].value} event")
+    if values["event_time"] < 0 or values["seq"] < 0:
+        raise SchemaError(f"{what}: eventTime and seq must not be negative")
+    return Event(**values)
+
+
+def event_key(event: Event) -> bytes:
+    """Kafka key: the broker address, so one broker's events stay in order; TICK/ADMIN: the node."""
+    return (event.broker_addr or event.node).encode()
+
+
+def encode_action(action: Action) -> bytes:
+    return _to_json(action, ACTION_FIELDS)
+
+
+def decode_action(data: bytes | str | Mapping[str, Any]) -> Action:
+    """A checked :class:`Action`; SchemaError if invalid (unknown types included)."""
+    values = _from_json(data, ACTION_FIELDS, "action")
+    _require(values, ACTION_FIELDS, _COMMON_ACTION, "action")
+    atype: ActionType = values["type"]
+    _require(values, ACTION_FIELDS, ACTION_REQUIRED[atype], f"{atype.value} action")
+    return Action(**values)
+
+
+def action_key(action: Action) -> bytes:
+    """Kafka key: the broker address; MONITOR_HEARTBEAT: the monitor id."""
+    return (action.broker_addr or action.monitor).encode()
+
+
+# --------------------------------------------------------------------------- Spark schema
+
+
+def event_field_types() -> dict[str, str]:
+    """JSON field name -> Spark SQL type of every event field, in schema order."""
+    return {f.name: f.ddl for f in EVENT_FIELDS}
+
+
+def action_field_types() -> dict[str, str]:
+    return {f.name: f.ddl for f in ACTION_FIELDS}
+
+
+def _ddl(fields: tuple[Field, ...]) -> str:
+    return ", ".join(f"`{f.name}` {f.ddl}" for f in fields)
+
+
+def event_ddl() -> str:
+    """A DDL string for ``from_json``/``StructType.fromDDL`` covering every event field (all nullable)."""
+    return _ddl(EVENT_FIELDS)
+
+
+def action_ddl() -> str:
+    return _ddl(ACTION_FIELDS)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _object(x: Any, where: str) -> dict[str, Any]:
+    if not isinstance(x, dict):
+        raise SchemaError(f"{where}: expected a JSON object, got {_show(x)}")
+    return x
+
+
+def _req_int(d: dict[str, Any], key: str, where: str) -> int:
+    if key not in d or d[key] is None:
+        raise SchemaError(f"{where}.{key}: missing")
+    return _read_int(d[key], f"{where}.{key}")
+
+
+def _opt_int(d: dict[str, Any], key: str, where: str, default: int) -> int:
+    value = d.get(key)
+    return default if value is None else _read_int(value, f"{where}.{key}")
+
+
+def _show(x: Any) -> str:
+    text = repr(x)
+    return f"{type(x).__name__} {text if len(text) <= 60 else text[:57] + '...'}"

@@ -1,0 +1,604 @@
+"""Kafka as a Spark streaming source and sink, through PySpark 4's Python Data Source API.
+
+Theory of operation
+-------------------
+Spark's own Kafka connector (``format("kafka")``) is a JVM jar that is not always on the
+classpath; this module gives the same shape in Python over kafka-python, registered as
+``format("namesrv-kafka")``, with the connector's option names, so a job switches between
+the two by changing one word (``streaming.config`` key ``source.format``).
+
+Reading. The stream offset is a JSON object ``{topic: {partition: next offset}}`` (the shape
+the native connector checkpoints). On the driver, ``latestOffset`` asks where each partition
+ends; ``partitions`` cuts ``[start, end)`` ranges, one Spark task per partition; ``read`` runs
+in a Python worker, assigns one partition, seeks to ``start`` and yields Arrow record batches
+until ``end``. Nothing is ever committed to Kafka and no consumer group is joined: Spark's
+checkpoint is the only record of progress (Tansu's group join takes ~23 s and never splits
+partitions). The end of a partition is the high watermark returned by a fetch, not
+ListOffsets(LATEST), which Tansu answers wrongly; ``endOffsets=listoffsets`` switches to the
+latter for brokers that answer it properly.
+
+Writing. An Arrow writer (batch and streaming) produces each row's ``value`` (and optional
+``key``, ``topic``, ``partition``) with kafka-python and flushes before the task reports
+success, so a micro-batch that Spark commits has been acknowledged by the broker. Python
+data source sinks accept Append mode only.
+
+Options are read case-insensitively (Spark hands us lower-cased keys), and every
+``kafka.<name>`` option is passed to kafka-python as ``<name>`` with dots turned into
+underscores (``kafka.client.id`` -> ``client_id``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import StructType
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from kafka import KafkaConsumer, KafkaProducer
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+#: the name this module registers; ``spark.readStream.format(FORMAT)``
+FORMAT = "namesrv-kafka"
+#: the columns of the native connector's source, in its order
+SOURCE_SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset bigint, "
+    "timestamp timestamp, timestampType int"
+)
+
+#: a stream offset: topic -> partition (as a string, JSON keys are strings) -> next offset
+Offsets = dict[str, dict[str, int]]
+
+_ARROW_BATCH_ROWS = 8192
+_EARLIEST = "earliest"
+_LATEST = "latest"
+_END_OFFSET_MODES = ("highwater", "listoffsets")
+
+
+class KafkaSourceError(RuntimeError):
+    """The Kafka source or sink cannot go on; the message says what to check or change."""
+
+
+# --------------------------------------------------------------------------- options
+
+
+def _flag(text: str, name: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise KafkaSourceError(f"option {name}: {text!r} is not true or false")
+
+
+def _positive_int(text: str, name: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise KafkaSourceError(f"option {name}: {text!r} is not a positive integer")
+    return value
+
+
+def _client_value(text: str) -> Any:
+    # kafka-python wants ints for sizes and timeouts; the option map carries only strings
+    stripped = text.strip()
+    if stripped.lstrip("-").isdigit():
+        return int(stripped)
+    if stripped.lower() in ("true", "false"):
+        return stripped.lower() == "true"
+    return text
+
+
+@dataclass(frozen=True)
+class KafkaOptions:
+    """The options of ``format("namesrv-kafka")``; names as in Spark's Kafka connector."""
+
+    bootstrap_servers: str
+    #: ``subscribe``: topics to read (comma separated)
+    topics: tuple[str, ...] = ()
+    #: ``startingOffsets``: earliest | latest | JSON {"topic": {"0": 42}} (-2 earliest, -1 latest)
+    starting_offsets: str = _EARLIEST
+    #: ``maxOffsetsPerTrigger``: records per micro-batch over all partitions (None: no limit)
+    max_offsets_per_trigger: int | None = None
+    #: ``endOffsets``: highwater (a fetch; safe on Tansu) | listoffsets
+    end_offsets: str = "highwater"
+    #: ``pollTimeoutMs``: give up reading a range when the broker returns nothing this long
+    poll_timeout_ms: int = 30_000
+    #: ``failOnDataLoss``: a range that is gone from the broker (retention) is an error
+    fail_on_data_loss: bool = True
+    #: ``topic``: where the writer sends rows without a ``topic`` column
+    topic: str | None = None
+    #: every ``kafka.*`` option but bootstrap.servers, as kafka-python keyword arguments
+    client_config: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> KafkaOptions:
+        # Spark lower-cases option names; normalise again so any mapping works the same way.
+        opts = {str(k).lower(): str(v) for k, v in options.items()}
+        bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
+        if not bootstrap:
+            raise KafkaSourceError(
+                "option kafka.bootstrap.servers is required, e.g. "
+                ".option('kafka.bootstrap.servers', '127.0.0.1:19092')"
+            )
+        topics = tuple(t.strip() for t in opts.get("subscribe", "").split(",") if t.strip())
+        end_mode = opts.get("endoffsets", "highwater").strip().lower()
+        if end_mode not in _END_OFFSET_MODES:
+            raise KafkaSourceError(f"option endOffsets: {end_mode!r} is not one of {_END_OFFSET_MODES}")
+        max_per_trigger = opts.get("maxoffsetspertrigger")
+        client = tuple(
+            sorted(
+                (k[len("kafka.") :].replace(".", "_"), _client_value(v))
+                for k, v in opts.items()
+                if k.startswith("kafka.") and k != "kafka.bootstrap.servers"
+            )
+        )
+        return cls(
+            bootstrap_servers=bootstrap,
+            topics=topics,
+            starting_offsets=opts.get("startingoffsets", _EARLIEST).strip() or _EARLIEST,
+            max_offsets_per_trigger=(
+                _positive_int(max_per_trigger, "maxOffsetsPerTrigger") if max_per_trigger else None
+            ),
+            end_offsets=end_mode,
+            poll_timeout_ms=_positive_int(opts.get("polltimeoutms", "30000"), "pollTimeoutMs"),
+            fail_on_data_loss=_flag(opts.get("failondataloss", "true"), "failOnDataLoss"),
+            topic=opts.get("topic") or None,
+            client_config=client,
+        )
+
+
+def parse_offsets(text: str) -> Offsets:
+    """A ``startingOffsets`` JSON value: ``{"topic": {"0": 42, "1": -2}}``."""
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        raise KafkaSourceError(
+            f"startingOffsets {text!r} is neither earliest, latest nor JSON like "
+            '{"namesrv-events": {"0": 0}}'
+        ) from None
+    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
+        raise KafkaSourceError(f"startingOffsets {text!r}: expected {{topic: {{partition: offset}}}}")
+    try:
+        return {str(t): {str(int(p)): int(o) for p, o in parts.items()} for t, parts in raw.items()}
+    except (TypeError, ValueError):
+        raise KafkaSourceError(f"startingOffsets {text!r}: partitions and offsets must be integers") from None
+
+
+def split_limit(start: Offsets, end: Offsets, max_rows: int) -> Offsets:
+    """Move ``end`` back so at most ``max_rows`` records lie between ``start`` and it.
+
+    Each partition gets a share proportional to what it has waiting (at least one record when it
+    has any and the budget allows), so a busy partition cannot starve the others.
+    """
+    pending = [
+        (t, p, start.get(t, {}).get(p, 0), e)
+        for t, parts in sorted(end.items())
+        for p, e in sorted(parts.items(), key=lambda kv: int(kv[0]))
+    ]
+    total = sum(max(0, e - s) for _, _, s, e in pending)
+    out: Offsets = {t: dict(parts) for t, parts in end.items()}
+    if total <= max_rows:
+        return out
+    budget = max_rows
+    for t, p, s, e in pending:
+        waiting = max(0, e - s)
+        share = min(waiting, budget, max(1, waiting * max_rows // total)) if waiting else 0
+        out[t][p] = s + share
+        budget -= share
+    return out
+
+
+# --------------------------------------------------------------------------- clients
+
+
+def _consumer(opts: KafkaOptions, **overrides: Any) -> KafkaConsumer:
+    from kafka import KafkaConsumer
+
+    config: dict[str, Any] = {
+        "bootstrap_servers": opts.bootstrap_servers.split(","),
+        "enable_auto_commit": False,
+        "group_id": None,
+        "auto_offset_reset": "none",
+        # Tansu answers a fetch with max wait 0 with no records at all; 10 ms works on both.
+        "fetch_max_wait_ms": 10,
+    }
+    config.update(dict(opts.client_config))
+    config.update(overrides)
+    return KafkaConsumer(**config)
+
+
+def _producer(opts: KafkaOptions) -> KafkaProducer:
+    from kafka import KafkaProducer
+
+    config: dict[str, Any] = {
+        "bootstrap_servers": opts.bootstrap_servers.split(","),
+        "acks": 1,
+        "linger_ms": 5,
+    }
+    config.update(dict(opts.client_config))
+    return KafkaProducer(**config)
+
+
+class _ClientPool:
+    """Kafka clients kept per Python worker between tasks: a connection costs more than a batch.
+
+    Python workers are reused across tasks, so a consumer made for one micro-batch serves the
+    next; nothing about a partition's position is kept, each task seeks explicitly.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._consumers: dict[KafkaOptions, list[KafkaConsumer]] = {}
+        self._producers: dict[KafkaOptions, KafkaProducer] = {}
+
+    def take_consumer(self, opts: KafkaOptions) -> KafkaConsumer:
+        with self._lock:
+            idle = self._consumers.get(opts)
+            if idle:
+                return idle.pop()
+        return _consumer(opts)
+
+    def give_back(self, opts: KafkaOptions, consumer: KafkaConsumer) -> None:
+        with self._lock:
+            self._consumers.setdefault(opts, []).append(consumer)
+
+    def producer(self, opts: KafkaOptions) -> KafkaProducer:
+        with self._lock:
+            producer = self._producers.get(opts)
+            if producer is None:
+                producer = self._producers[opts] = _producer(opts)
+            return producer
+
+
+_POOL = _ClientPool()
+
+
+# --------------------------------------------------------------------------- source
+
+
+@dataclass(frozen=True)
+class KafkaInputPartition(InputPartition):
+    """One Spark task: records ``[start, end)`` of one topic partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+def _topic_partitions(consumer: KafkaConsumer, topics: Sequence[str], timeout_s: float) -> list[Any]:
+    from kafka import TopicPartition
+
+    deadline = time.monotonic() + timeout_s
+    out = []
+    for topic in topics:
+        parts = consumer.partitions_for_topic(topic)
+        while not parts and time.monotonic() < deadline:
+            # metadata for a topic arrives asynchronously the first time it is asked for
+            consumer.poll(timeout_ms=50)
+            parts = consumer.partitions_for_topic(topic)
+        if not parts:
+            raise KafkaSourceError(
+                f"topic {topic!r} does not exist on {consumer.config['bootstrap_servers']}; "
+                "create it (python -m infra.services topics) or fix the subscribe option"
+            )
+        out.extend(TopicPartition(topic, p) for p in sorted(parts))
+    return out
+
+
+def _to_offsets(by_tp: Mapping[Any, int]) -> Offsets:
+    out: Offsets = {}
+    for tp, offset in by_tp.items():
+        out.setdefault(tp.topic, {})[str(tp.partition)] = int(offset)
+    return out
+
+
+class KafkaStreamReader(DataSourceStreamReader):
+    """The driver side of the source (offsets, planning) plus ``read``, which runs in workers."""
+
+    def __init__(self, opts: KafkaOptions) -> None:
+        if not opts.topics:
+            raise KafkaSourceError("option subscribe is required: the topic(s) to read, comma separated")
+        self.opts = opts
+        self._consumer: KafkaConsumer | None = None
+        #: the last end offset learnt per partition; a fetch from there only returns new records
+        self._known_end: dict[Any, int] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # read() runs on a pickled copy in a worker; the driver's consumer stays behind
+        state = dict(self.__dict__)
+        state["_consumer"] = None
+        state["_known_end"] = {}
+        return state
+
+    # -- driver side
+
+    def _driver_consumer(self) -> KafkaConsumer:
+        if self._consumer is None:
+            self._consumer = _consumer(self.opts, max_partition_fetch_bytes=64 * 1024)
+        return self._consumer
+
+    def _partitions(self) -> list[Any]:
+        consumer = self._driver_consumer()
+        tps = _topic_partitions(consumer, self.opts.topics, self.opts.poll_timeout_ms / 1000)
+        if set(tps) != consumer.assignment():
+            consumer.assign(tps)
+        return tps
+
+    def _end_offsets(self, tps: list[Any], start: Mapping[Any, int]) -> dict[Any, int]:
+        consumer = self._driver_consumer()
+        if self.opts.end_offsets == "listoffsets":
+            return {tp: int(o) for tp, o in consumer.end_offsets(tps).items()}
+        # The high watermark rides on every fetch response. Fetch from the furthest point
+        # known, so only records that arrived since the last call travel; the first
+        # response for a partition may take a poll or two.
+        for tp in tps:
+            consumer.seek(tp, max(self._known_end.get(tp, 0), start.get(tp, 0)))
+        deadline = time.monotonic() + self.opts.poll_timeout_ms / 1000
+        while True:
+            consumer.poll(timeout_ms=50, max_records=1)
+            marks = {tp: consumer.highwater(tp) for tp in tps}
+            if all(m is not None for m in marks.values()) or time.monotonic() >= deadline:
+                break
+        ends = {}
+        for tp in tps:
+            mark = marks[tp]
+            # no answer yet: report no progress rather than guess
+            end = start.get(tp, 0) if mark is None else max(int(mark), start.get(tp, 0))
+            self._known_end[tp] = end
+            ends[tp] = end
+        return ends
+
+    def _as_tp_map(self, offsets: Offsets, tps: list[Any]) -> dict[Any, int]:
+        return {tp: offsets.get(tp.topic, {}).get(str(tp.partition), 0) for tp in tps}
+
+    def initialOffset(self) -> dict:
+        tps = self._partitions()
+        consumer = self._driver_consumer()
+        mode = self.opts.starting_offsets.lower()
+        if mode == _EARLIEST:
+            return _to_offsets(consumer.beginning_offsets(tps))
+        if mode == _LATEST:
+            return _to_offsets(self._end_offsets(tps, {}))
+        wanted = parse_offsets(self.opts.starting_offsets)
+        begin = consumer.beginning_offsets(tps)
+        latest = self._end_offsets(tps, {})
+        chosen = {}
+        for tp in tps:
+            o = wanted.get(tp.topic, {}).get(str(tp.partition), -2)
+            chosen[tp] = begin[tp] if o == -2 else latest[tp] if o == -1 else o
+        return _to_offsets(chosen)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_offsets_per_trigger:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        tps = self._partitions()
+        begin = self._as_tp_map(start, tps)
+        end = _to_offsets(self._end_offsets(tps, begin))
+        if isinstance(limit, ReadMaxRows):
+            end = split_limit(start, end, limit.max_rows)
+        return end
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        out = []
+        for topic, parts in sorted(end.items()):
+            for p, e in sorted(parts.items(), key=lambda kv: int(kv[0])):
+                s = start.get(topic, {}).get(p, 0)
+                if e > s:
+                    out.append(KafkaInputPartition(topic, int(p), int(s), int(e)))
+        return out
+
+    def commit(self, end: dict) -> None:
+        # Spark's checkpoint holds progress; Kafka is never told (no consumer group).
+        pass
+
+    def stop(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    # -- worker side
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaInputPartition)
+        yield from read_range(self.opts, partition)
+
+
+def _record_batch(rows: dict[str, list[Any]]) -> pa.RecordBatch:
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(rows["key"], pa.binary()),
+            pa.array(rows["value"], pa.binary()),
+            pa.array(rows["topic"], pa.string()),
+            pa.array(rows["partition"], pa.int32()),
+            pa.array(rows["offset"], pa.int64()),
+            # Spark wants microseconds in the session time zone; the job runs in UTC
+            pa.array([None if t is None else t * 1000 for t in rows["timestamp"]], pa.timestamp("us", tz="UTC")),
+            pa.array(rows["timestampType"], pa.int32()),
+        ],
+        names=["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"],
+    )
+
+
+def _empty_rows() -> dict[str, list[Any]]:
+    return {c: [] for c in ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")}
+
+
+def read_range(opts: KafkaOptions, part: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
+    """Records ``[part.start, part.end)`` of one partition, as Arrow batches in offset order."""
+    from kafka import TopicPartition
+    from kafka.errors import OffsetOutOfRangeError
+
+    tp = TopicPartition(part.topic, part.partition)
+    consumer = _POOL.take_consumer(opts)
+    healthy = False
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, part.start)
+        rows = _empty_rows()
+        position = part.start
+        last_progress = time.monotonic()
+        while position < part.end:
+            try:
+                polled = consumer.poll(timeout_ms=200, max_records=_ARROW_BATCH_ROWS)
+            except OffsetOutOfRangeError:
+                if opts.fail_on_data_loss:
+                    raise KafkaSourceError(
+                        f"{part.topic}[{part.partition}] offsets {part.start}..{part.end} are no longer "
+                        "on the broker (retention?); set failOnDataLoss=false to skip them"
+                    ) from None
+                log.warning("%s[%d]: offsets from %d are gone; skipping to the earliest",
+                            part.topic, part.partition, position)
+                consumer.seek_to_beginning(tp)
+                continue
+            for record in polled.get(tp, ()):
+                if record.offset >= part.end:
+                    break
+                rows["key"].append(record.key)
+                rows["value"].append(record.value)
+                rows["topic"].append(part.topic)
+                rows["partition"].append(part.partition)
+                rows["offset"].append(record.offset)
+                rows["timestamp"].append(record.timestamp)
+                rows["timestampType"].append(record.timestamp_type)
+            # the position also moves over gaps (compaction, transaction markers)
+            new_position = consumer.position(tp)
+            if new_position > position:
+                position = new_position
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > opts.poll_timeout_ms / 1000:
+                raise KafkaSourceError(
+                    f"{part.topic}[{part.partition}]: no records past offset {position} for "
+                    f"{opts.poll_timeout_ms} ms though the range ends at {part.end}; is the broker "
+                    f"{opts.bootstrap_servers} up? (option pollTimeoutMs)"
+                )
+            if len(rows["offset"]) >= _ARROW_BATCH_ROWS:
+                yield _record_batch(rows)
+                rows = _empty_rows()
+        if rows["offset"]:
+            yield _record_batch(rows)
+        healthy = True
+    finally:
+        if healthy:
+            _POOL.give_back(opts, consumer)
+        else:
+            consumer.close()
+
+
+# --------------------------------------------------------------------------- sink
+
+
+@dataclass
+class KafkaCommitMessage(WriterCommitMessage):
+    records: int
+
+
+def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
+    index = batch.schema.get_field_index(name)
+    return None if index < 0 else batch.column(index).to_pylist()
+
+
+def _as_bytes(value: Any) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    return str(value).encode("utf-8")
+
+
+def produce_batches(opts: KafkaOptions, batches: Iterator[pa.RecordBatch]) -> int:
+    """Send every row and wait for the broker's acknowledgement; returns the count sent."""
+    producer = _POOL.producer(opts)
+    errors: list[BaseException] = []
+    sent = 0
+    for batch in batches:
+        values = _column(batch, "value")
+        if values is None:
+            raise KafkaSourceError(f"the Kafka sink needs a value column; got {batch.schema.names}")
+        keys = _column(batch, "key") or [None] * len(values)
+        topics = _column(batch, "topic") or [None] * len(values)
+        partitions = _column(batch, "partition") or [None] * len(values)
+        for key, value, topic, part in zip(keys, values, topics, partitions):
+            target = topic or opts.topic
+            if not target:
+                raise KafkaSourceError("no topic: set the topic option or give the rows a topic column")
+            future = producer.send(target, key=_as_bytes(key), value=_as_bytes(value), partition=part)
+            future.add_errback(errors.append)
+            sent += 1
+    producer.flush()
+    if errors:
+        raise KafkaSourceError(f"the broker refused {len(errors)} of {sent} records: {errors[0]!r}")
+    return sent
+
+
+class KafkaStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, opts: KafkaOptions) -> None:
+        self.opts = opts
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return KafkaCommitMessage(produce_batches(self.opts, iterator))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        total = sum(m.records for m in messages if isinstance(m, KafkaCommitMessage))
+        log.debug("kafka sink: batch %d wrote %d records", batchId, total)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        # Records already acknowledged stay; the batch is retried and consumers must accept
+        # duplicates, as with Spark's native Kafka sink.
+        log.warning("kafka sink: batch %d aborted; it will be written again", batchId)
+
+
+class KafkaBatchWriter(DataSourceArrowWriter):
+    def __init__(self, opts: KafkaOptions) -> None:
+        self.opts = opts
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return KafkaCommitMessage(produce_batches(self.opts, iterator))
+
+
+class KafkaDataSource(DataSource):
+    """``format("namesrv-kafka")``: Kafka records over kafka-python, options as Spark's connector."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> str:
+        return SOURCE_SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkaStreamReader(KafkaOptions.from_options(self.options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:
+        return KafkaStreamWriter(KafkaOptions.from_options(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
+        return KafkaBatchWriter(KafkaOptions.from_options(self.options))
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("namesrv-kafka")`` available in this session (workers import this module)."""
+    spark.dataSource.register(KafkaDataSource)
