@@ -1,0 +1,97 @@
+"""`namesrv start` and `namesrv admin` as an operator runs them: separate processes over TCP."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from namesrv.client import NameServerClient
+from tests.support.brokers import register_broker
+from tests.support.node import REPO, free_port
+
+NAMESRV = [sys.executable, "-m", "namesrv"]
+
+
+def wait_for_port(addr: str, proc: subprocess.Popen, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read()
+        try:
+            with NameServerClient(addr, timeout=0.5) as c:
+                c.cluster_info()
+                return
+        except OSError:
+            time.sleep(0.05)
+    pytest.fail(f"namesrv did not listen on {addr}")
+
+
+@pytest.fixture
+def served(tmp_path):
+    port = free_port()
+    conf = tmp_path / "namesrv.properties"
+    conf.write_text(f"listenPort={port}\nbindAddress=127.0.0.1\nkvConfigPath={tmp_path / 'kv.json'}\n")
+    proc = subprocess.Popen([*NAMESRV, "start", "-c", str(conf)], cwd=REPO, stderr=subprocess.PIPE, text=True)
+    addr = f"127.0.0.1:{port}"
+    wait_for_port(addr, proc)
+    yield addr, proc, conf
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def admin(addr: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*NAMESRV, "admin", "-n", addr, *args], capture_output=True, text=True, timeout=30, cwd=REPO)
+
+
+def test_admin_commands_against_a_running_node(served):
+    addr, _, conf = served
+    with NameServerClient(addr) as broker:
+        register_broker(broker, broker_addr="127.0.0.1:10911", topics=["OrderTopic"])
+        rows = json.loads(admin(addr, "--json", "clusterList").stdout)
+        assert rows == [{"addr": "127.0.0.1:10911", "brokerId": 0, "brokerName": "broker-a", "cluster": "DefaultCluster"}]
+        route = json.loads(admin(addr, "--json", "topicRoute", "-t", "OrderTopic").stdout)
+        assert route["queueDatas"][0]["writeQueueNums"] == 4
+        assert "OrderTopic" in admin(addr, "topicList").stdout.split()
+        assert json.loads(admin(addr, "--json", "wipeWritePerm", "-b", "broker-a").stdout)["wipeTopicCount"] == 2
+        assert json.loads(admin(addr, "--json", "addWritePerm", "-b", "broker-a").stdout)["addTopicCount"] == 2
+    assert admin(addr, "updateKvConfig", "-s", "ns", "-k", "k", "-v", "v").returncode == 0
+    assert json.loads(admin(addr, "--json", "getKvConfig", "-s", "ns", "-k", "k").stdout)["value"] == "v"
+    assert admin(addr, "deleteKvConfig", "-s", "ns", "-k", "k").returncode == 0
+    assert admin(addr, "updateNamesrvConfig", "-k", "orderMessageEnable", "-v", "true").returncode == 0
+    assert json.loads(admin(addr, "--json", "getNamesrvConfig").stdout)["orderMessageEnable"] == "true"
+    assert "orderMessageEnable=true" in conf.read_text()  # persisted to the -c file, as Java does
+
+
+def test_admin_reports_errors_with_what_to_do(served):
+    addr, _, _ = served
+    missing = admin(addr, "topicRoute", "-t", "NoSuchTopic")
+    assert missing.returncode == 1 and "TOPIC_NOT_EXIST" in missing.stderr
+    down = admin(f"127.0.0.1:{free_port()}", "clusterList")
+    assert down.returncode == 1 and "Is a name server listening there?" in down.stderr
+
+
+def test_sigterm_stops_the_node_cleanly(served):
+    _, proc, _ = served
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(10) == 0
+
+
+def test_bad_configuration_fails_at_start_naming_the_key(tmp_path):
+    conf = tmp_path / "bad.properties"
+    conf.write_text("listenPort=nine\n")
+    done = subprocess.run([*NAMESRV, "start", "-c", str(conf)], capture_output=True, text=True, timeout=30, cwd=REPO)
+    assert done.returncode == 2 and "listenPort" in done.stderr and "nine" in done.stderr
+
+
+def test_print_config_shows_rocketmq_keys_sorted(tmp_path):
+    done = subprocess.run([*NAMESRV, "start", "-p", "--set", "listenPort=19999"], capture_output=True, text=True,
+                          timeout=30, cwd=REPO, env={**os.environ, "HOME": str(tmp_path)})
+    keys = [line.split("=", 1)[0] for line in done.stdout.splitlines()]
+    assert done.returncode == 0 and keys == sorted(keys) and "listenPort=19999" in done.stdout.splitlines()
