@@ -7,6 +7,7 @@ import logging
 import signal
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from namesrv.config import NamesrvConfig
 from namesrv.handlers import NameServerNode
@@ -14,6 +15,9 @@ from namesrv.kvconfig import KVConfigManager
 from namesrv.liveness import BatchUnregistration, ExpiryScan
 from namesrv.routes.manager import RouteInfoManager
 from namesrv.server import NameServer
+
+if TYPE_CHECKING:
+    from namesrv.events import KafkaLink
 
 log = logging.getLogger("namesrv")
 
@@ -26,6 +30,8 @@ class RunningNode:
     node: NameServerNode
     unregistration: BatchUnregistration
     expiry: ExpiryScan
+    #: events out / actions in; None when kafkaBootstrapServers is empty
+    kafka: KafkaLink | None = None
 
     @property
     def port(self) -> int:
@@ -33,6 +39,8 @@ class RunningNode:
 
     async def stop(self) -> None:
         await self.server.stop()
+        if self.kafka is not None:  # after the server, so closed connections are still published
+            await self.kafka.stop()
 
 
 def build_node(config: NamesrvConfig) -> tuple[NameServerNode, BatchUnregistration, ExpiryScan]:
@@ -55,15 +63,22 @@ def build_node(config: NamesrvConfig) -> tuple[NameServerNode, BatchUnregistrati
 
 async def start_node(config: NamesrvConfig) -> RunningNode:
     node, unregistration, expiry = build_node(config)
+    kafka = None
+    if config.kafka_bootstrap_servers.strip():
+        from namesrv.events import KafkaLink, default_node_name  # only nodes with Kafka import kafka-python
+
+        kafka = KafkaLink.attach(config, node, expiry)
     server = NameServer(node)
     await server.start(config.bind_address, config.listen_port)
     server.spawn(unregistration.run(), "batch-unregistration")
     server.spawn(expiry.run(), "expiry-scan")
+    if kafka is not None:
+        kafka.start(asyncio.get_running_loop(), server.spawn, config.node_name or default_node_name(server.port))
     log.warning(
         "The Name Server boot success. serializeType=%s, address %s:%d",
         config.response_serialize_type, config.bind_address, server.port,
     )
-    return RunningNode(server, node, unregistration, expiry)
+    return RunningNode(server, node, unregistration, expiry, kafka)
 
 
 async def serve(config: NamesrvConfig) -> None:

@@ -49,6 +49,32 @@ def _admin(args: argparse.Namespace) -> int:
     return 0
 
 
+def _simulate(args: argparse.Namespace) -> int:
+    from namesrv import simulate
+
+    try:
+        config = simulate.FleetConfig(
+            namesrv=simulate.parse_namesrv_list(args.namesrv), brokers=args.brokers, topics=args.topics,
+            cluster=args.cluster, slaves_per_group=args.slaves_per_group, register_interval=args.register_interval,
+            heartbeat_interval=args.heartbeat_interval, heartbeat_kind=simulate.HeartbeatKind(args.heartbeat_kind),
+            heartbeat_timeout_ms=args.heartbeat_timeout_ms, silent=args.silent, silent_after=args.silent_after,
+            unregister=args.unregister, unregister_after=args.unregister_after, addr_base=args.addr_base,
+            timeout=args.timeout, summary_interval=args.summary_interval)
+    except ValueError as e:
+        print(f"namesrv simulate: {e}", file=sys.stderr)
+        return 2
+    setup_logging(args.log_level or "WARNING")
+    logging.getLogger(simulate.events_log.name).setLevel(logging.INFO)
+    summary = simulate.run(simulate.Fleet(config), duration=args.duration,
+                           unregister_on_exit=not args.no_unregister_on_exit)
+    print(json.dumps(summary, indent=2, sort_keys=True) if args.json else _human(summary))
+    if summary["registrations"] == 0:
+        print(f"namesrv simulate: no name server accepted a registration; is one listening at {args.namesrv}?",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
 def _human(result: Any) -> str:
     if isinstance(result, str):
         return result
@@ -139,6 +165,39 @@ def build_parser() -> argparse.ArgumentParser:
             optional = dest.endswith("?")
             dest = dest.rstrip("?")
             p.add_argument(flag, f"--{dest.replace('_', '-')}", dest=dest, required=not optional)
+
+    sim = sub.add_parser("simulate", help="a fleet of fake brokers registering with name servers over the real protocol",
+                         description="Simulated RocketMQ 5.x brokers: register with every name server, re-register "
+                                     "every interval, optionally heartbeat; some can go silent (half-open, removed "
+                                     "only by expiry) or unregister. Ctrl-C or SIGTERM unregisters the live ones.")
+    sim.add_argument("-n", "--namesrv", default="127.0.0.1:9876", help="name servers, ';'-separated like namesrvAddr "
+                     "(quote it in a shell; default 127.0.0.1:9876)")
+    sim.add_argument("--brokers", type=int, default=1, help="broker groups, named broker-0.. (default 1)")
+    sim.add_argument("--topics", type=int, default=1, help="topics per group: group b owns T<b*M>..T<b*M+M-1>")
+    sim.add_argument("--cluster", default="DefaultCluster")
+    sim.add_argument("--slaves-per-group", type=int, default=0, help="slaves (broker ids 1..K) beside each master")
+    sim.add_argument("--register-interval", type=float, default=30.0, metavar="S",
+                     help="re-register every S seconds (the second registration comes 10 s after the first)")
+    sim.add_argument("--heartbeat-interval", type=float, default=0.0, metavar="S",
+                     help="oneway heartbeat every S seconds between registrations; 0 = none (default)")
+    sim.add_argument("--heartbeat-kind", choices=["query-data-version", "broker-heartbeat"],
+                     default="query-data-version", help="QUERY_DATA_VERSION (5.x default) or BROKER_HEARTBEAT")
+    sim.add_argument("--heartbeat-timeout-ms", type=int, metavar="T",
+                     help="heartbeatTimeoutMillis sent when registering (node default: 120000)")
+    sim.add_argument("--silent", type=int, default=0, metavar="K", help="K groups go silent (half-open) ...")
+    sim.add_argument("--silent-after", type=float, default=60.0, metavar="S", help="... S seconds in (default 60)")
+    sim.add_argument("--unregister", type=int, default=0, metavar="K", help="K groups unregister and leave ...")
+    sim.add_argument("--unregister-after", type=float, default=60.0, metavar="S", help="... S seconds in (default 60)")
+    sim.add_argument("--duration", type=float, metavar="S", help="stop after S seconds (default: until Ctrl-C)")
+    sim.add_argument("--addr-base", default="127.0.0.1:30000",
+                     help="broker i gets host:(port+2i), its HA address port+1 (default 127.0.0.1:30000)")
+    sim.add_argument("--no-unregister-on-exit", action="store_true",
+                     help="on exit just close the connections, like a crashed broker")
+    sim.add_argument("--summary-interval", type=float, default=10.0, metavar="S", help="summary line every S seconds")
+    sim.add_argument("--timeout", type=float, default=3.0, help="per request, seconds")
+    sim.add_argument("--json", action="store_true", help="print the final summary as JSON")
+    sim.add_argument("--log-level", help="DEBUG shows every retry (events are always shown)")
+    sim.set_defaults(func=_simulate)
     return parser
 
 

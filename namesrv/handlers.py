@@ -212,9 +212,8 @@ def unregister_broker(node: NameServerNode, request: RemotingCommand, channel: o
 def query_data_version(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(BrokerIdentityHeader, request.ext_fields)
     sent = bodies.decode_data_version(request.body)
-    held = node.routes.query_broker_topic_config(h.cluster_name, h.broker_addr)
+    held = node.routes.touch(h.cluster_name, h.broker_addr)
     changed = held is None or held != sent
-    node.routes.update_broker_info_update_timestamp(h.cluster_name, h.broker_addr)
     node.observer.broker_heartbeat(h.cluster_name, h.broker_addr, RequestCode.QUERY_DATA_VERSION)
     return request.response(
         ext_fields={"changed": "true" if changed else "false"},

@@ -1,0 +1,92 @@
+"""Events out and actions in: how a node talks to the streaming liveness monitor through Kafka.
+
+* :mod:`namesrv.events.schema`: the versioned JSON of events and actions (shared with the Spark
+  job; no Kafka or Spark imports);
+* :mod:`namesrv.events.publisher`: the node's observer, publishing events from a bounded queue;
+* :mod:`namesrv.events.actions`: the action consumer, the fenced applier, the monitor watchdog.
+
+:class:`KafkaLink` puts them together for :mod:`namesrv.app`; a node without
+``kafkaBootstrapServers`` never builds one (and never imports kafka-python).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from namesrv.config import NamesrvConfig
+from namesrv.events.actions import (
+    ActionApplier,
+    ActionConsumer,
+    ActionStats,
+    ConsumerSettings,
+    MonitorWatchdog,
+    action_stats,
+    loop_deliverer,
+)
+from namesrv.events.publisher import EventPublisher, PublisherSettings, PublisherStats
+from namesrv.handlers import NameServerNode
+from namesrv.liveness import ExpiryScan
+
+__all__ = ["KafkaLink", "default_node_name"]
+
+log = logging.getLogger("namesrv.events")
+
+Spawn = Callable[[Coroutine[Any, Any, Any], str], Any]
+
+
+def default_node_name(port: int) -> str:
+    return f"{socket.gethostname()}:{port}"
+
+
+@dataclass
+class KafkaLink:
+    """The Kafka side of one node: publisher (its observer), action consumer, applier, watchdog."""
+
+    config: NamesrvConfig
+    publisher: EventPublisher
+    applier: ActionApplier
+    watchdog: MonitorWatchdog
+    #: built by :meth:`start`, once the node's loop and name are known
+    consumer: ActionConsumer | None = None
+
+    @classmethod
+    def attach(cls, config: NamesrvConfig, node: NameServerNode, expiry: ExpiryScan) -> KafkaLink:
+        """Build the parts and make the publisher the node's observer (before the server serves)."""
+        publisher = EventPublisher(PublisherSettings.from_config(config), node.routes)
+        node.observer = publisher
+        watchdog = MonitorWatchdog(expiry, config.monitor_silence_fallback_millis)
+        applier = ActionApplier(node.routes, node.submit_unregister, publisher.last_event_time, publisher, watchdog)
+        return cls(config, publisher, applier, watchdog)
+
+    def start(self, loop: asyncio.AbstractEventLoop, spawn: Spawn, node_name: str) -> None:
+        """Start the threads and the loop tasks; nothing here waits for Kafka."""
+        self.publisher.node_name = node_name
+        self.consumer = ActionConsumer(
+            ConsumerSettings.from_config(self.config, client_id=f"namesrv-actions-{node_name}"),
+            loop_deliverer(loop, self.applier.apply),
+        )
+        self.publisher.start()
+        self.consumer.start()
+        spawn(self.publisher.run_ticks(), "event-ticks")
+        spawn(self.watchdog.run(), "monitor-watchdog")
+        log.info("publishing events to %s at %s as node %s; reading actions from %s",
+                 self.publisher.settings.topic, self.publisher.settings.bootstrap_servers, node_name,
+                 self.config.actions_topic)
+
+    async def stop(self, timeout: float = 3.0) -> None:
+        """Stop reading actions, send what is queued for up to ``timeout`` seconds, close."""
+        if self.consumer is not None:
+            await asyncio.to_thread(self.consumer.stop, timeout)
+        await asyncio.to_thread(self.publisher.stop, timeout)
+
+    def publisher_stats(self) -> PublisherStats:
+        return self.publisher.stats()
+
+    def action_stats(self) -> ActionStats:
+        assert self.consumer is not None, "start() first"
+        return action_stats(self.consumer, self.applier)

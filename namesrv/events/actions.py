@@ -1,0 +1,369 @@
+"""Read the monitor's actions from Kafka and apply them on the node, fenced by what the node saw.
+
+Theory of operation
+-------------------
+:class:`ActionConsumer` is a daemon thread with a kafka-python ``KafkaConsumer`` that reads *every*
+partition of the actions topic with ``assign()`` (no consumer group: every node must see every
+action, and the local brokers' group support is unreliable).  It starts at the end of each
+partition: it seeks to ``end_offsets()`` and then skips whatever the first fetch returns below that
+fetch's high watermark.  On Apache Kafka and noida-db ``end_offsets()`` is already the end; Tansu
+answers ListOffsets(LATEST) with an offset inside the last batch, so the skip matters there.  If a
+partition's high watermark later falls below our position (the broker lost its log, e.g. Tansu
+restarted with memory storage), the partition is read again from its beginning: replaying old
+actions is harmless (see fencing below).
+
+Each record is decoded with :func:`~namesrv.events.schema.decode_action`; malformed records and
+unknown action types are counted and skipped.  Valid actions are handed to the node's event loop
+(``loop.call_soon_threadsafe``), where :class:`ActionApplier` owns the decision:
+
+* EXPIRE / REMOVE are applied only if the node has published nothing newer for that broker than
+  the action's ``lastHeartbeat`` (the event time the monitor based its decision on).  Applying
+  means what an unregistration means: an ``UnregisterRequest`` decided now, submitted to the batch
+  unregistration queue, so the route tables' own sequence fence still protects a broker that
+  registers again before the batch runs.  A duplicate finds the broker gone and changes nothing.
+* every valid action, MONITOR_HEARTBEAT included, tells :class:`MonitorWatchdog` the monitor is
+  alive.  The watchdog turns the node's local expiry scan off while it hears the monitor and back
+  on, with a warning, after ``monitorSilenceFallbackMillis`` of silence.  Until it first hears the
+  monitor the scan stays on, as in Apache RocketMQ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from namesrv.events.schema import Action, ActionType, SchemaError, decode_action
+from namesrv.handlers import NodeObserver
+from namesrv.liveness import ExpiryScan
+from namesrv.routes.manager import RouteInfoManager
+from namesrv.routes.model import UnregisterRequest
+
+log = logging.getLogger("namesrv.actions")
+
+#: see publisher.KAFKA_API_VERSION: pinned so that building the consumer needs no broker
+KAFKA_API_VERSION = (3, 3)
+
+
+class Outcome(enum.Enum):
+    APPLIED = "applied"
+    #: the node saw the broker after the action's lastHeartbeat
+    STALE = "stale"
+    #: the broker is not in this node's tables (already gone, or a duplicate)
+    ABSENT = "absent"
+    #: the address now has another broker id than the one the monitor decided about
+    ROLE_CHANGED = "role_changed"
+    #: the unregistration queue was full
+    REJECTED = "rejected"
+    #: MONITOR_HEARTBEAT
+    HEARD = "heard"
+
+
+class MonitorWatchdog:
+    """Keeps the local expiry scan off while the monitor is heard, on after it falls silent."""
+
+    def __init__(self, expiry: ExpiryScan, silence_ms: int, now: Callable[[], float] = time.monotonic) -> None:
+        self.expiry = expiry
+        self.silence_ms = silence_ms
+        self.now = now
+        self.last_heard: float | None = None
+        self.monitor: str | None = None
+
+    @property
+    def monitor_alive(self) -> bool:
+        return self.last_heard is not None and (self.now() - self.last_heard) * 1000 < self.silence_ms
+
+    def heard(self, monitor: str) -> None:
+        self.last_heard = self.now()
+        self.monitor = monitor
+        if self.expiry.enabled:
+            self.expiry.enabled = False
+            log.warning("liveness monitor %s is alive: local expiry scan off, the monitor decides", monitor)
+
+    def check(self) -> None:
+        if self.expiry.enabled or self.last_heard is None or self.monitor_alive:
+            return
+        self.expiry.enabled = True
+        log.warning(
+            "liveness monitor %s silent for %d ms (monitorSilenceFallbackMillis): local expiry scan back on",
+            self.monitor, self.silence_ms,
+        )
+
+    async def run(self) -> None:
+        period = max(0.05, min(1.0, self.silence_ms / 4000))
+        while True:
+            await asyncio.sleep(period)
+            self.check()
+
+
+@dataclass(frozen=True, slots=True)
+class ActionStats:
+    """Counters of the consumer thread and of the applier, as one snapshot."""
+
+    received: int
+    #: malformed records and unknown action types
+    skipped: int
+    applied: int
+    stale: int
+    absent: int
+    role_changed: int
+    rejected: int
+    monitor_heartbeats: int
+
+
+class ActionApplier:
+    """Applies actions on the node's event-loop thread (the only thread that touches its counters)."""
+
+    def __init__(
+        self,
+        routes: RouteInfoManager,
+        submit_unregister: Callable[[list[UnregisterRequest]], bool],
+        last_event_time: Callable[[str, str], int | None],
+        observer: NodeObserver,
+        watchdog: MonitorWatchdog | None = None,
+    ) -> None:
+        self.routes = routes
+        self.submit_unregister = submit_unregister
+        self.last_event_time = last_event_time
+        self.observer = observer
+        self.watchdog = watchdog
+        self.counts: dict[Outcome, int] = dict.fromkeys(Outcome, 0)
+
+    def apply(self, action: Action) -> Outcome:
+        outcome = self._apply(action)
+        self.counts[outcome] += 1
+        if outcome is not Outcome.HEARD:
+            log.info("%s %s/%s (lastHeartbeat=%s) from %s: %s", action.type.value, action.cluster_name,
+                     action.broker_addr, action.last_heartbeat, action.monitor, outcome.value)
+        return outcome
+
+    def _apply(self, action: Action) -> Outcome:
+        if self.watchdog is not None:
+            self.watchdog.heard(action.monitor)
+        if action.type is ActionType.MONITOR_HEARTBEAT:
+            return Outcome.HEARD
+        cluster, addr = action.cluster_name, action.broker_addr
+        assert cluster is not None and addr is not None and action.last_heartbeat is not None  # decode_action
+        seen = self.last_event_time(cluster, addr)
+        if seen is not None and seen > action.last_heartbeat:
+            return Outcome.STALE
+        request = self.routes.build_unregister_request(cluster, addr)
+        if request is None:
+            return Outcome.ABSENT
+        if action.broker_id is not None and request.broker_id is not None and action.broker_id != request.broker_id:
+            return Outcome.ROLE_CHANGED
+        if not self.submit_unregister([request]):
+            return Outcome.REJECTED
+        self.observer.broker_unregistered(request, action.type.value)
+        return Outcome.APPLIED
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSettings:
+    bootstrap_servers: str
+    topic: str
+    client_id: str = "namesrv-actions"
+    #: how long one metadata / offsets request may take before we retry
+    request_timeout_ms: int = 5_000
+
+    @classmethod
+    def from_config(cls, config: Any, client_id: str = "namesrv-actions") -> ConsumerSettings:
+        return cls(config.kafka_bootstrap_servers, config.actions_topic, client_id)
+
+
+def kafka_consumer(settings: ConsumerSettings) -> Any:
+    from kafka import KafkaConsumer  # late: a node without Kafka never imports kafka-python
+
+    return KafkaConsumer(
+        bootstrap_servers=settings.bootstrap_servers.split(","),
+        client_id=settings.client_id,
+        group_id=None,
+        enable_auto_commit=False,
+        # only reached when our position is past the log (it was lost); everything there is new
+        auto_offset_reset="earliest",
+        # the topic is created by whoever deploys Kafka, with its configured partition count
+        allow_auto_create_topics=False,
+        fetch_max_wait_ms=200,
+        request_timeout_ms=settings.request_timeout_ms,
+        reconnect_backoff_max_ms=1_000,
+        api_version=KAFKA_API_VERSION,
+    )
+
+
+def topic_partitions(settings: ConsumerSettings) -> list[int]:
+    """Partition ids of the actions topic; raises while Kafka is unreachable or the topic is missing.
+
+    Uses the admin client, whose bootstrap and requests have timeouts; the consumer's
+    ``partitions_for_topic`` waits forever while no broker answers.
+    """
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(
+        bootstrap_servers=settings.bootstrap_servers.split(","),
+        client_id=f"{settings.client_id}-admin",
+        bootstrap_timeout_ms=settings.request_timeout_ms,
+        request_timeout_ms=settings.request_timeout_ms,
+        reconnect_backoff_max_ms=1_000,
+    )
+    try:
+        (info,) = admin.describe_topics([settings.topic])
+    finally:
+        admin.close()
+    if info.get("error_code") or not info.get("partitions"):
+        raise LookupError(f"topic {settings.topic} not found (error code {info.get('error_code')}); create it")
+    return sorted(p["partition_index"] for p in info["partitions"])
+
+
+class ActionConsumer:
+    """A daemon thread reading every partition of the actions topic from its end."""
+
+    def __init__(
+        self,
+        settings: ConsumerSettings,
+        deliver: Callable[[Action], None],
+        *,
+        consumer_factory: Callable[[ConsumerSettings], Any] = kafka_consumer,
+        partitions: Callable[[ConsumerSettings], list[int]] = topic_partitions,
+    ) -> None:
+        """``deliver`` is called on this thread for every valid action (hand it to your loop)."""
+        self.settings = settings
+        self.deliver = deliver
+        self._consumer_factory = consumer_factory
+        self._partitions = partitions
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: True once every partition's start offset is settled (tests wait for it)
+        self.ready = threading.Event()
+        self.received = 0
+        self.skipped = 0
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._run, name="namesrv-action-consumer", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        thread, self._thread = self._thread, None
+        self._stopping.set()
+        if thread is not None:
+            thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            partitions = self._retry("read the partitions of the actions topic", self._partitions, self.settings)
+            if partitions is None:
+                return
+            consumer = self._consumer_factory(self.settings)
+        except Exception:
+            log.exception("action consumer could not start; the node keeps its local expiry scan")
+            return
+        try:
+            self._consume(consumer, partitions)
+        except Exception:
+            log.exception("action consumer stopped by an error; the node falls back to its local expiry scan")
+        finally:
+            try:
+                consumer.close()
+            except Exception:
+                log.debug("closing the action consumer failed", exc_info=True)
+
+    def _retry(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` until it succeeds (None if we are stopped first), backing off up to 5 s."""
+        delay, warned = 0.2, False
+        while not self._stopping.is_set():
+            try:
+                return fn(*args)
+            except Exception as e:
+                if not warned:
+                    log.warning("cannot %s yet (%s: %s); retrying in the background", what, type(e).__name__, e)
+                    warned = True
+                else:
+                    log.debug("still cannot %s: %s", what, e)
+            self._stopping.wait(delay)
+            delay = min(5.0, delay * 2)
+        return None
+
+    def _consume(self, consumer: Any, partitions: list[int]) -> None:
+        from kafka import TopicPartition
+
+        tps = [TopicPartition(self.settings.topic, p) for p in partitions]
+        consumer.assign(tps)
+        ends = self._retry("read the end offsets of the actions topic", consumer.end_offsets, tps,
+                           self.settings.request_timeout_ms)
+        if ends is None:
+            return
+        for tp in tps:
+            consumer.seek(tp, ends[tp])
+        #: per partition, records below this offset predate our start (None: not known yet)
+        start: dict[Any, int | None] = dict.fromkeys(tps)
+        log.info("reading actions from %s partitions %s at %s", self.settings.topic, partitions,
+                 {tp.partition: o for tp, o in ends.items()})
+        while not self._stopping.is_set():
+            try:
+                batches = consumer.poll(timeout_ms=300)
+            except Exception as e:  # the library reconnects; keep polling
+                log.debug("polling actions failed: %s", e)
+                self._stopping.wait(0.5)
+                continue
+            for tp, records in batches.items():
+                if start[tp] is None:
+                    start[tp] = consumer.highwater(tp)
+                floor = start[tp] or 0
+                for record in records:
+                    if record.offset >= floor:
+                        self._handle(record.value)
+            self._settle(consumer, tps, start)
+
+    def _settle(self, consumer: Any, tps: list[Any], start: dict[Any, int | None]) -> None:
+        for tp in tps:
+            hw = consumer.highwater(tp)
+            if hw is None:
+                continue
+            if start[tp] is None:
+                start[tp] = hw
+            position = consumer.position(tp, timeout_ms=self.settings.request_timeout_ms)
+            if position is not None and hw < position:
+                log.warning("actions partition %s shrank below our offset %d (high watermark %d): the broker "
+                            "lost its log; reading it from the beginning", tp.partition, position, hw)
+                consumer.seek_to_beginning(tp)
+                start[tp] = 0
+        if not self.ready.is_set() and all(v is not None for v in start.values()):
+            self.ready.set()
+
+    def _handle(self, value: bytes | None) -> None:
+        self.received += 1
+        try:
+            action = decode_action(value or b"")
+        except SchemaError as e:
+            self.skipped += 1
+            log.debug("skipping an action record: %s", e)
+            return
+        self.deliver(action)
+
+
+def loop_deliverer(loop: asyncio.AbstractEventLoop, apply: Callable[[Action], Any]) -> Callable[[Action], None]:
+    """A ``deliver`` for :class:`ActionConsumer` that runs ``apply`` on ``loop``'s thread."""
+
+    def deliver(action: Action) -> None:
+        try:
+            loop.call_soon_threadsafe(apply, action)
+        except RuntimeError:  # the loop is closed: the node is stopping
+            log.debug("dropping an action: the node's loop is closed")
+
+    return deliver
+
+
+def action_stats(consumer: ActionConsumer, applier: ActionApplier) -> ActionStats:
+    c = applier.counts
+    return ActionStats(
+        received=consumer.received, skipped=consumer.skipped, applied=c[Outcome.APPLIED], stale=c[Outcome.STALE],
+        absent=c[Outcome.ABSENT], role_changed=c[Outcome.ROLE_CHANGED], rejected=c[Outcome.REJECTED],
+        monitor_heartbeats=c[Outcome.HEARD],
+    )  # fmt: skip

@@ -1,0 +1,514 @@
+"""Publish what a node sees about brokers to Kafka without ever slowing a request down.
+
+Theory of operation
+-------------------
+:class:`EventPublisher` is the node's :class:`~namesrv.handlers.NodeObserver`.  Handlers call it on
+the event-loop thread; each call builds one :class:`~namesrv.events.schema.Event`, stamps it with the
+node's wall clock and the next per-node sequence number, and appends it to an :class:`EventQueue`.
+That is all the request path pays: a dataclass, a lock, a deque append.
+
+A daemon thread drains the queue into a kafka-python ``KafkaProducer``.  It never holds more than
+``max_in_flight`` unacknowledged events inside the producer, so while Kafka is slow or down events
+pile up in *our* bounded queue, where the drop policy applies:
+
+* the queue has two lanes, light (HEARTBEAT, TICK: the next one supersedes them) and heavy
+  (REGISTER, UNREGISTER, CHANNEL_CLOSED, ADMIN); the sender merges them back in ``seq`` order;
+* when it is full the oldest light event goes; a heavy one goes only when no light one is left;
+  both are counted (:class:`PublisherStats`);
+* a heavy event whose delivery failed with a retriable error goes back into the queue; a light one
+  is counted as failed.  A redelivered event may therefore appear twice in the topic: readers
+  deduplicate by (node, seq).
+
+Producer settings, and why:
+
+* ``acks="all"``: a registration (with its topic table) must survive the loss of the partition
+  leader in a replicated cluster; the extra latency is paid on this thread, not by requests.
+* idempotence off, ``max_in_flight_requests_per_connection=1``: retries keep per-partition order
+  without producer ids.  An idempotent producer turns a broker that lost producer state (Tansu
+  restarted with memory storage) into a fatal error that aborts every later send.
+* ``api_version`` pinned (a cap; connections still negotiate down): without it the constructor
+  blocks to probe the broker and raises when Kafka is down at start-up.  With it, connecting,
+  reconnecting (``reconnect_backoff_max_ms``) and metadata retries are the library's business.
+* ``max_block_ms`` short: ``send`` waits that long for metadata, then we put the event back and
+  back off, so stopping the node is never stuck behind a dead broker.
+
+The publisher also remembers, per broker (cluster, address), the event time of the last
+REGISTER/HEARTBEAT it published: :meth:`EventPublisher.last_event_time`.  The action consumer fences
+the monitor's decisions with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from namesrv.events.schema import (
+    AdminOp,
+    BrokerQueueInfo,
+    DataVersionInfo,
+    Event,
+    EventType,
+    HeartbeatSource,
+    QueueInfo,
+    UnregisterSource,
+    encode_event,
+    event_key,
+    is_light,
+)
+from namesrv.handlers import NodeObserver
+from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS, RequestCode
+from namesrv.protocol.headers import RegisterBrokerHeader
+from namesrv.protocol.types import RegisterBrokerBody
+from namesrv.routes.manager import RouteInfoManager
+from namesrv.routes.model import RegisterBrokerResult, UnregisterRequest
+
+log = logging.getLogger("namesrv.events")
+
+#: the newest protocol level we ask for; brokers that know less negotiate down per connection
+KAFKA_API_VERSION = (3, 3)
+
+#: what NodeObserver.broker_unregistered's ``reason`` means; any other reason is a closed connection
+UNREGISTER_REASONS: dict[str, UnregisterSource] = {
+    "UNREGISTER_BROKER": UnregisterSource.UNREGISTER_BROKER,
+    "expired": UnregisterSource.LOCAL_EXPIRY,
+    "EXPIRE": UnregisterSource.EXPIRE,
+    "REMOVE": UnregisterSource.REMOVE,
+}
+
+_ADMIN_OPS: dict[int, AdminOp] = {
+    RequestCode.WIPE_WRITE_PERM_OF_BROKER: AdminOp.WIPE_WRITE_PERM,
+    RequestCode.ADD_WRITE_PERM_OF_BROKER: AdminOp.ADD_WRITE_PERM,
+    RequestCode.DELETE_TOPIC_IN_NAMESRV: AdminOp.DELETE_TOPIC,
+    RequestCode.REGISTER_TOPIC_IN_NAMESRV: AdminOp.REGISTER_TOPIC,
+}
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class PublisherSettings:
+    bootstrap_servers: str
+    topic: str
+    #: empty until the node knows its port; see EventPublisher.node_name
+    node_name: str = ""
+    tick_interval_ms: int = 5000
+    #: events held while Kafka is slow or down
+    capacity: int = 10_000
+    #: events handed to the producer and not yet acknowledged
+    max_in_flight: int = 1_000
+    #: how long ``send`` may wait for topic metadata before we put the event back
+    max_block_ms: int = 2_000
+    #: the producer's own retry window for one event
+    delivery_timeout_ms: int = 120_000
+    linger_ms: int = 5
+
+    @classmethod
+    def from_config(cls, config: Any) -> PublisherSettings:
+        return cls(
+            bootstrap_servers=config.kafka_bootstrap_servers,
+            topic=config.events_topic,
+            node_name=config.node_name,
+            tick_interval_ms=config.tick_interval_millis,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PublisherStats:
+    """A snapshot of the publisher's counters (:meth:`EventPublisher.stats`)."""
+
+    emitted: int
+    #: acknowledged by Kafka
+    sent: int
+    #: heartbeats and ticks dropped because the queue was full
+    dropped_light: int
+    #: registrations, unregistrations, closes, admin events dropped (the queue held nothing else)
+    dropped_heavy: int
+    #: not acknowledged by Kafka and not retried (light events, non-retriable errors)
+    failed: int
+    #: heavy events put back in the queue after a failed delivery
+    requeued: int
+    #: observer calls with nothing to publish: a registration that lost the stateVersion check,
+    #: QUERY_DATA_VERSION / BROKER_HEARTBEAT of a broker this node does not hold
+    ignored: int
+    #: events waiting in the queue
+    queued: int
+
+    @property
+    def dropped(self) -> int:
+        return self.dropped_light + self.dropped_heavy
+
+
+@dataclass
+class _Counters:
+    # emitted/ignored: written by the loop thread; sent/failed/requeued: by the sender and Kafka threads
+    emitted: int = 0
+    sent: int = 0
+    failed: int = 0
+    requeued: int = 0
+    ignored: int = 0
+
+
+class EventQueue:
+    """A bounded FIFO of events in two lanes, light and heavy, that drops light events first.
+
+    ``put`` never blocks beyond a short lock.  Both lanes stay sorted by ``seq`` (events are put
+    in seq order; ``put_back`` inserts in order), and ``take`` merges them.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"event queue capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self._light: deque[Event] = deque()
+        self._heavy: deque[Event] = deque()
+        self._cond = threading.Condition(threading.Lock())
+        self.dropped_light = 0
+        self.dropped_heavy = 0
+
+    def __len__(self) -> int:
+        return len(self._light) + len(self._heavy)
+
+    def put(self, event: Event) -> None:
+        with self._cond:
+            (self._light if is_light(event) else self._heavy).append(event)
+            self._trim()
+            self._cond.notify()
+
+    def put_back(self, events: list[Event]) -> None:
+        """Return events taken earlier (unsent or undelivered) to their place in seq order."""
+        with self._cond:
+            for event in events:
+                _insert_sorted(self._light if is_light(event) else self._heavy, event)
+            self._trim()
+            self._cond.notify()
+
+    def _trim(self) -> None:
+        while len(self._light) + len(self._heavy) > self.capacity:
+            if self._light:
+                self._light.popleft()
+                self.dropped_light += 1
+            else:
+                self._heavy.popleft()
+                self.dropped_heavy += 1
+
+    def take(self, max_items: int, timeout: float) -> list[Event]:
+        """Up to ``max_items`` oldest events in seq order; waits up to ``timeout`` for the first."""
+        with self._cond:
+            if not self._light and not self._heavy:
+                self._cond.wait(timeout)
+            out: list[Event] = []
+            light, heavy = self._light, self._heavy
+            while len(out) < max_items and (light or heavy):
+                if not heavy or (light and light[0].seq < heavy[0].seq):
+                    out.append(light.popleft())
+                else:
+                    out.append(heavy.popleft())
+            return out
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+
+def _insert_sorted(lane: deque[Event], event: Event) -> None:
+    # put-back events are old, so their place is near the front: scan from the left
+    for i, queued in enumerate(lane):
+        if event.seq < queued.seq:
+            lane.insert(i, event)
+            return
+    lane.append(event)
+
+
+ProducerFactory = Callable[[PublisherSettings, str], Any]
+
+
+def kafka_producer(settings: PublisherSettings, client_id: str) -> Any:
+    """The real producer (see the module docstring for why each setting)."""
+    from kafka import KafkaProducer  # late: a node without Kafka never imports kafka-python
+
+    return KafkaProducer(
+        bootstrap_servers=settings.bootstrap_servers.split(","),
+        client_id=client_id,
+        acks="all",
+        enable_idempotence=False,
+        max_in_flight_requests_per_connection=1,
+        linger_ms=settings.linger_ms,
+        max_block_ms=settings.max_block_ms,
+        delivery_timeout_ms=settings.delivery_timeout_ms,
+        request_timeout_ms=min(30_000, settings.delivery_timeout_ms),
+        reconnect_backoff_max_ms=1_000,
+        api_version=KAFKA_API_VERSION,
+    )
+
+
+def _never_raises(method: Callable[..., None]) -> Callable[..., None]:
+    """Observer calls happen after the tables changed: a publishing bug must not fail the request."""
+
+    @functools.wraps(method)
+    def guarded(self: EventPublisher, *args: Any) -> None:
+        try:
+            method(self, *args)
+        except Exception:
+            log.exception("could not publish the event for %s%r", method.__name__, args)
+
+    return guarded
+
+
+class EventPublisher(NodeObserver):
+    """The node's observer when Kafka is configured: events into a queue, a thread into Kafka."""
+
+    def __init__(
+        self,
+        settings: PublisherSettings,
+        routes: RouteInfoManager,
+        *,
+        clock_ms: Callable[[], int] = wall_ms,
+        producer_factory: ProducerFactory = kafka_producer,
+    ) -> None:
+        self.settings = settings
+        self.routes = routes
+        #: stamped on events as they are sent; the app sets it once the port is known
+        self.node_name = settings.node_name
+        self.clock_ms = clock_ms
+        self.queue = EventQueue(settings.capacity)
+        self._counts = _Counters()
+        self._reported_drops = 0
+        self._producer_factory = producer_factory
+        self._producer: Any = None
+        self._seq = 0
+        #: (cluster, addr) -> (brokerName, brokerId) from its last registration, for heartbeats
+        self._identity: dict[tuple[str, str], tuple[str | None, int | None]] = {}
+        self._last_event_time: dict[tuple[str, str], int] = {}
+        self._in_flight = threading.Semaphore(settings.max_in_flight)
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_drop_log = -10.0
+
+    # ------------------------------------------------------------------ what actions fence with
+
+    def last_event_time(self, cluster_name: str, broker_addr: str) -> int | None:
+        """Event time of the last REGISTER/HEARTBEAT this node published for the broker."""
+        return self._last_event_time.get((cluster_name, broker_addr))
+
+    # ------------------------------------------------------------------ NodeObserver (loop thread)
+
+    @_never_raises
+    def broker_registered(self, header: RegisterBrokerHeader, body: Any, result: Any) -> None:
+        assert isinstance(result, RegisterBrokerResult)
+        if result.conflict:  # the registration was ignored and the address is not live
+            self._counts.ignored += 1
+            return
+        body = body if isinstance(body, RegisterBrokerBody) else RegisterBrokerBody()
+        cluster, addr, name, broker_id = header.cluster_name, header.broker_addr, header.broker_name, header.broker_id
+        self._identity[(cluster, addr)] = (name, broker_id)
+        dv = body.data_version
+        timeout = DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS if header.heartbeat_timeout_millis is None else header.heartbeat_timeout_millis
+        common = dict(
+            cluster_name=cluster, broker_name=name, broker_id=broker_id, broker_addr=addr,
+            heartbeat_timeout_millis=timeout,
+            data_version=DataVersionInfo(dv.counter, dv.state_version, dv.timestamp),
+        )  # fmt: skip
+        if result.topic_config_changed:
+            event = self._emit(
+                EventType.REGISTER,
+                **common,
+                ha_server_addr=header.ha_server_addr,
+                zone_name=self._zone_of(name),
+                enable_acting_master=header.enable_acting_master,
+                topics={
+                    t: QueueInfo(tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc.topic_sys_flag)
+                    for t, tc in body.topic_config_table.items()
+                },
+            )
+        else:
+            event = self._emit(EventType.HEARTBEAT, **common, source=HeartbeatSource.REGISTER_BROKER.value)
+        self._last_event_time[(cluster, addr)] = event.event_time
+
+    @_never_raises
+    def broker_heartbeat(self, cluster_name: str, broker_addr: str, source: RequestCode) -> None:
+        if self.routes.last_seen(cluster_name, broker_addr) is None:
+            self._counts.ignored += 1  # the broker will re-register; its heartbeat proves nothing here
+            return
+        name, broker_id = self._identity.get((cluster_name, broker_addr), (None, None))
+        event = self._emit(
+            EventType.HEARTBEAT,
+            cluster_name=cluster_name, broker_name=name, broker_id=broker_id, broker_addr=broker_addr,
+            source=HeartbeatSource[RequestCode(source).name].value,
+        )  # fmt: skip
+        self._last_event_time[(cluster_name, broker_addr)] = event.event_time
+
+    @_never_raises
+    def broker_unregistered(self, request: UnregisterRequest, reason: str) -> None:
+        identity = dict(
+            cluster_name=request.cluster_name, broker_name=request.broker_name,
+            broker_id=request.broker_id, broker_addr=request.broker_addr,
+        )  # fmt: skip
+        source = UNREGISTER_REASONS.get(reason)
+        if source is None:
+            self._emit(EventType.CHANNEL_CLOSED, **identity, reason=reason)
+        else:
+            self._emit(EventType.UNREGISTER, **identity, source=source.value)
+
+    @_never_raises
+    def route_changed_by_admin(self, code: RequestCode, detail: dict[str, Any]) -> None:
+        op = _ADMIN_OPS.get(int(code))
+        if op is None:
+            log.debug("no event for admin request code %s", code)
+            return
+        queue_datas = None
+        if "queueDatas" in detail:
+            queue_datas = [
+                BrokerQueueInfo(q["brokerName"], QueueInfo(q["readQueueNums"], q["writeQueueNums"], q["perm"],
+                                                           q.get("topicSysFlag", 0)))
+                for q in detail["queueDatas"]
+            ]
+        self._emit(
+            EventType.ADMIN,
+            op=op,
+            broker_name=detail.get("brokerName"),
+            cluster_name=detail.get("clusterName") or None,
+            topic=detail.get("topic"),
+            topic_count=detail.get("topics"),
+            queue_datas=queue_datas,
+        )
+
+    def tick(self) -> Event:
+        return self._emit(EventType.TICK)
+
+    async def run_ticks(self) -> None:
+        """Publish a TICK every ``tickIntervalMillis`` (a task on the node's loop)."""
+        interval = self.settings.tick_interval_ms / 1000
+        while True:
+            self.tick()
+            await asyncio.sleep(interval)
+
+    def _zone_of(self, broker_name: str) -> str | None:
+        # every member's registration overwrites the group's zone, so this is the one just sent
+        with self.routes.lock:
+            group = self.routes.broker_addr_table.get(broker_name)
+            return None if group is None else group.zone_name
+
+    def _emit(self, event_type: EventType, **fields: Any) -> Event:
+        self._seq += 1
+        event = Event(type=event_type, node=self.node_name, event_time=self.clock_ms(), seq=self._seq, **fields)
+        self._counts.emitted += 1
+        self.queue.put(event)
+        self._warn_about_drops()
+        return event
+
+    def stats(self) -> PublisherStats:
+        c, q = self._counts, self.queue
+        return PublisherStats(
+            emitted=c.emitted, sent=c.sent, dropped_light=q.dropped_light, dropped_heavy=q.dropped_heavy,
+            failed=c.failed, requeued=c.requeued, ignored=c.ignored, queued=len(q),
+        )  # fmt: skip
+
+    def _warn_about_drops(self) -> None:
+        q = self.queue
+        dropped = q.dropped_light + q.dropped_heavy
+        now = time.monotonic()
+        if dropped == self._reported_drops or now - self._last_drop_log < 10:
+            return
+        self._reported_drops, self._last_drop_log = dropped, now
+        log.warning(
+            "event queue full (%d): dropped %d heartbeat/tick and %d other event(s) so far; is Kafka at %s up?",
+            q.capacity, q.dropped_light, q.dropped_heavy, self.settings.bootstrap_servers,
+        )
+
+    # ------------------------------------------------------------------ the sender thread
+
+    def start(self) -> None:
+        """Create the producer (no network I/O) and start the sender thread."""
+        if self._thread is not None:
+            return
+        self._producer = self._producer_factory(self.settings, f"namesrv-{self.node_name or 'node'}")
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._run, name="namesrv-event-publisher", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Send what is queued for up to ``timeout`` seconds, then close the producer."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        deadline = time.monotonic() + timeout
+        while len(self.queue) and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self._stopping.set()
+        self.queue.wake()
+        thread.join(max(0.1, deadline - time.monotonic()))
+        try:
+            self._producer.close(timeout=max(0.1, deadline - time.monotonic()))
+        except Exception:  # closing a producer that lost its broker must not fail the node's stop
+            log.debug("closing the Kafka producer failed", exc_info=True)
+        if len(self.queue):
+            log.warning("stopping with %d unsent event(s)", len(self.queue))
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until the queue is empty and the producer has nothing pending (tests, shutdown)."""
+        deadline = time.monotonic() + timeout
+        while len(self.queue) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        try:
+            self._producer.flush(timeout=max(0.0, deadline - time.monotonic()))
+        except Exception:
+            return False
+        return not len(self.queue)
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            batch = self.queue.take(256, timeout=0.2)
+            for i, event in enumerate(batch):
+                if not self._send(event):
+                    self.queue.put_back(batch[i:])
+                    self._stopping.wait(0.5)  # Kafka is unreachable: let the library reconnect
+                    break
+
+    def _send(self, event: Event) -> bool:
+        """Hand one event to the producer; False when it must be retried later (event not consumed)."""
+        while not self._in_flight.acquire(timeout=0.2):
+            if self._stopping.is_set():
+                return False
+        if not event.node:
+            event.node = self.node_name
+        try:
+            future = self._producer.send(self.settings.topic, key=event_key(event), value=encode_event(event))
+        except Exception as e:
+            self._in_flight.release()
+            if _retriable(e):
+                log.debug("cannot send events yet: %s", e)
+                return False
+            self._counts.failed += 1
+            log.warning("dropping %s event seq=%d: %s", event.type.value, event.seq, e)
+            return True
+        future.add_callback(self._delivered)
+        future.add_errback(self._undelivered, event)
+        return True
+
+    def _delivered(self, _metadata: Any) -> None:
+        self._in_flight.release()
+        self._counts.sent += 1
+
+    def _undelivered(self, event: Event, error: Exception) -> None:
+        self._in_flight.release()
+        if not is_light(event) and _retriable(error) and not self._stopping.is_set():
+            self._counts.requeued += 1
+            self.queue.put_back([event])
+            return
+        self._counts.failed += 1
+        log.debug("event %s seq=%d not delivered: %s", event.type.value, event.seq, error)
+
+
+def _retriable(error: BaseException) -> bool:
+    from kafka.errors import KafkaError, KafkaTimeoutError
+
+    return isinstance(error, KafkaTimeoutError) or (isinstance(error, KafkaError) and bool(error.retriable))

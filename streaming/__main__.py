@@ -1,0 +1,72 @@
+"""``python -m streaming``: run the liveness monitor until interrupted (or ``spark-submit streaming/__main__.py``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from streaming.config import DEFAULT_CONFIG_PATH, ConfigError, load_config, parse_overrides
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m streaming",
+        description="The Spark Structured Streaming liveness monitor of the name servers: reads the "
+        "events topic, publishes EXPIRE/REMOVE actions and alerts, keeps routes in Redis.",
+    )
+    parser.add_argument(
+        "-c", "--config", type=Path, default=None,
+        help=f"properties file (default: {DEFAULT_CONFIG_PATH} if present)",
+    )  # fmt: skip
+    parser.add_argument(
+        "-D", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override one key, e.g. -D monitor.watermarkDelayMillis=60000 -D spark.master=local[2]",
+    )  # fmt: skip
+    parser.add_argument("-v", "--verbose", action="store_true", help="log every batch")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # alerts and actions are what an operator watches, even without -v
+    logging.getLogger("streaming.alerts").setLevel(logging.INFO)
+    logging.getLogger("kafka").setLevel(logging.WARNING)
+    try:
+        cfg = load_config(args.config, parse_overrides(args.overrides))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    from streaming import job
+
+    spark = job.build_spark(cfg)
+    spark.sparkContext.setLogLevel("WARN")
+    monitor = job.start(spark, cfg)
+
+    def _stop(signum: int, _frame: object) -> None:
+        logging.getLogger(__name__).warning("signal %d: stopping the monitor", signum)
+        monitor.stop()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        monitor.await_termination()
+    finally:
+        spark.stop()
+    failure = monitor.query.exception()
+    if failure is not None:
+        print(f"error: the streaming query failed: {failure}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

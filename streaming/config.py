@@ -1,0 +1,263 @@
+"""Typed configuration of the streaming job, from ``conf/streaming.properties``.
+
+Theory of operation: :data:`OPTIONS` is the one table of keys; each row names the key, the
+:class:`StreamingConfig` attribute, how to parse the text, and a line of documentation
+(``conf/streaming.properties`` shows every key with its default). Loading is strict: a value
+that does not parse, or a key that is not in the table, stops the job with a message naming
+it, so a typo in ``monitor.watermarkDelayMillis`` cannot silently fall back to a default.
+Keys starting with ``spark.`` are not ours: they go to the SparkSession builder unchanged
+(``spark.master``, ``spark.sql.shuffle.partitions``, anything Spark knows).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from namesrv.config import parse_properties
+
+DEFAULT_CONFIG_PATH = Path("conf/streaming.properties")
+#: our format over kafka-python, or Spark's connector when its jar is on the classpath
+KAFKA_FORMATS = ("namesrv-kafka", "kafka")
+
+#: Spark settings applied unless the file or the command line sets them
+SPARK_DEFAULTS: Mapping[str, str] = {
+    "spark.master": "local[*]",
+    "spark.app.name": "namesrv-liveness-monitor",
+    "spark.sql.shuffle.partitions": "4",
+    # event times are epoch milliseconds; the Kafka source's Arrow batches are in UTC
+    "spark.sql.session.timeZone": "UTC",
+    # transformWithState with timers needs RocksDB
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
+    "spark.ui.enabled": "false",
+    "spark.sql.adaptive.enabled": "false",
+}
+
+
+class ConfigError(ValueError):
+    """A streaming configuration value or key the job cannot start with; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class StreamingConfig:
+    """Every setting of the job; ``spark`` holds the ``spark.*`` keys for the session builder."""
+
+    kafka_bootstrap: str = "127.0.0.1:19092"
+    kafka_format: str = "namesrv-kafka"
+    events_topic: str = "namesrv-events"
+    actions_topic: str = "namesrv-actions"
+    alerts_topic: str = "namesrv-alerts"
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int | None = None
+    end_offsets: str = "highwater"
+
+    checkpoint_dir: Path = Path("run/streaming/checkpoint")
+    trigger_interval_millis: int = 1000
+    watermark_delay_millis: int = 120_000
+    heartbeat_timeout_millis: int = 120_000
+    monitor_heartbeat_interval_millis: int = 5_000
+    monitor_id: str = ""
+    remove_on_channel_close: bool = True
+
+    flap_threshold: int = 3
+    flap_window_millis: int = 600_000
+    node_silent_millis: int = 30_000
+    monitor_lag_millis: int = 60_000
+
+    redis_url: str = "redis://127.0.0.1:16379/0"
+    redis_prefix: str = "namesrv"
+    support_acting_master: bool = False
+    delete_topic_with_broker_registration: bool = False
+
+    spark: Mapping[str, str] = field(default_factory=lambda: dict(SPARK_DEFAULTS))
+
+    @property
+    def monitor_name(self) -> str:
+        """Who signs the actions: ``monitor.id``, else ``host:pid``."""
+        return self.monitor_id or f"{socket.gethostname()}:{os.getpid()}"
+
+    def kafka_options(self) -> dict[str, str]:
+        """Options shared by the source and the sinks, in Spark's Kafka connector spelling."""
+        return {"kafka.bootstrap.servers": self.kafka_bootstrap}
+
+    def source_options(self) -> dict[str, str]:
+        opts = self.kafka_options()
+        opts["subscribe"] = self.events_topic
+        opts["startingOffsets"] = self.starting_offsets
+        if self.max_offsets_per_trigger:
+            opts["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
+        if self.kafka_format == "namesrv-kafka":
+            opts["endOffsets"] = self.end_offsets
+        else:
+            # the native connector tolerates retention gaps only when told to
+            opts["failOnDataLoss"] = "false"
+        return opts
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _str(text: str) -> str:
+    value = text.strip()
+    if not value:
+        raise ValueError("empty")
+    return value
+
+
+def _opt_str(text: str) -> str:
+    return text.strip()
+
+
+def _positive(text: str) -> int:
+    value = int(text.strip())
+    if value <= 0:
+        raise ValueError("not positive")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text.strip())
+    if value < 0:
+        raise ValueError("negative")
+    return value
+
+
+def _opt_positive(text: str) -> int | None:
+    return _positive(text) if text.strip() else None
+
+
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError("not a boolean")
+    return value == "true"
+
+
+def _kafka_format(text: str) -> str:
+    value = text.strip()
+    if value not in KAFKA_FORMATS:
+        raise ValueError("unknown format")
+    return value
+
+
+def _end_offsets(text: str) -> str:
+    value = text.strip().lower()
+    if value not in ("highwater", "listoffsets"):
+        raise ValueError("unknown mode")
+    return value
+
+
+@dataclass(frozen=True)
+class Option:
+    key: str
+    attr: str
+    parse: Callable[[str], Any]
+    expected: str
+    doc: str
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("kafka.bootstrap", "kafka_bootstrap", _str, "host:port[,host:port]", "Kafka brokers"),
+    Option("kafka.format", "kafka_format", _kafka_format, " | ".join(KAFKA_FORMATS),
+           "namesrv-kafka (Python, kafka-python) or kafka (Spark's connector jar)"),
+    Option("kafka.eventsTopic", "events_topic", _str, "topic", "where the nodes publish events"),
+    Option("kafka.actionsTopic", "actions_topic", _str, "topic", "where the job publishes EXPIRE/REMOVE"),
+    Option("kafka.alertsTopic", "alerts_topic", _str, "topic", "where the job publishes health alerts"),
+    Option("kafka.startingOffsets", "starting_offsets", _str, "earliest | latest | JSON",
+           "where a query without a checkpoint starts"),
+    Option("kafka.maxOffsetsPerTrigger", "max_offsets_per_trigger", _opt_positive, "positive integer or empty",
+           "events per micro-batch (empty: all available)"),
+    Option("kafka.endOffsets", "end_offsets", _end_offsets, "highwater | listoffsets",
+           "how the Python source finds a partition's end (highwater is safe on Tansu)"),
+    Option("monitor.checkpointDir", "checkpoint_dir", _str, "directory", "offsets, state, pending expiries"),
+    Option("monitor.triggerIntervalMillis", "trigger_interval_millis", _positive, "milliseconds",
+           "micro-batch interval"),
+    Option("monitor.watermarkDelayMillis", "watermark_delay_millis", _non_negative, "milliseconds",
+           "how late an event may arrive; the watermark is max event time minus this"),
+    Option("monitor.heartbeatTimeoutMillis", "heartbeat_timeout_millis", _positive, "milliseconds",
+           "silence before EXPIRE when the registration carries no timeout"),
+    Option("monitor.heartbeatIntervalMillis", "monitor_heartbeat_interval_millis", _positive, "milliseconds",
+           "period of the MONITOR_HEARTBEAT action the nodes watch"),
+    Option("monitor.id", "monitor_id", _opt_str, "text", "name in actions (empty: host:pid)"),
+    Option("monitor.removeOnChannelClose", "remove_on_channel_close", _bool, "true | false",
+           "a broker whose connection closes at any node is removed at every node"),
+    Option("alerts.flapThreshold", "flap_threshold", _positive, "count",
+           "a broker expiring or re-registering more than this many times ..."),
+    Option("alerts.flapWindowMillis", "flap_window_millis", _positive, "milliseconds", "... within this window flaps"),
+    Option("alerts.nodeSilentMillis", "node_silent_millis", _positive, "milliseconds",
+           "a node whose ticks stop this long (event time) is silent"),
+    Option("alerts.monitorLagMillis", "monitor_lag_millis", _positive, "milliseconds",
+           "event time this far behind the wall clock means the monitor lags"),
+    Option("redis.url", "redis_url", _opt_str, "redis://host:port/db or empty",
+           "where routes are materialised (empty: no Redis)"),
+    Option("redis.keyPrefix", "redis_prefix", _str, "text", "first part of every key (docs/redis-keys.md)"),
+    Option("routes.supportActingMaster", "support_acting_master", _bool, "true | false",
+           "as the nodes' supportActingMaster"),
+    Option("routes.deleteTopicWithBrokerRegistration", "delete_topic_with_broker_registration", _bool,
+           "true | false", "as the nodes' deleteTopicWithBrokerRegistration"),
+)  # fmt: skip
+OPTIONS_BY_KEY = {o.key: o for o in OPTIONS}
+
+
+def config_from_properties(props: Mapping[str, str], base_dir: Path | None = None) -> StreamingConfig:
+    """Build a config from ``key -> text``; relative paths resolve against ``base_dir`` (cwd)."""
+    values: dict[str, Any] = {}
+    spark = dict(SPARK_DEFAULTS)
+    for key, text in props.items():
+        if key.startswith("spark."):
+            spark[key] = text.strip()
+            continue
+        opt = OPTIONS_BY_KEY.get(key)
+        if opt is None:
+            raise ConfigError(
+                f"streaming config: unknown key {key!r}; known keys are spark.* and {', '.join(OPTIONS_BY_KEY)}"
+            )
+        try:
+            values[opt.attr] = opt.parse(text)
+        except ValueError:
+            raise ConfigError(f"streaming config: {key}={text!r} is not a valid {opt.expected}") from None
+    if "checkpoint_dir" in values:
+        values["checkpoint_dir"] = Path(values["checkpoint_dir"])
+    cfg = StreamingConfig(spark=spark, **values)
+    base = (base_dir or Path.cwd()).resolve()
+    return dataclasses.replace(cfg, checkpoint_dir=(base / cfg.checkpoint_dir).resolve())
+
+
+def load_config(
+    path: Path | str | None = None,
+    overrides: Mapping[str, str] | None = None,
+    base_dir: Path | None = None,
+) -> StreamingConfig:
+    """Defaults, then the file (``conf/streaming.properties`` when present), then ``overrides``."""
+    props: dict[str, str] = {}
+    if path is None and DEFAULT_CONFIG_PATH.is_file():
+        path = DEFAULT_CONFIG_PATH
+    if path is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read streaming config {path}: {exc.strerror}") from exc
+        try:
+            props.update(parse_properties(text))
+        except ValueError as exc:
+            raise ConfigError(f"streaming config {path}: {exc}") from exc
+    props.update(overrides or {})
+    return config_from_properties(props, base_dir)
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    """``key=value`` strings from the command line (``-D key=value``)."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"-D {item!r}: write key=value, e.g. -D monitor.watermarkDelayMillis=60000")
+        out[key.strip()] = value
+    return out

@@ -1,0 +1,156 @@
+"""Kafka records to checked events: the job's first step after the source.
+
+The event schema is :mod:`namesrv.events.schema`, shared with the nodes; this module only
+decides which of its fields the job carries as columns and how a record becomes a row.
+Validation is the schema's own ``decode_event``, run in Python workers through
+``mapInArrow``: a record that fails it becomes a row with ``error`` set (counted by
+:func:`count_events` and dropped by :func:`valid_events`), never an exception that would
+stop the query.
+
+Every row gets a grouping ``key`` for the stateful step: one per broker (its cluster and
+address: the same address in two clusters is two brokers, as in the route tables), one per
+node for its TICKs, and one per node for its ADMIN events (they only need to reach the route
+materialisation, in order).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from namesrv.events.schema import Event, EventType, SchemaError, decode_event, event_field_types
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
+
+#: the event fields the stateful step reads, as columns (types come from the shared schema)
+LIVENESS_FIELDS: tuple[str, ...] = (
+    "type",
+    "node",
+    "eventTime",
+    "seq",
+    "clusterName",
+    "brokerName",
+    "brokerId",
+    "brokerAddr",
+    "source",
+    "heartbeatTimeoutMillis",
+)
+#: event types whose whole JSON travels on (the route materialisation replays them)
+RAW_TYPES = frozenset({EventType.REGISTER, EventType.ADMIN})
+
+BROKER_KEY = "broker:"
+NODE_KEY = "node:"
+ADMIN_KEY = "admin:"
+
+
+def parsed_ddl() -> str:
+    """Columns of a parsed event row: key, the liveness fields, raw JSON, and error."""
+    types = event_field_types()
+    cols = [f"`{name}` {types[name]}" for name in LIVENESS_FIELDS]
+    return ", ".join(["`key` STRING", *cols, "`raw` STRING", "`error` STRING"])
+
+
+def broker_key(cluster_name: str, broker_addr: str) -> str:
+    return f"{BROKER_KEY}{cluster_name}|{broker_addr}"
+
+
+def group_key(event: Event) -> str:
+    """Which state an event belongs to: its broker, or its node (TICK, ADMIN)."""
+    if event.type is EventType.TICK:
+        return NODE_KEY + event.node
+    if event.type is EventType.ADMIN:
+        return ADMIN_KEY + event.node
+    # the schema requires clusterName and brokerAddr for every other type
+    return broker_key(event.cluster_name or "", event.broker_addr or "")
+
+
+_ATTRS = {
+    "type": "type",
+    "node": "node",
+    "eventTime": "event_time",
+    "seq": "seq",
+    "clusterName": "cluster_name",
+    "brokerName": "broker_name",
+    "brokerId": "broker_id",
+    "brokerAddr": "broker_addr",
+    "source": "source",
+    "heartbeatTimeoutMillis": "heartbeat_timeout_millis",
+}
+
+
+def parse_record(value: bytes | str | None) -> dict[str, Any]:
+    """One Kafka record value as a row (column -> value); ``error`` says why it is not an event."""
+    row: dict[str, Any] = dict.fromkeys(("key", *LIVENESS_FIELDS, "raw", "error"))
+    if value is None:
+        row["error"] = "record without a value"
+        return row
+    try:
+        event = decode_event(value)
+    except SchemaError as exc:
+        row["error"] = str(exc)
+        return row
+    for column in LIVENESS_FIELDS:
+        attr = getattr(event, _ATTRS[column])
+        row[column] = str(attr) if column == "type" else attr
+    row["key"] = group_key(event)
+    if event.type in RAW_TYPES:
+        row["raw"] = value.decode("utf-8") if isinstance(value, bytes) else value
+    return row
+
+
+def _arrow_schema() -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    return to_arrow_schema(StructType.fromDDL(parsed_ddl()))
+
+
+def parse_arrow_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body: batches with a ``value`` column in, parsed rows out."""
+    import pyarrow as pa
+
+    schema = _arrow_schema()
+    for batch in batches:
+        values = batch.column(batch.schema.get_field_index("value")).to_pylist()
+        rows = [parse_record(v) for v in values]
+        bad = [r["error"] for r in rows if r["error"] is not None]
+        if bad:
+            # one line per batch: a flood of bad records must not flood the log
+            log.warning("skipping %d malformed event(s) of %d; first: %s", len(bad), len(rows), bad[0])
+        yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+
+def parse_events(records: DataFrame) -> DataFrame:
+    """Kafka source rows (``value`` binary) -> parsed rows (:func:`parsed_ddl`), bad ones flagged."""
+    from pyspark.sql.types import StructType
+
+    return records.select("value").mapInArrow(parse_arrow_batches, StructType.fromDDL(parsed_ddl()))
+
+
+#: name of the observed metric; its columns are ``events`` and ``bad``
+EVENTS_METRIC = "events"
+
+
+def count_events(parsed: DataFrame) -> DataFrame:
+    """Report, per micro-batch, how many records arrived and how many were malformed.
+
+    The counts reach :class:`streaming.job.ProgressLogger` in the query progress
+    (``observedMetrics``); Spark's ``observe`` is exact across task retries, unlike an accumulator.
+    """
+    from pyspark.sql import functions as F
+
+    return parsed.observe(
+        EVENTS_METRIC,
+        F.count(F.lit(1)).alias("events"),
+        F.count(F.col("error")).alias("bad"),
+    )
+
+
+def valid_events(parsed: DataFrame) -> DataFrame:
+    """Drop the malformed rows (already counted)."""
+    return parsed.filter("error IS NULL").drop("error")

@@ -1,0 +1,499 @@
+"""The liveness monitor job, top to bottom: source -> parse -> watermark -> state -> sinks.
+
+Theory of operation
+-------------------
+One streaming query. Each step is a function that takes and returns a DataFrame, so a test
+can run any of them on a small frame:
+
+1. :func:`read_events` - the events topic, through ``format("namesrv-kafka")`` (or Spark's
+   own ``kafka`` format when configured);
+2. :func:`parse` - records to checked events; malformed ones are counted (query progress,
+   metric ``events.bad``) and dropped, never fatal;
+3. :func:`with_event_time` - ``eventTs`` from ``eventTime`` and the watermark (120 s by
+   default). TICKs go through this step like any event: filtering them out after it would be
+   pushed below the watermark by the optimizer and stop them from moving it;
+4. :func:`decide` - ``transformWithStateInPandas`` with :class:`LivenessProcessor` per
+   broker / node key, event-time timers on RocksDB;
+5. :class:`BatchSink` (``foreachBatch``) on the driver: actions to the actions topic, alerts
+   to the alerts topic and the log, routes and cluster info to Redis, in that order.
+
+Restart: the checkpoint (``monitor.checkpointDir``) holds source offsets, the processor's state
+and its pending timers, so a killed job carries on where it stopped; the batch that was
+running is replayed, its actions are published again (nodes ignore duplicates) and Redis
+skips it (see :mod:`streaming.routes`).
+
+Around the query: :class:`ProgressLogger` logs each batch (input rate, duration, watermark
+and how far event time is behind the clock) and :class:`MonitorHeartbeat` publishes the
+MONITOR_HEARTBEAT action the nodes watch, and raises or resolves MONITOR_LAGGING.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from namesrv.events.schema import Action, ActionType, SchemaError, action_key, decode_event, encode_action
+from namesrv.routes import RouteSettings
+from streaming import kafka_io
+from streaming.alerts import (
+    Alert,
+    AlertBook,
+    AlertKind,
+    AlertState,
+    Severity,
+    encode_alert,
+    lag_incident,
+    log_alert,
+    route_incidents,
+)
+from streaming.config import StreamingConfig
+from streaming.events import count_events, parse_events, valid_events
+from streaming.liveness import KIND_ACTION, KIND_ALERT, KIND_ROUTE, OUTPUT_DDL, LivenessProcessor, LivenessSettings
+from streaming.routes import RedisRouteStore, RouteModel
+
+if TYPE_CHECKING:
+    from kafka import KafkaProducer
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+EVENT_TS = "eventTs"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# --------------------------------------------------------------------------- session
+
+
+def build_spark(cfg: StreamingConfig) -> SparkSession:
+    """A session with the job's Spark settings and the Kafka data source registered."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder
+    local = cfg.spark.get("spark.master", "").startswith("local")
+    if local:
+        # workers must import namesrv and streaming: run them with this interpreter
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    for key, value in cfg.spark.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    kafka_io.register(spark)
+    return spark
+
+
+# --------------------------------------------------------------------------- the steps
+
+
+def read_events(spark: SparkSession, cfg: StreamingConfig) -> DataFrame:
+    """1. The raw records of the events topic (Spark's Kafka source columns)."""
+    reader = spark.readStream.format(cfg.kafka_format)
+    for key, value in cfg.source_options().items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def parse(records: DataFrame) -> DataFrame:
+    """2. Checked events; malformed records counted and dropped."""
+    return valid_events(count_events(parse_events(records)))
+
+
+def with_event_time(events: DataFrame, delay_ms: int) -> DataFrame:
+    """3. ``eventTs`` and the watermark: max event time seen minus ``delay_ms``."""
+    from pyspark.sql import functions as F
+
+    return events.withColumn(EVENT_TS, F.timestamp_millis("eventTime")).withWatermark(
+        EVENT_TS, f"{delay_ms} milliseconds"
+    )
+
+
+def liveness_settings(cfg: StreamingConfig) -> LivenessSettings:
+    return LivenessSettings(
+        heartbeat_timeout_ms=cfg.heartbeat_timeout_millis,
+        flap_threshold=cfg.flap_threshold,
+        flap_window_ms=cfg.flap_window_millis,
+        node_silent_ms=cfg.node_silent_millis,
+        remove_on_channel_close=cfg.remove_on_channel_close,
+    )
+
+
+def decide(events: DataFrame, settings: LivenessSettings) -> DataFrame:
+    """4. Actions, alerts and route events (:data:`streaming.liveness.OUTPUT_DDL`) per key."""
+    return events.groupBy("key").transformWithStateInPandas(
+        statefulProcessor=LivenessProcessor(settings),
+        outputStructType=OUTPUT_DDL,
+        outputMode="Append",
+        timeMode="EventTime",
+    )
+
+
+def build_pipeline(spark: SparkSession, cfg: StreamingConfig) -> DataFrame:
+    """Steps 1-4: what :class:`BatchSink` receives each micro-batch."""
+    return decide(with_event_time(parse(read_events(spark, cfg)), cfg.watermark_delay_millis), liveness_settings(cfg))
+
+
+# --------------------------------------------------------------------------- sinks
+
+
+class KafkaPublisher:
+    """The driver's producer for actions and alerts; ``flush`` raises if the broker refused any."""
+
+    def __init__(self, bootstrap_servers: str, producer: KafkaProducer | None = None) -> None:
+        if producer is None:
+            from kafka import KafkaProducer
+
+            producer = KafkaProducer(bootstrap_servers=bootstrap_servers.split(","), acks=1, linger_ms=2)
+        self.producer = producer
+        self._errors: list[BaseException] = []
+
+    def send(self, topic: str, key: bytes, value: bytes) -> None:
+        self.producer.send(topic, key=key, value=value).add_errback(self._errors.append)
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        self.producer.flush(timeout=timeout_s)
+        if self._errors:
+            first, count = self._errors[0], len(self._errors)
+            self._errors.clear()
+            raise RuntimeError(f"kafka refused {count} record(s) from the monitor: {first!r}")
+
+    def close(self) -> None:
+        self.producer.close()
+
+
+def order_key(row: dict[str, Any]) -> tuple:
+    """The order a batch's output is applied in: event time, then the reporting node's sequence."""
+    return (row["orderTime"] or 0, row["node"] or "", row["seq"] or 0, row["step"] or 0)
+
+
+def row_action(row: dict[str, Any], monitor: str, decided_at: int) -> Action:
+    return Action(
+        type=ActionType(row["type"]),
+        monitor=monitor,
+        decided_at=decided_at,
+        cluster_name=row["clusterName"],
+        broker_addr=row["brokerAddr"],
+        broker_name=row["brokerName"],
+        broker_id=row["brokerId"],
+        last_heartbeat=row["lastHeartbeat"],
+        watermark=row["watermark"],
+        reason=row["reason"],
+    )
+
+
+def row_alert(row: dict[str, Any]) -> Alert:
+    kind = AlertKind(row["type"])
+    return Alert(
+        kind=kind,
+        state=AlertState(row["state"]),
+        severity=Severity(row["severity"]),
+        message=row["message"],
+        event_time=int(row["orderTime"]),
+        cluster_name=row["clusterName"],
+        broker_name=row["brokerName"],
+        broker_addr=row["brokerAddr"],
+        node=row["node"],
+    )
+
+
+@dataclass
+class MonitorStatus:
+    """What the listener learnt from the latest progress; read by the heartbeat and the sink."""
+
+    watermark_ms: int | None = None
+    batches: int = 0
+    events: int = 0
+    bad_events: int = 0
+    last_batch_ms: int = 0
+    batch_durations_ms: list[int] = field(default_factory=list)
+
+
+class BatchSink:
+    """``foreachBatch``: publish actions and alerts, keep the route model, write Redis."""
+
+    def __init__(
+        self,
+        cfg: StreamingConfig,
+        publisher: KafkaPublisher,
+        store: RedisRouteStore | None,
+        status: MonitorStatus | None = None,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.cfg = cfg
+        self.monitor = cfg.monitor_name
+        self.publisher = publisher
+        self.store = store
+        self.status = status or MonitorStatus()
+        self.clock = clock
+        self.route_settings = RouteSettings(
+            support_acting_master=cfg.support_acting_master,
+            delete_topic_with_broker_registration=cfg.delete_topic_with_broker_registration,
+        )
+        self.model = RouteModel(self.route_settings)
+        self.book = AlertBook()
+        self.lock = threading.Lock()
+        self._lineage: str | None = None
+        self._lineage_set = threading.Event()
+        self._stored_batch = -1
+        #: the next Redis write replaces everything (new lineage, or a write failed)
+        self._rewrite = True
+
+    # -- lineage: the query id, which a restart from the same checkpoint keeps
+
+    def set_lineage(self, query_id: str) -> None:
+        with self.lock:
+            self._lineage = query_id
+            if self.store is not None:
+                try:
+                    stored = self.store.load(self.route_settings)
+                except Exception as exc:  # noqa: BLE001 - Redis down must not stop the liveness decisions
+                    log.error("redis: cannot load the route model (%r); starting from an empty one", exc)
+                else:
+                    if stored.lineage == query_id:
+                        self.model, self.book = stored.model, AlertBook(stored.alerts)
+                        self._stored_batch = stored.batch_id
+                        self._rewrite = False
+                        log.info("redis: carrying on from batch %d of query %s (%d topics)",
+                                 stored.batch_id, query_id, len(self.model.topics()))
+                    else:
+                        log.info("redis: new query lineage %s (stored: %s); rewriting everything",
+                                 query_id, stored.lineage)
+            self._lineage_set.set()
+
+    # -- the batch
+
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        self._lineage_set.wait()
+        rows = sorted((r.asDict() for r in batch_df.collect()), key=order_key)
+        self.process(rows, batch_id)
+
+    def process(self, rows: list[dict[str, Any]], batch_id: int) -> list[Alert]:
+        """Everything after collect(), for one batch; returns the alerts it emitted."""
+        with self.lock:
+            if batch_id <= self._stored_batch:
+                log.info("batch %d was already written to redis (stored up to %d); skipping", batch_id,
+                         self._stored_batch)
+                return []
+            at = self.clock()
+            self._publish_actions(rows, at)
+            self._apply_routes(rows)
+            changes = self.model.changes(full=self._rewrite)
+            alerts = self._alerts(rows, changes.lost_topics, changes.deleted_topics, rows[-1]["orderTime"] if rows else at)
+            for alert in alerts:
+                self._publish_alert(alert, at)
+            self.publisher.flush()
+            self._write_redis(batch_id, changes, alerts)
+            return alerts
+
+    def _publish_actions(self, rows: Iterable[dict[str, Any]], at: int) -> None:
+        for row in rows:
+            if row["kind"] == KIND_ACTION:
+                action = row_action(row, self.monitor, at)
+                log.info("%s %s %s (%s)", action.type, action.cluster_name, action.broker_addr, action.reason)
+                self.publisher.send(self.cfg.actions_topic, action_key(action), encode_action(action))
+
+    def _apply_routes(self, rows: Iterable[dict[str, Any]]) -> None:
+        for row in rows:
+            if row["kind"] == KIND_ROUTE:
+                try:
+                    self.model.apply_event(decode_event(row["raw"]))
+                except SchemaError as exc:  # the processor passed it, so this is a bug, not bad input
+                    log.error("route event that no longer decodes skipped: %s", exc)
+            elif row["kind"] == KIND_ACTION:
+                self.model.apply_removal(
+                    row["clusterName"], row["brokerAddr"], int(row["orderTime"]),
+                    unclean=row["cause"] != "UNREGISTER_BROKER",
+                )  # fmt: skip
+
+    def _alerts(self, rows: list[dict[str, Any]], lost: set[str], deleted: set[str], at: int) -> list[Alert]:
+        out = [a for a in (row_alert(r) for r in rows if r["kind"] == KIND_ALERT) if self.book.record(a)]
+        # an open TOPIC_NOT_WRITABLE for a topic the model no longer has stays open until the
+        # topic comes back or an admin deletes it
+        still_lost = {a.topic for a in self.book.open.values() if a.kind is AlertKind.TOPIC_NOT_WRITABLE and a.topic}
+        m = self.model.manager
+        current = route_incidents(m.broker_addr_table, m.topic_queue_table, (lost | still_lost) - deleted, at)
+        out += self.book.reconcile((AlertKind.GROUP_WITHOUT_MASTER, AlertKind.TOPIC_NOT_WRITABLE), current, at)
+        return out
+
+    def _publish_alert(self, alert: Alert, at: int) -> None:
+        log_alert(alert)
+        self.publisher.send(self.cfg.alerts_topic, alert.incident.encode(), encode_alert(alert, monitor=self.monitor, emitted_at=at))
+
+    def _write_redis(self, batch_id: int, changes: Any, alerts: list[Alert]) -> None:
+        if self.store is None:
+            return
+        assert self._lineage is not None
+        # a full rewrite deletes the stored alerts too: write every open one again
+        alert_writes = list(self.book.open.values()) if self._rewrite else alerts
+        try:
+            self.store.commit(
+                self._lineage, batch_id, changes, alert_writes, watermark=self.status.watermark_ms,
+                monitor=self.monitor, replace=self._rewrite,
+            )  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - a cache outage must not stop the liveness decisions
+            log.error("redis: batch %d not written (%r); the next write replaces everything", batch_id, exc)
+            self._rewrite = True
+            self.model.forget_written()
+            return
+        self._stored_batch = batch_id
+        self._rewrite = False
+
+    # -- the monitor's own heartbeat
+
+    def monitor_tick(self) -> None:
+        """Publish MONITOR_HEARTBEAT; open or resolve MONITOR_LAGGING."""
+        with self.lock:
+            at = self.clock()
+            wm = self.status.watermark_ms
+            beat = Action(type=ActionType.MONITOR_HEARTBEAT, monitor=self.monitor, decided_at=at, watermark=wm,
+                          reason=f"batches={self.status.batches} events={self.status.events} bad={self.status.bad_events}")
+            self.publisher.send(self.cfg.actions_topic, action_key(beat), encode_action(beat))
+            current = lag_incident(wm, self.cfg.watermark_delay_millis, at, self.cfg.monitor_lag_millis)
+            changed = self.book.reconcile((AlertKind.MONITOR_LAGGING,), current, at)
+            for alert in changed:
+                self._publish_alert(alert, at)
+            self.publisher.flush()
+            if changed and self.store is not None and self._lineage is not None:
+                try:
+                    self.store.write_alerts(changed, monitor=self.monitor)
+                except Exception as exc:  # noqa: BLE001 - see _write_redis
+                    log.error("redis: alerts not written (%r)", exc)
+
+
+# --------------------------------------------------------------------------- around the query
+
+
+def _iso_ms(text: str | None) -> int | None:
+    if not text:
+        return None
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def _make_listener_class() -> type:
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class ProgressLogger(StreamingQueryListener):
+        """Logs every batch: input rate, duration, watermark and event-time lag; feeds MonitorStatus."""
+
+        def __init__(self, status: MonitorStatus, delay_ms: int, query_id: Callable[[], str | None]) -> None:
+            self.status = status
+            self.delay_ms = delay_ms
+            self.query_id = query_id
+
+        def onQueryStarted(self, event: Any) -> None:
+            log.info("query %s started (run %s)", event.id, event.runId)
+
+        def onQueryProgress(self, event: Any) -> None:
+            p = event.progress
+            if str(p.id) != self.query_id():
+                return
+            wm = _iso_ms(p.eventTime.get("watermark"))
+            metrics = p.observedMetrics.get("events")
+            bad = int(metrics["bad"]) if metrics is not None else 0
+            s = self.status
+            s.batches += 1
+            s.events += int(p.numInputRows)
+            s.bad_events += bad
+            s.last_batch_ms = int(p.batchDuration)
+            s.batch_durations_ms.append(int(p.batchDuration))
+            del s.batch_durations_ms[:-1000]
+            if wm:
+                s.watermark_ms = wm
+            lag = (now_ms() - (wm + self.delay_ms)) / 1000 if wm else float("nan")
+            log.info(
+                "batch %d: %d events (%d bad) input %.1f/s processed %.1f/s in %d ms; watermark %s, event time %.1f s behind",
+                p.batchId, p.numInputRows, bad, p.inputRowsPerSecond, p.processedRowsPerSecond, p.batchDuration,
+                p.eventTime.get("watermark", "-"), lag,
+            )  # fmt: skip
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            if event.exception:
+                log.error("query %s failed: %s", event.id, event.exception)
+            else:
+                log.info("query %s stopped", event.id)
+
+    return ProgressLogger
+
+
+class MonitorHeartbeat(threading.Thread):
+    def __init__(self, sink: BatchSink, interval_s: float) -> None:
+        super().__init__(name="monitor-heartbeat", daemon=True)
+        self.sink = sink
+        self.interval_s = interval_s
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval_s):
+            try:
+                self.sink.monitor_tick()
+            except Exception as exc:  # noqa: BLE001 - keep beating; the next tick retries
+                log.error("monitor heartbeat failed: %r", exc)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(timeout=10)
+
+
+@dataclass
+class MonitorJob:
+    """A running monitor: the query and what runs beside it."""
+
+    spark: SparkSession
+    query: StreamingQuery
+    sink: BatchSink
+    status: MonitorStatus
+    listener: Any
+    heartbeat: MonitorHeartbeat
+
+    def process_all_available(self) -> None:
+        self.query.processAllAvailable()
+
+    def await_termination(self, timeout_s: float | None = None) -> bool | None:
+        return self.query.awaitTermination(timeout_s) if timeout_s is not None else self.query.awaitTermination()
+
+    def stop(self) -> None:
+        self.heartbeat.stop()
+        try:
+            self.query.stop()
+        finally:
+            self.spark.streams.removeListener(self.listener)
+            self.sink.publisher.close()
+
+
+def start(spark: SparkSession, cfg: StreamingConfig, *, trigger_ms: int | None = None) -> MonitorJob:
+    """Start the monitor on ``spark`` (see :func:`build_spark`); returns at once."""
+    store = RedisRouteStore.from_url(cfg.redis_url, cfg.redis_prefix) if cfg.redis_url else None
+    status = MonitorStatus()
+    sink = BatchSink(cfg, KafkaPublisher(cfg.kafka_bootstrap), store, status)
+    query_id: list[str | None] = [None]
+    listener = _make_listener_class()(status, cfg.watermark_delay_millis, lambda: query_id[0])
+    spark.streams.addListener(listener)
+    cfg.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    query = (
+        build_pipeline(spark, cfg)
+        .writeStream.foreachBatch(sink)
+        .outputMode("append")
+        .option("checkpointLocation", str(cfg.checkpoint_dir))
+        .trigger(processingTime=f"{trigger_ms or cfg.trigger_interval_millis} milliseconds")
+        .queryName("namesrv-liveness")
+        .start()
+    )
+    query_id[0] = str(query.id)
+    sink.set_lineage(str(query.id))
+    heartbeat = MonitorHeartbeat(sink, cfg.monitor_heartbeat_interval_millis / 1000)
+    heartbeat.start()
+    log.info("monitor %s started: events %s on %s, checkpoint %s, redis %s", cfg.monitor_name, cfg.events_topic,
+             cfg.kafka_bootstrap, cfg.checkpoint_dir, cfg.redis_url or "-")
+    return MonitorJob(spark, query, sink, status, listener, heartbeat)

@@ -1,0 +1,412 @@
+"""The event-time liveness decision: one stateful processor per broker and per node.
+
+Theory of operation
+-------------------
+The job groups events by :func:`streaming.events.group_key` and hands each group to
+:class:`LivenessProcessor` (``transformWithStateInPandas``, event-time timers, RocksDB state).
+Time inside is only event time: the rows' ``eventTime`` and the watermark in ``timerValues``
+(the watermark is the largest event time seen minus the configured delay; node TICKs keep it
+moving while every broker is silent). Nothing here reads a clock.
+
+A broker key keeps :class:`BrokerState` and one timer at ``lastSeen + timeout + 1``: the
+broker is expired once the watermark is *past* its deadline, as RocketMQ's
+``last + timeout < now``. REGISTER and HEARTBEAT events move ``lastSeen`` and the timer; when
+the timer fires, EXPIRE is emitted once and the broker is marked gone, so a second firing is
+impossible (the timer is gone) and a duplicate is ignored (``alive`` is false). Its
+``lastHeartbeat`` is the newest event time seen for the broker: a node that saw anything newer
+ignores the action. The per-broker ``heartbeatTimeoutMillis`` of the registration replaces the
+default timeout.
+
+REMOVE is emitted once when the broker unregisters (UNREGISTER with source UNREGISTER_BROKER)
+or, if configured, when its connection closes at a node, provided nothing newer than that
+event was seen. UNREGISTER events whose source is the node's own expiry or one of our actions
+are echoes and change nothing here.
+
+The processor also passes on what the route materialisation needs (rows of kind ROUTE):
+every REGISTER whose content differs from the last one passed (N nodes report each
+registration; one copy is enough), every ADMIN event, and, when a broker comes back with a
+mere heartbeat after being expired or removed, its last registration again.
+
+Alerts opened and resolved here (kind ALERT): BROKER_EXPIRED and BROKER_REMOVED (open while
+the broker is gone), BROKER_FLAPPING (more than N expiries or comebacks within a window; a
+second timer re-checks when the oldest one leaves the window) and NODE_SILENT (a node key's
+timer at ``lastTick + nodeSilentMillis + 1``).
+
+Rows in a group are handled in event-time order; the driver orders the whole batch's output by
+(``orderTime``, ``node``, ``seq``, ``step``) before applying it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import astuple, dataclass, fields
+from typing import Any
+
+import orjson
+import pandas as pd
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+
+from namesrv.events.schema import ActionType, EventType, UnregisterSource
+from namesrv.protocol.codes import MASTER_ID
+from streaming.alerts import AlertKind, AlertState, Severity
+from streaming.events import ADMIN_KEY, BROKER_KEY, NODE_KEY
+
+#: what the processor emits: an action, an alert, or an event for the route materialisation
+KIND_ACTION = "ACTION"
+KIND_ALERT = "ALERT"
+KIND_ROUTE = "ROUTE"
+
+#: (column, Spark type, pandas dtype) of every output row; unused columns are null
+OUTPUT_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("kind", "STRING", "object"),
+    ("orderTime", "BIGINT", "Int64"),
+    ("node", "STRING", "object"),
+    ("seq", "BIGINT", "Int64"),
+    ("step", "INT", "Int32"),
+    ("type", "STRING", "object"),
+    ("cause", "STRING", "object"),
+    ("clusterName", "STRING", "object"),
+    ("brokerName", "STRING", "object"),
+    ("brokerId", "BIGINT", "Int64"),
+    ("brokerAddr", "STRING", "object"),
+    ("lastHeartbeat", "BIGINT", "Int64"),
+    ("watermark", "BIGINT", "Int64"),
+    ("reason", "STRING", "object"),
+    ("severity", "STRING", "object"),
+    ("state", "STRING", "object"),
+    ("message", "STRING", "object"),
+    ("raw", "STRING", "object"),
+)
+OUTPUT_DDL = ", ".join(f"`{name}` {ddl}" for name, ddl, _ in OUTPUT_COLUMNS)
+_NO_TIMER = -1
+#: registration fields that do not change what it says about the broker
+_VOLATILE = ("node", "eventTime", "seq", "reason")
+
+
+@dataclass(frozen=True)
+class LivenessSettings:
+    heartbeat_timeout_ms: int = 120_000
+    flap_threshold: int = 3
+    flap_window_ms: int = 600_000
+    node_silent_ms: int = 30_000
+    remove_on_channel_close: bool = True
+
+
+def _ddl_of(cls: type) -> str:
+    types = {str: "STRING", int: "BIGINT", bool: "BOOLEAN", "str": "STRING", "int": "BIGINT", "bool": "BOOLEAN"}
+    out = []
+    for f in fields(cls):
+        base = f.type.split("|")[0].strip() if isinstance(f.type, str) else f.type
+        out.append(f"{f.name} {types[base]}")
+    return ", ".join(out)
+
+
+@dataclass
+class BrokerState:
+    cluster_name: str
+    broker_addr: str
+    broker_name: str | None = None
+    broker_id: int | None = None
+    #: newest REGISTER/HEARTBEAT event time
+    last_seen: int = 0
+    timeout_ms: int = 120_000
+    #: the liveness timer (``last_seen + timeout_ms + 1``), or -1
+    deadline: int = _NO_TIMER
+    alive: bool = True
+    expired_open: bool = False
+    removed_open: bool = False
+    flapping_open: bool = False
+    #: the flapping re-check timer, or -1
+    flap_timer: int = _NO_TIMER
+    #: fingerprint of the last registration passed to the route materialisation
+    registration: str = ""
+
+    @classmethod
+    def from_tuple(cls, values: tuple) -> BrokerState:
+        return cls(*values)
+
+
+@dataclass
+class NodeState:
+    node: str
+    last_tick: int = 0
+    deadline: int = _NO_TIMER
+    silent_open: bool = False
+
+    @classmethod
+    def from_tuple(cls, values: tuple) -> NodeState:
+        return cls(*values)
+
+
+def registration_fingerprint(raw: str) -> str:
+    """Equal for two reports of the same registration by different nodes or at different times."""
+    d = orjson.loads(raw)
+    for key in _VOLATILE:
+        d.pop(key, None)
+    return hashlib.sha1(orjson.dumps(d, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+class _Out:
+    """Collects output rows of one handler call, numbered so the driver can keep their order."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def add(self, kind: str, order_time: int, **values: Any) -> None:
+        self.rows.append({"kind": kind, "orderTime": order_time, "step": len(self.rows), **values})
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(
+            {name: pd.array([r.get(name) for r in self.rows], dtype=dtype) for name, _, dtype in OUTPUT_COLUMNS}
+        )
+
+
+def _broker_fields(st: BrokerState) -> dict[str, Any]:
+    return {
+        "clusterName": st.cluster_name,
+        "brokerAddr": st.broker_addr,
+        "brokerName": st.broker_name,
+        "brokerId": st.broker_id,
+    }
+
+
+def _none_if_na(value: Any) -> Any:
+    return None if value is None or (not isinstance(value, str) and pd.isna(value)) else value
+
+
+class LivenessProcessor(StatefulProcessor):
+    """EXPIRE/REMOVE decisions, route pass-through and per-broker/per-node alerts (see module doc)."""
+
+    def __init__(self, settings: LivenessSettings | None = None) -> None:
+        self.settings = settings or LivenessSettings()
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.broker = handle.getValueState("broker", _ddl_of(BrokerState))
+        self.last_registration = handle.getValueState("registration", "raw STRING")
+        self.flaps = handle.getListState("flaps", "at BIGINT")
+        self.node = handle.getValueState("node", _ddl_of(NodeState))
+
+    # ------------------------------------------------------------------ input
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        k: str = key[0]
+        frames = [f for f in rows if len(f)]
+        if not frames:
+            return
+        df = pd.concat(frames, ignore_index=True).sort_values(["eventTime", "seq"], kind="stable")
+        events = [{c: _none_if_na(v) for c, v in r.items()} for r in df.to_dict("records")]
+        out = _Out()
+        watermark = timerValues.getCurrentWatermarkInMs()
+        if k.startswith(BROKER_KEY):
+            self._broker_events(events, watermark, out)
+        elif k.startswith(NODE_KEY):
+            self._ticks(k[len(NODE_KEY) :], events, out)
+        elif k.startswith(ADMIN_KEY):
+            for e in events:
+                out.add(KIND_ROUTE, e["eventTime"], node=e["node"], seq=e["seq"], type=e["type"], raw=e["raw"])
+        if out.rows:
+            yield out.frame()
+
+    def _broker_events(self, events: list[dict[str, Any]], watermark: int, out: _Out) -> None:
+        s = self.settings
+        first = events[0]
+        st = (
+            BrokerState.from_tuple(self.broker.get())
+            if self.broker.exists()
+            else BrokerState(first["clusterName"], first["brokerAddr"], timeout_ms=s.heartbeat_timeout_ms, alive=False)
+        )
+        known = self.broker.exists()
+        flaps = [a for (a,) in self.flaps.get()] if self.flaps.exists() else []
+        for e in events:
+            etype, t = e["type"], int(e["eventTime"])
+            where = {"node": e["node"], "seq": e["seq"]}
+            if etype in (EventType.REGISTER, EventType.HEARTBEAT):
+                if e["brokerName"] is not None:
+                    st.broker_name = e["brokerName"]
+                if e["brokerId"] is not None:
+                    st.broker_id = int(e["brokerId"])
+                if e["heartbeatTimeoutMillis"] is not None:
+                    st.timeout_ms = int(e["heartbeatTimeoutMillis"])
+                comeback = not st.alive
+                st.alive = True
+                st.last_seen = max(st.last_seen, t)
+                if etype == EventType.REGISTER:
+                    fingerprint = registration_fingerprint(e["raw"])
+                    if comeback or fingerprint != st.registration:
+                        st.registration = fingerprint
+                        self.last_registration.update((e["raw"],))
+                        out.add(KIND_ROUTE, t, type=etype, raw=e["raw"], **where, **_broker_fields(st))
+                elif comeback and self.last_registration.exists():
+                    # nodes that did not apply our removal send no topic table; bring the last one back
+                    (raw,) = self.last_registration.get()
+                    out.add(KIND_ROUTE, t, type=EventType.REGISTER, cause="COMEBACK", raw=raw, **where, **_broker_fields(st))
+                if comeback and known:
+                    flaps.append(t)
+                    self._resolve_gone(st, t, out, where)
+                known = True
+            elif etype in (EventType.UNREGISTER, EventType.CHANNEL_CLOSED):
+                if not st.alive or t < st.last_seen:
+                    continue  # already gone, or the broker proved alive after this report
+                asked = etype == EventType.UNREGISTER and e["source"] == UnregisterSource.UNREGISTER_BROKER
+                closed = etype == EventType.CHANNEL_CLOSED and s.remove_on_channel_close
+                if not (asked or closed):
+                    continue  # an echo of an expiry or of our own action
+                cause = str(UnregisterSource.UNREGISTER_BROKER) if asked else str(EventType.CHANNEL_CLOSED)
+                how = "unregistered" if asked else "lost its connection"
+                reason = f"{cause} reported by {e['node']} at {t}"
+                st.alive = False
+                out.add(
+                    KIND_ACTION, t, type=ActionType.REMOVE, cause=cause, lastHeartbeat=t, watermark=watermark,
+                    reason=reason, **where, **_broker_fields(st),
+                )  # fmt: skip
+                if not st.removed_open:
+                    st.removed_open = True
+                    out.add(
+                        KIND_ALERT, t, type=AlertKind.BROKER_REMOVED, state=AlertState.OPEN,
+                        severity=Severity.INFO if asked else Severity.WARNING,
+                        message=f"broker {_name(st)} {how} ({reason}); removed at every node",
+                        **where, **_broker_fields(st),
+                    )  # fmt: skip
+        self._check_flapping(st, flaps, events[-1]["eventTime"], out)
+        self._arm(st)
+        self.broker.update(astuple(st))
+        self.flaps.put([(a,) for a in flaps]) if flaps else self.flaps.clear()
+
+    def _ticks(self, node: str, events: list[dict[str, Any]], out: _Out) -> None:
+        st = NodeState.from_tuple(self.node.get()) if self.node.exists() else NodeState(node)
+        last = max(int(e["eventTime"]) for e in events)
+        if last > st.last_tick:
+            st.last_tick = last
+            if st.silent_open:
+                st.silent_open = False
+                out.add(
+                    KIND_ALERT, last, type=AlertKind.NODE_SILENT, state=AlertState.RESOLVED, severity=Severity.WARNING,
+                    message=f"name-server node {node} ticks again", node=node,
+                )  # fmt: skip
+            deadline = last + self.settings.node_silent_ms + 1
+            if st.deadline != _NO_TIMER:
+                self.handle.deleteTimer(st.deadline)
+            self.handle.registerTimer(deadline)
+            st.deadline = deadline
+        self.node.update(astuple(st))
+
+    # ------------------------------------------------------------------ timers
+
+    def handleExpiredTimer(
+        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+    ) -> Iterator[pd.DataFrame]:
+        k: str = key[0]
+        fired = expiredTimerInfo.getExpiryTimeInMs()
+        watermark = timerValues.getCurrentWatermarkInMs()
+        out = _Out()
+        if k.startswith(BROKER_KEY) and self.broker.exists():
+            self._broker_timer(BrokerState.from_tuple(self.broker.get()), fired, watermark, out)
+        elif k.startswith(NODE_KEY) and self.node.exists():
+            st = NodeState.from_tuple(self.node.get())
+            if fired == st.deadline:
+                st.deadline = _NO_TIMER
+                if not st.silent_open:
+                    st.silent_open = True
+                    silent_for = watermark - st.last_tick
+                    out.add(
+                        KIND_ALERT, fired, type=AlertKind.NODE_SILENT, state=AlertState.OPEN, severity=Severity.WARNING,
+                        message=f"name-server node {st.node} sent no tick for {silent_for / 1000:.0f} s of event time",
+                        node=st.node,
+                    )  # fmt: skip
+                self.node.update(astuple(st))
+        if out.rows:
+            yield out.frame()
+
+    def _broker_timer(self, st: BrokerState, fired: int, watermark: int, out: _Out) -> None:
+        flaps = [a for (a,) in self.flaps.get()] if self.flaps.exists() else []
+        if fired == st.deadline:
+            st.deadline = _NO_TIMER
+            if st.alive:
+                st.alive = False
+                silent = fired - 1 - st.timeout_ms
+                reason = f"no heartbeat since {st.last_seen} for more than {st.timeout_ms} ms (watermark {watermark})"
+                out.add(
+                    KIND_ACTION, fired, type=ActionType.EXPIRE, cause="TIMEOUT", lastHeartbeat=st.last_seen,
+                    watermark=watermark, reason=reason, **_broker_fields(st),
+                )  # fmt: skip
+                flaps.append(fired)
+                if not st.expired_open:
+                    st.expired_open = True
+                    master = st.broker_id == MASTER_ID
+                    out.add(
+                        KIND_ALERT, fired, type=AlertKind.BROKER_EXPIRED, state=AlertState.OPEN,
+                        severity=Severity.CRITICAL if master else Severity.WARNING,
+                        message=f"broker {_name(st)} expired: silent since {silent} + {st.timeout_ms} ms",
+                        **_broker_fields(st),
+                    )  # fmt: skip
+        if fired == st.flap_timer:
+            st.flap_timer = _NO_TIMER
+        self._check_flapping(st, flaps, watermark, out)
+        self._arm(st)
+        self.broker.update(astuple(st))
+        self.flaps.put([(a,) for a in flaps]) if flaps else self.flaps.clear()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _arm(self, st: BrokerState) -> None:
+        """Keep exactly one liveness timer, at the current deadline, while the broker is alive."""
+        wanted = st.last_seen + st.timeout_ms + 1 if st.alive else _NO_TIMER
+        if wanted == st.deadline:
+            return
+        if st.deadline != _NO_TIMER:
+            self.handle.deleteTimer(st.deadline)
+        if wanted != _NO_TIMER:
+            self.handle.registerTimer(wanted)
+        st.deadline = wanted
+
+    def _resolve_gone(self, st: BrokerState, t: int, out: _Out, where: dict[str, Any]) -> None:
+        for flag, kind in (("expired_open", AlertKind.BROKER_EXPIRED), ("removed_open", AlertKind.BROKER_REMOVED)):
+            if getattr(st, flag):
+                setattr(st, flag, False)
+                out.add(
+                    KIND_ALERT, t, type=kind, state=AlertState.RESOLVED, severity=Severity.INFO,
+                    message=f"broker {_name(st)} is back (event at {t} from {where['node']})",
+                    **where, **_broker_fields(st),
+                )  # fmt: skip
+
+    def _check_flapping(self, st: BrokerState, flaps: list[int], now: int, out: _Out) -> None:
+        """Open or resolve BROKER_FLAPPING from the expiries and comebacks within the window."""
+        s = self.settings
+        flaps[:] = [a for a in flaps if a > now - s.flap_window_ms]
+        if len(flaps) > s.flap_threshold and not st.flapping_open:
+            st.flapping_open = True
+            out.add(
+                KIND_ALERT, now, type=AlertKind.BROKER_FLAPPING, state=AlertState.OPEN, severity=Severity.WARNING,
+                message=f"broker {_name(st)} expired or came back {len(flaps)} times within "
+                f"{s.flap_window_ms / 1000:.0f} s (threshold {s.flap_threshold})",
+                **_broker_fields(st),
+            )  # fmt: skip
+        elif len(flaps) <= s.flap_threshold and st.flapping_open:
+            st.flapping_open = False
+            out.add(
+                KIND_ALERT, now, type=AlertKind.BROKER_FLAPPING, state=AlertState.RESOLVED, severity=Severity.INFO,
+                message=f"broker {_name(st)} is stable again", **_broker_fields(st),
+            )  # fmt: skip
+        # re-check when the oldest counted change leaves the window
+        wanted = min(flaps) + s.flap_window_ms if st.flapping_open and flaps else _NO_TIMER
+        if wanted != st.flap_timer:
+            if st.flap_timer != _NO_TIMER:
+                self.handle.deleteTimer(st.flap_timer)
+            if wanted != _NO_TIMER:
+                self.handle.registerTimer(wanted)
+            st.flap_timer = wanted
+
+    def close(self) -> None:
+        pass
+
+
+def _name(st: BrokerState) -> str:
+    ident = f"{st.broker_name}[{st.broker_id}]" if st.broker_name is not None else "?"
+    return f"{ident} {st.broker_addr} ({st.cluster_name})"

@@ -1,0 +1,532 @@
+"""Topic routes and cluster info in Redis: the model the job keeps, its store, and a lookup client.
+
+Theory of operation
+-------------------
+:class:`RouteModel` is a :class:`namesrv.routes.RouteInfoManager`, the node's own route
+tables, fed with what the nodes fed theirs: registrations (REGISTER events), admin
+operations (ADMIN events) and removals (the job's EXPIRE/REMOVE actions, applied as a node
+applies them). So a route read from Redis is, byte for byte, what GET_ROUTEINFO_BY_TOPIC on a
+node answers in the standard dialect (``encode_route(route, standard=True)``), and the cluster
+info is the GET_BROKER_CLUSTER_INFO body. Two things a node knows never reach the event
+stream and so are not in Redis: filter servers and static-topic mappings of a registration,
+and ``orderTopicConf`` from the node's KV store.
+
+After each micro-batch, :meth:`RouteModel.changes` compares the topics the batch could have
+touched (those served by a broker group it touched, plus the topics admin events named) with
+what was last written; :class:`RedisRouteStore` writes the differences, the model itself (so
+a restarted job carries on from it), the open alerts and the batch id in one MULTI/EXEC, so a
+reader never sees half a batch, and PUBLISHes the changed topic names in the same transaction.
+A batch whose id is not above the stored one for the same query lineage was already written
+and is skipped, which makes a replay after a crash change nothing. The key layout is in
+``docs/redis-keys.md``.
+
+:class:`RouteLookup` is the reader side (``namesrv routes get|watch``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from namesrv.events.schema import AdminOp, Event, EventType
+from namesrv.protocol import bodies
+from namesrv.protocol.types import BrokerData, DataVersion, QueueData, RegisterBrokerBody, TopicConfig, TopicRouteData
+from namesrv.routes import BrokerAddrInfo, BrokerLiveInfo, RouteInfoManager, RouteSettings
+from streaming.alerts import Alert, decode_alert, encode_alert
+
+if TYPE_CHECKING:
+    import redis
+
+log = logging.getLogger(__name__)
+
+_JSON_OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+
+
+# --------------------------------------------------------------------------- keys
+
+
+@dataclass(frozen=True)
+class RedisKeys:
+    """Every key and channel the job writes; ``docs/redis-keys.md`` explains each."""
+
+    prefix: str = "namesrv"
+
+    def route(self, topic: str) -> str:
+        return f"{self.prefix}:route:{topic}"
+
+    @property
+    def route_pattern(self) -> str:
+        return f"{self.prefix}:route:*"
+
+    @property
+    def topics(self) -> str:
+        return f"{self.prefix}:topics"
+
+    @property
+    def cluster(self) -> str:
+        return f"{self.prefix}:cluster"
+
+    @property
+    def alerts(self) -> str:
+        return f"{self.prefix}:alerts"
+
+    @property
+    def meta(self) -> str:
+        return f"{self.prefix}:meta"
+
+    @property
+    def model_topics(self) -> str:
+        return f"{self.prefix}:model:topics"
+
+    @property
+    def model_brokers(self) -> str:
+        return f"{self.prefix}:model:brokers"
+
+    @property
+    def channel(self) -> str:
+        return f"{self.prefix}:routes:changed"
+
+
+# --------------------------------------------------------------------------- the model
+
+
+@dataclass
+class RouteChanges:
+    """What one batch changed, ready to be written."""
+
+    #: topic -> new route bytes, or None when the topic has no route any more
+    routes: dict[str, bytes | None] = field(default_factory=dict)
+    #: topic -> new model entry, or None when the topic left the model
+    model_topics: dict[str, bytes | None] = field(default_factory=dict)
+    cluster: bytes | None = None
+    model_brokers: bytes | None = None
+    #: topics gone because their last broker expired or dropped its connection
+    lost_topics: set[str] = field(default_factory=set)
+    #: topics an admin deleted in this batch
+    deleted_topics: set[str] = field(default_factory=set)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.routes or self.model_topics or self.cluster is not None or self.model_brokers is not None)
+
+
+def _topic_entry(qmap: Mapping[str, QueueData]) -> bytes:
+    return orjson.dumps({name: qd.to_wire() for name, qd in qmap.items()}, option=_JSON_OPTS)
+
+
+def _register_body(event: Event) -> RegisterBrokerBody:
+    dv = event.data_version
+    topics = {
+        name: TopicConfig(
+            topic_name=name,
+            read_queue_nums=q.read_queue_nums,
+            write_queue_nums=q.write_queue_nums,
+            perm=q.perm,
+            topic_sys_flag=q.topic_sys_flag,
+        )
+        for name, q in (event.topics or {}).items()
+    }
+    return RegisterBrokerBody(
+        data_version=DataVersion(dv.counter, dv.state_version, dv.timestamp) if dv else DataVersion(),
+        topic_config_table=topics,
+        # filter servers never reach the event stream; None leaves the table alone
+        filter_server_list=None,
+    )
+
+
+class RouteModel:
+    """The node's route tables, driven by events and the job's removal actions."""
+
+    def __init__(self, settings: RouteSettings | None = None) -> None:
+        self._event_time = 0
+        self.manager = RouteInfoManager(settings or RouteSettings(), now_ms=lambda: self._event_time)
+        #: what was last written, to find differences
+        self._routes: dict[str, bytes] = {}
+        self._entries: dict[str, bytes] = {}
+        #: the broker groups of each written entry
+        self._entry_groups: dict[str, frozenset[str]] = {}
+        self._cluster: bytes | None = None
+        self._brokers: bytes | None = None
+        self._touched_groups: set[str] = set()
+        self._touched_topics: set[str] = set()
+        self._unclean_groups: set[str] = set()
+        self._deleted: set[str] = set()
+
+    # -- applying
+
+    def _groups_of(self, cluster_name: str, broker_addr: str) -> set[str]:
+        return {
+            name
+            for name, bd in self.manager.broker_addr_table.items()
+            if bd.cluster == cluster_name and broker_addr in bd.broker_addrs.values()
+        }
+
+    def apply_event(self, event: Event) -> None:
+        """A REGISTER or ADMIN event, as the node that reported it applied it."""
+        self._event_time = event.event_time
+        m = self.manager
+        if event.type is EventType.REGISTER:
+            assert event.cluster_name and event.broker_addr and event.broker_name is not None
+            self._touched_groups |= self._groups_of(event.cluster_name, event.broker_addr) | {event.broker_name}
+            m.register_broker(
+                event.cluster_name,
+                event.broker_addr,
+                event.broker_name,
+                int(event.broker_id or 0),
+                event.ha_server_addr,
+                zone_name=event.zone_name,
+                timeout_millis=event.heartbeat_timeout_millis,
+                enable_acting_master=event.enable_acting_master,
+                body=_register_body(event),
+            )
+        elif event.type is EventType.ADMIN:
+            op = event.op
+            if op is AdminOp.WIPE_WRITE_PERM and event.broker_name:
+                self._touched_groups.add(event.broker_name)
+                m.wipe_write_perm_of_broker(event.broker_name)
+            elif op is AdminOp.ADD_WRITE_PERM and event.broker_name:
+                self._touched_groups.add(event.broker_name)
+                m.add_write_perm_of_broker(event.broker_name)
+            elif op is AdminOp.DELETE_TOPIC and event.topic:
+                self._touched_topics.add(event.topic)
+                if m.delete_topic(event.topic, event.cluster_name or None):
+                    self._deleted.add(event.topic)
+            elif op is AdminOp.REGISTER_TOPIC and event.topic:
+                self._touched_topics.add(event.topic)
+                m.register_topic(
+                    event.topic,
+                    [
+                        QueueData(q.broker_name, q.queues.read_queue_nums, q.queues.write_queue_nums, q.queues.perm,
+                                  q.queues.topic_sys_flag)
+                        for q in event.queue_datas or []
+                    ],
+                )  # fmt: skip
+        else:
+            raise ValueError(f"the route model takes REGISTER and ADMIN events, not {event.type}")
+
+    def apply_removal(self, cluster_name: str, broker_addr: str, event_time: int, *, unclean: bool) -> bool:
+        """An EXPIRE or REMOVE, as a node applies it; True when the broker was there to remove.
+
+        ``unclean`` (expiry, lost connection) makes topics left without any broker count as lost.
+        """
+        self._event_time = event_time
+        m = self.manager
+        groups = self._groups_of(cluster_name, broker_addr)
+        self._touched_groups |= groups
+        request = m.build_unregister_request(cluster_name, broker_addr)
+        if request is None:
+            return False
+        outcome = m.unregister_brokers([request])
+        if unclean:
+            self._unclean_groups |= outcome.removed_brokers
+        return bool(outcome.applied)
+
+    # -- reading
+
+    def route(self, topic: str) -> bytes | None:
+        """What GET_ROUTEINFO_BY_TOPIC answers for ``topic`` (standard dialect), None for TOPIC_NOT_EXIST."""
+        route: TopicRouteData | None = self.manager.pickup_topic_route_data(topic)
+        return None if route is None else bodies.encode_route(route, standard=True)
+
+    def cluster_info(self) -> bytes:
+        return bodies.encode_cluster_info(*self.manager.get_all_cluster_info())
+
+    def topics(self) -> list[str]:
+        return self.manager.get_all_topic_list()
+
+    def _brokers_snapshot(self) -> bytes:
+        m = self.manager
+        return orjson.dumps(
+            {
+                "groups": {name: bd.to_wire() for name, bd in m.broker_addr_table.items()},
+                "clusters": {c: sorted(names) for c, names in m.cluster_addr_table.items()},
+                "live": {
+                    f"{k.cluster_name}|{k.broker_addr}": {
+                        "dataVersion": v.data_version.to_wire(),
+                        "timeoutMillis": v.heartbeat_timeout_millis,
+                        "haServerAddr": v.ha_server_addr,
+                        "lastUpdate": v.last_update_timestamp,
+                    }
+                    for k, v in m.broker_live_table.items()
+                },
+            },
+            option=_JSON_OPTS,
+        )
+
+    # -- differences
+
+    def changes(self, *, full: bool = False) -> RouteChanges:
+        """Differences from what was last taken by :meth:`changes`; ``full`` re-checks every topic."""
+        tqt = self.manager.topic_queue_table
+        groups = self._touched_groups
+        if full:
+            candidates = set(tqt) | set(self._entries)
+        else:
+            candidates = set(self._touched_topics)
+            if groups:
+                candidates |= {t for t, qmap in tqt.items() if not groups.isdisjoint(qmap)}
+                candidates |= {t for t, names in self._entry_groups.items() if not groups.isdisjoint(names)}
+        out = RouteChanges()
+        for topic in sorted(candidates):
+            qmap = tqt.get(topic)
+            entry = _topic_entry(qmap) if qmap else None
+            if entry != self._entries.get(topic):
+                out.model_topics[topic] = entry
+            route = self.route(topic)
+            if route != self._routes.get(topic):
+                out.routes[topic] = route
+            if qmap is None and topic in self._entries and topic not in self._deleted:
+                if not self._entry_groups[topic].isdisjoint(self._unclean_groups):
+                    out.lost_topics.add(topic)
+        cluster = self.cluster_info()
+        if cluster != self._cluster:
+            out.cluster = cluster
+        brokers = self._brokers_snapshot()
+        if brokers != self._brokers:
+            out.model_brokers = brokers
+        out.deleted_topics = set(self._deleted)
+        self._commit(out)
+        return out
+
+    def _commit(self, out: RouteChanges) -> None:
+        tqt = self.manager.topic_queue_table
+        for topic, entry in out.model_topics.items():
+            if entry is None:
+                self._entries.pop(topic, None)
+                self._entry_groups.pop(topic, None)
+            else:
+                self._entries[topic] = entry
+                self._entry_groups[topic] = frozenset(tqt[topic])
+        for topic, route in out.routes.items():
+            if route is None:
+                self._routes.pop(topic, None)
+            else:
+                self._routes[topic] = route
+        if out.cluster is not None:
+            self._cluster = out.cluster
+        if out.model_brokers is not None:
+            self._brokers = out.model_brokers
+        self._touched_groups = set()
+        self._touched_topics = set()
+        self._unclean_groups = set()
+        self._deleted = set()
+
+    def forget_written(self) -> None:
+        """Assume nothing was written: the next ``changes(full=True)`` covers every topic."""
+        self._routes, self._entries, self._entry_groups = {}, {}, {}
+        self._cluster = self._brokers = None
+
+    # -- persistence
+
+    @classmethod
+    def restore(
+        cls, entries: Mapping[str, bytes], brokers: bytes | None, settings: RouteSettings | None = None
+    ) -> RouteModel:
+        """The model as a store last wrote it (:attr:`RedisKeys.model_topics`, :attr:`RedisKeys.model_brokers`)."""
+        model = cls(settings)
+        m = model.manager
+        for topic, entry in entries.items():
+            m.topic_queue_table[topic] = {
+                name: QueueData.from_wire(q) for name, q in orjson.loads(entry).items()
+            }
+        if brokers:
+            snap = orjson.loads(brokers)
+            m.broker_addr_table = {name: BrokerData.from_wire(d) for name, d in snap.get("groups", {}).items()}
+            m.cluster_addr_table = {c: set(names) for c, names in snap.get("clusters", {}).items()}
+            for key, live in snap.get("live", {}).items():
+                cluster_name, _, addr = key.partition("|")
+                m.broker_live_table[BrokerAddrInfo(cluster_name, addr)] = BrokerLiveInfo(
+                    last_update_timestamp=int(live.get("lastUpdate") or 0),
+                    heartbeat_timeout_millis=int(live["timeoutMillis"]),
+                    data_version=DataVersion.from_wire(live.get("dataVersion")),
+                    channel=None,
+                    ha_server_addr=live.get("haServerAddr"),
+                    registered_seq=0,
+                )
+        # what the store holds is what was last written
+        model._entries = {t: _topic_entry(q) for t, q in m.topic_queue_table.items()}
+        model._entry_groups = {t: frozenset(q) for t, q in m.topic_queue_table.items()}
+        model._routes = {t: r for t in m.topic_queue_table if (r := model.route(t)) is not None}
+        model._cluster = model.cluster_info()
+        model._brokers = model._brokers_snapshot()
+        return model
+
+
+# --------------------------------------------------------------------------- the store
+
+
+@dataclass(frozen=True)
+class StoredState:
+    lineage: str | None
+    batch_id: int
+    model: RouteModel
+    alerts: dict[str, Alert]
+
+
+class RedisRouteStore:
+    """Writes a batch's changes in one MULTI/EXEC; reads the model back after a restart."""
+
+    def __init__(self, client: redis.Redis, keys: RedisKeys) -> None:
+        self.client = client
+        self.keys = keys
+
+    @classmethod
+    def from_url(cls, url: str, prefix: str = "namesrv") -> RedisRouteStore:
+        import redis
+
+        return cls(redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=10), RedisKeys(prefix))
+
+    def load(self, settings: RouteSettings | None = None) -> StoredState:
+        k = self.keys
+        meta = {key.decode(): value.decode() for key, value in self.client.hgetall(k.meta).items()}
+        entries = {t.decode(): e for t, e in self.client.hgetall(k.model_topics).items()}
+        alerts = {}
+        for incident, raw in self.client.hgetall(k.alerts).items():
+            try:
+                alerts[incident.decode()] = decode_alert(raw)
+            except ValueError:
+                log.warning("redis: ignoring malformed alert %r", incident)
+        model = RouteModel.restore(entries, self.client.get(k.model_brokers), settings)
+        return StoredState(meta.get("lineage"), int(meta.get("batchId", -1)), model, alerts)
+
+    def _delete_all(self, pipe: Any) -> None:
+        k = self.keys
+        # only the job writes under the prefix, so the scan outside the transaction is safe
+        stale = list(self.client.scan_iter(match=k.route_pattern, count=1000))
+        for i in range(0, len(stale), 1000):
+            pipe.delete(*stale[i : i + 1000])
+        pipe.delete(k.topics, k.cluster, k.alerts, k.meta, k.model_topics, k.model_brokers)
+
+    def reset(self) -> None:
+        """Delete everything the job wrote under this prefix."""
+        with self.client.pipeline(transaction=True) as pipe:
+            self._delete_all(pipe)
+            pipe.execute()
+
+    def commit(
+        self,
+        lineage: str,
+        batch_id: int,
+        changes: RouteChanges,
+        alerts: Iterable[Alert] = (),
+        *,
+        watermark: int | None = None,
+        monitor: str = "",
+        replace: bool = False,
+    ) -> list[str]:
+        """Write one batch atomically; returns the topics announced on the channel.
+
+        ``replace`` first deletes everything under the prefix, in the same transaction (a new
+        query lineage, or catching up after a failed write; ``changes`` must then be full).
+        """
+        k = self.keys
+        now = int(time.time() * 1000)
+        changed = sorted(changes.routes)
+        with self.client.pipeline(transaction=True) as pipe:
+            if replace:
+                self._delete_all(pipe)
+            for topic, route in changes.routes.items():
+                if route is None:
+                    pipe.delete(k.route(topic))
+                    pipe.srem(k.topics, topic)
+                else:
+                    pipe.set(k.route(topic), route)
+                    pipe.sadd(k.topics, topic)
+            for topic, entry in changes.model_topics.items():
+                if entry is None:
+                    pipe.hdel(k.model_topics, topic)
+                else:
+                    pipe.hset(k.model_topics, topic, entry)
+            if changes.cluster is not None:
+                pipe.set(k.cluster, changes.cluster)
+            if changes.model_brokers is not None:
+                pipe.set(k.model_brokers, changes.model_brokers)
+            self._alert_writes(pipe, alerts, monitor, now)
+            meta: dict[str, Any] = {"lineage": lineage, "batchId": batch_id, "updatedAt": now}
+            if watermark is not None:
+                meta["watermark"] = watermark
+            pipe.hset(k.meta, mapping=meta)
+            for topic in changed:
+                pipe.publish(k.channel, topic)
+            pipe.execute()
+        return changed
+
+    def _alert_writes(self, pipe: Any, alerts: Iterable[Alert], monitor: str, now: int) -> None:
+        for alert in alerts:
+            if alert.state == "OPEN":
+                pipe.hset(self.keys.alerts, alert.incident, encode_alert(alert, monitor=monitor, emitted_at=now))
+            else:
+                pipe.hdel(self.keys.alerts, alert.incident)
+
+    def write_alerts(self, alerts: Iterable[Alert], *, monitor: str = "") -> None:
+        """Alerts decided between batches (MONITOR_LAGGING)."""
+        with self.client.pipeline(transaction=True) as pipe:
+            self._alert_writes(pipe, alerts, monitor, int(time.time() * 1000))
+            pipe.execute()
+
+
+# --------------------------------------------------------------------------- the reader
+
+
+class RouteLookup:
+    """Read routes the job materialised: ``RouteLookup(url).get("TopicTest")``."""
+
+    def __init__(self, redis_url: str, prefix: str = "namesrv", client: redis.Redis | None = None) -> None:
+        import redis
+
+        self.keys = RedisKeys(prefix)
+        self.client = client or redis.Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=10)
+
+    def get_raw(self, topic: str) -> bytes | None:
+        """The route exactly as GET_ROUTEINFO_BY_TOPIC answers it (standard JSON), None if there is none."""
+        return self.client.get(self.keys.route(topic))
+
+    def get(self, topic: str) -> TopicRouteData | None:
+        raw = self.get_raw(topic)
+        return None if raw is None else bodies.decode_route(raw)
+
+    def topics(self) -> list[str]:
+        return sorted(t.decode() for t in self.client.smembers(self.keys.topics))
+
+    def cluster_info(self) -> bodies.ClusterInfo | None:
+        raw = self.client.get(self.keys.cluster)
+        return None if raw is None else bodies.decode_cluster_info(raw)
+
+    def alerts(self) -> list[Alert]:
+        """The incidents open now."""
+        out = []
+        for raw in self.client.hvals(self.keys.alerts):
+            try:
+                out.append(decode_alert(raw))
+            except ValueError:
+                continue
+        return sorted(out, key=lambda a: a.incident)
+
+    def status(self) -> dict[str, str]:
+        """The job's last write: lineage, batchId, watermark, updatedAt."""
+        return {k.decode(): v.decode() for k, v in self.client.hgetall(self.keys.meta).items()}
+
+    def watch(self, timeout: float | None = None) -> Iterator[str]:
+        """Names of topics whose route changes, as they change; stops after ``timeout`` s of silence."""
+        pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+        pubsub.subscribe(self.keys.channel)
+        quiet_until = None if timeout is None else time.monotonic() + timeout
+        try:
+            while quiet_until is None or time.monotonic() < quiet_until:
+                wait = 1.0 if quiet_until is None else max(0.0, min(1.0, quiet_until - time.monotonic()))
+                message = pubsub.get_message(timeout=wait)
+                data = None if message is None else message.get("data")
+                if isinstance(data, bytes):
+                    if timeout is not None:
+                        quiet_until = time.monotonic() + timeout
+                    yield data.decode()
+        finally:
+            pubsub.close()
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,97 @@
+"""A real local Kafka-protocol broker for a test, and small readers/writers for event and action topics."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from infra.services import KafkaService, TopicSpec, free_port
+from namesrv.events.schema import Action, Event, decode_event, encode_action
+
+BACKENDS = ("noida", "tansu")
+CLIENT = dict(api_version=(3, 3), reconnect_backoff_max_ms=500, request_timeout_ms=5000)
+
+
+@contextmanager
+def kafka_broker(backend: str, run_dir: Path, topics: dict[str, int]) -> Iterator[KafkaService]:
+    """noida-db or Tansu on a free loopback port with ``topics`` (name -> partitions); stopped by PID."""
+    service = KafkaService(
+        port=free_port(), run_dir=run_dir, backend=backend,
+        topics=[TopicSpec(name, n) for name, n in topics.items()],
+    )  # fmt: skip
+    service.start()
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
+class TopicReader:
+    """Reads every partition of a topic from its beginning, keeping what it has read."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                                      auto_offset_reset="earliest", fetch_max_wait_ms=100, **CLIENT)
+        self.topic = topic
+        self.records: list = []
+        self._assigned = False
+
+    def _assign(self) -> None:
+        deadline = time.monotonic() + 10
+        while not (parts := self.consumer.partitions_for_topic(self.topic)):
+            assert time.monotonic() < deadline, f"topic {self.topic} did not appear"
+            time.sleep(0.05)
+        tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
+        self.consumer.assign(tps)
+        self.consumer.seek_to_beginning(*tps)
+        self._assigned = True
+
+    def poll(self) -> list:
+        if not self._assigned:
+            self._assign()
+        got = [r for batch in self.consumer.poll(timeout_ms=100).values() for r in batch]
+        self.records.extend(got)
+        return got
+
+    def wait_for(self, predicate: Callable[[list], bool], timeout: float = 15.0, what: str = "records") -> list:
+        """Poll until ``predicate(all records so far)`` holds; fail after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while not predicate(self.records):
+            assert time.monotonic() < deadline, f"timed out waiting for {what}; have {len(self.records)} record(s)"
+            self.poll()
+        return self.records
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class EventReader(TopicReader):
+    def events(self) -> list[Event]:
+        return [decode_event(r.value) for r in self.records]
+
+    def wait_for_events(self, predicate: Callable[[Event], bool], count: int = 1, timeout: float = 15.0,
+                        what: str = "events") -> list[Event]:
+        """The events matching ``predicate`` once there are at least ``count`` of them."""
+        self.wait_for(lambda rs: sum(1 for r in rs if predicate(decode_event(r.value))) >= count, timeout, what)
+        return [e for e in self.events() if predicate(e)]
+
+
+def publish_actions(bootstrap: str, topic: str, *actions: Action) -> None:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=False, **CLIENT)
+    try:
+        for action in actions:
+            producer.send(topic, key=(action.broker_addr or action.monitor).encode(), value=encode_action(action))
+        producer.flush(10)
+    finally:
+        producer.close(5)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)

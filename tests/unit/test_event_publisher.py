@@ -1,0 +1,227 @@
+"""The publisher without Kafka: queue policy, what each observer call publishes, the sender thread."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError, NotLeaderForPartitionError
+from kafka.future import Future
+
+from namesrv.events.publisher import EventPublisher, EventQueue, PublisherSettings
+from namesrv.events.schema import AdminOp, DataVersionInfo, Event, EventType, QueueInfo, decode_event, encode_event
+from namesrv.protocol.codes import RequestCode
+from namesrv.protocol.headers import RegisterBrokerHeader
+from namesrv.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig
+from namesrv.routes import RouteInfoManager, RouteSettings, UnregisterRequest
+
+CLUSTER, NAME, ADDR = "DefaultCluster", "broker-a", "127.0.0.1:10911"
+
+
+def ev(seq: int, light: bool) -> Event:
+    return Event(EventType.HEARTBEAT if light else EventType.REGISTER, "n", seq, seq)
+
+
+def seqs(events):
+    return [e.seq for e in events]
+
+
+# --------------------------------------------------------------------------- the queue
+
+
+def test_full_queue_drops_oldest_heartbeat_first_then_oldest_registration():
+    q = EventQueue(3)
+    for seq, light in [(1, False), (2, True), (3, True), (4, False)]:
+        q.put(ev(seq, light))
+    assert (q.dropped_light, q.dropped_heavy) == (1, 0)  # seq 2 went, the registration stayed
+    q.put(ev(5, False))
+    q.put(ev(6, False))  # nothing light left: the oldest registration goes
+    assert (q.dropped_light, q.dropped_heavy) == (2, 1)
+    assert seqs(q.take(10, 0)) == [4, 5, 6]
+
+
+def test_take_merges_lanes_in_seq_order_and_put_back_restores_order():
+    q = EventQueue(10)
+    for seq, light in [(1, True), (2, False), (3, True), (4, False)]:
+        q.put(ev(seq, light))
+    first = q.take(3, 0)
+    assert seqs(first) == [1, 2, 3]
+    q.put(ev(5, True))
+    q.put_back([first[2]])
+    q.put_back([first[1]])
+    assert seqs(q.take(10, 0)) == [2, 3, 4, 5]
+    assert q.take(10, 0) == []
+
+
+# --------------------------------------------------------------------------- observer calls
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000_000
+
+    def __call__(self) -> int:
+        self.now += 1
+        return self.now
+
+
+def make_publisher(**settings) -> tuple[EventPublisher, RouteInfoManager]:
+    routes = RouteInfoManager(RouteSettings())
+    publisher = EventPublisher(PublisherSettings("k:1", "events", "ns-1", **settings), routes, clock_ms=Clock())
+    return publisher, routes
+
+
+def register(publisher, routes, dv=DataVersion(1, 0, 5), timeout=None, zone=None):
+    header = RegisterBrokerHeader(
+        broker_name=NAME, broker_addr=ADDR, cluster_name=CLUSTER, ha_server_addr="127.0.0.1:10912",
+        broker_id=0, heartbeat_timeout_millis=timeout, enable_acting_master=True,
+    )  # fmt: skip
+    body = RegisterBrokerBody(dv, {"T1": TopicConfig("T1", 4, 2, 6), "T2": TopicConfig("T2", 1, 1, 4, topic_sys_flag=1)})
+    result = routes.register_broker(CLUSTER, ADDR, NAME, 0, "127.0.0.1:10912", zone, timeout, True, body, None)
+    publisher.broker_registered(header, body, result)
+
+
+def drain(publisher) -> list[Event]:
+    return publisher.queue.take(1000, 0)
+
+
+def test_first_registration_carries_the_topic_table_then_unchanged_ones_are_heartbeats():
+    p, routes = make_publisher()
+    register(p, routes, zone="z1")
+    register(p, routes)
+    register(p, routes, dv=DataVersion(2, 0, 6), timeout=30000)
+    first, again, changed = drain(p)
+    assert first.type is EventType.REGISTER and first.seq == 1 and first.node == "ns-1"
+    assert (first.cluster_name, first.broker_name, first.broker_id, first.broker_addr) == (CLUSTER, NAME, 0, ADDR)
+    assert (first.ha_server_addr, first.zone_name, first.enable_acting_master) == ("127.0.0.1:10912", "z1", True)
+    assert first.heartbeat_timeout_millis == 120000  # the broker sent none: the default applies
+    assert first.data_version == DataVersionInfo(1, 0, 5)
+    assert first.topics == {"T1": QueueInfo(4, 2, 6, 0), "T2": QueueInfo(1, 1, 4, 1)}
+    assert again.type is EventType.HEARTBEAT and again.source == "REGISTER_BROKER" and again.topics is None
+    assert again.data_version == DataVersionInfo(1, 0, 5)
+    assert changed.type is EventType.REGISTER and changed.heartbeat_timeout_millis == 30000
+    assert p.last_event_time(CLUSTER, ADDR) == changed.event_time
+    for e in (first, again, changed):
+        assert decode_event(encode_event(e)) == e
+
+
+def test_heartbeats_name_the_broker_and_skip_brokers_the_node_does_not_hold():
+    p, routes = make_publisher()
+    p.broker_heartbeat(CLUSTER, ADDR, RequestCode.QUERY_DATA_VERSION)
+    assert drain(p) == [] and p.stats().ignored == 1 and p.last_event_time(CLUSTER, ADDR) is None
+    register(p, routes)
+    drain(p)
+    p.broker_heartbeat(CLUSTER, ADDR, RequestCode.BROKER_HEARTBEAT)
+    p.broker_heartbeat(CLUSTER, ADDR, RequestCode.QUERY_DATA_VERSION)
+    hb, qdv = drain(p)
+    assert (hb.type, hb.source, hb.broker_name, hb.broker_id) == (EventType.HEARTBEAT, "BROKER_HEARTBEAT", NAME, 0)
+    assert qdv.source == "QUERY_DATA_VERSION" and qdv.seq == hb.seq + 1
+    assert p.last_event_time(CLUSTER, ADDR) == qdv.event_time
+
+
+def test_unregistrations_say_why_and_closed_connections_are_their_own_type():
+    p, _ = make_publisher()
+    req = UnregisterRequest(CLUSTER, ADDR, NAME, 0, 1)
+    for reason in ("UNREGISTER_BROKER", "expired", "EXPIRE", "REMOVE", "connection closed"):
+        p.broker_unregistered(req, reason)
+    events = drain(p)
+    assert [(e.type, e.source) for e in events[:4]] == [
+        (EventType.UNREGISTER, "UNREGISTER_BROKER"), (EventType.UNREGISTER, "LOCAL_EXPIRY"),
+        (EventType.UNREGISTER, "EXPIRE"), (EventType.UNREGISTER, "REMOVE"),
+    ]  # fmt: skip
+    closed = events[4]
+    assert (closed.type, closed.reason, closed.broker_addr, closed.broker_name) == (
+        EventType.CHANNEL_CLOSED, "connection closed", ADDR, NAME)
+
+
+def test_admin_operations_carry_their_details():
+    p, _ = make_publisher()
+    p.route_changed_by_admin(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": NAME, "topics": 2})
+    p.route_changed_by_admin(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "T1", "clusterName": ""})
+    p.route_changed_by_admin(
+        RequestCode.REGISTER_TOPIC_IN_NAMESRV, {"topic": "T3", "queueDatas": [QueueData(NAME, 8, 8, 6).to_wire()]}
+    )
+    wipe, delete, reg = drain(p)
+    assert (wipe.op, wipe.broker_name, wipe.topic_count) == (AdminOp.WIPE_WRITE_PERM, NAME, 2)
+    assert (delete.op, delete.topic, delete.cluster_name) == (AdminOp.DELETE_TOPIC, "T1", None)
+    assert reg.op is AdminOp.REGISTER_TOPIC and reg.queue_datas[0].broker_name == NAME
+    assert reg.queue_datas[0].queues == QueueInfo(8, 8, 6, 0)
+
+
+def test_a_publishing_bug_never_escapes_into_the_request(caplog):
+    p, _ = make_publisher()
+    p.route_changed_by_admin(RequestCode.REGISTER_TOPIC_IN_NAMESRV, {"topic": "T", "queueDatas": [{"oops": 1}]})
+    assert drain(p) == []
+    assert "could not publish" in caplog.text
+
+
+def test_ticks_carry_only_the_node_clock():
+    p, _ = make_publisher()
+    tick = p.tick()
+    assert (tick.type, tick.broker_addr, tick.node) == (EventType.TICK, None, "ns-1")
+
+
+# --------------------------------------------------------------------------- the sender thread
+
+
+class FakeProducer:
+    """Records sends; ``outcomes`` decides each send: None = ack, an exception = raise or fail."""
+
+    def __init__(self, outcomes=()) -> None:
+        self.outcomes = list(outcomes)
+        self.sent: list[tuple[str, bytes, bytes]] = []
+        self.lock = threading.Lock()
+
+    def send(self, topic, key=None, value=None):
+        with self.lock:
+            outcome = self.outcomes.pop(0) if self.outcomes else None
+        if isinstance(outcome, KafkaTimeoutError):
+            raise outcome
+        future = Future()
+        if outcome is None:
+            self.sent.append((topic, key, value))
+            future.success("ok")
+        else:
+            future.failure(outcome)
+        return future
+
+    def flush(self, timeout=None):
+        pass
+
+    def close(self, timeout=None):
+        pass
+
+
+def run_with(producer, events) -> EventPublisher:
+    p, _ = make_publisher()
+    p._producer_factory = lambda settings, client_id: producer
+    for e in events:
+        p.queue.put(e)
+    p.start()
+    assert p.flush(5)
+    p.stop(1)
+    return p
+
+
+def test_sender_publishes_in_order_with_broker_keys():
+    producer = FakeProducer()
+    hb = Event(EventType.HEARTBEAT, "", 1, 1, cluster_name=CLUSTER, broker_addr=ADDR, source="BROKER_HEARTBEAT")
+    p = run_with(producer, [hb, Event(EventType.TICK, "", 2, 2)])
+    assert [(t, k) for t, k, _ in producer.sent] == [("events", ADDR.encode()), ("events", b"ns-1")]
+    assert decode_event(producer.sent[0][2]).node == "ns-1"  # stamped when sent
+    assert (p.stats().sent, p.stats().queued) == (2, 0)
+
+
+def test_undelivered_registrations_are_retried_and_heartbeats_counted_as_failed():
+    producer = FakeProducer([NotLeaderForPartitionError(), NotLeaderForPartitionError(), KafkaTimeoutError()])
+    p = run_with(producer, [ev(1, False), ev(2, True), ev(3, False)])
+    assert sorted(json.loads(v)["seq"] for _, _, v in producer.sent) == [1, 3]
+    s = p.stats()
+    assert (s.requeued, s.failed, s.sent) == (1, 1, 2)
+
+
+def test_non_retriable_send_errors_are_counted_and_skipped():
+    producer = FakeProducer([MessageSizeTooLargeError()])
+    p = run_with(producer, [ev(1, False), ev(2, False)])
+    assert [json.loads(v)["seq"] for _, _, v in producer.sent] == [2]
+    assert p.stats().failed == 1

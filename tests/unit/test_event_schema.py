@@ -1,0 +1,192 @@
+"""The version-1 event/action JSON: round trips, the exact bytes, and strict rejection."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from namesrv.events import schema
+from namesrv.events.schema import (
+    Action,
+    ActionType,
+    AdminOp,
+    BrokerQueueInfo,
+    DataVersionInfo,
+    Event,
+    EventType,
+    QueueInfo,
+    SchemaError,
+    action_ddl,
+    action_key,
+    decode_action,
+    decode_event,
+    encode_action,
+    encode_event,
+    event_ddl,
+    event_field_types,
+    event_key,
+)
+
+REGISTER = Event(
+    EventType.REGISTER, "ns-1", 1_700_000_000_123, 7,
+    cluster_name="DefaultCluster", broker_name="broker-a", broker_id=0, broker_addr="127.0.0.1:10911",
+    ha_server_addr="127.0.0.1:10912", zone_name="zone-1", enable_acting_master=False,
+    heartbeat_timeout_millis=120000, data_version=DataVersionInfo(3, 0, 1_700_000_000_000),
+    topics={"TopicTest": QueueInfo(4, 4, 6, 0)},
+)  # fmt: skip
+EXPIRE = Action(
+    ActionType.EXPIRE, "monitor-1", 1_700_000_130_000, cluster_name="DefaultCluster",
+    broker_addr="127.0.0.1:10911", broker_name="broker-a", broker_id=0, last_heartbeat=1_700_000_000_123,
+    watermark=1_700_000_010_000,
+)  # fmt: skip
+
+
+def test_register_event_bytes_are_the_documented_ones():
+    assert encode_event(REGISTER) == (
+        b'{"v":1,"type":"REGISTER","node":"ns-1","eventTime":1700000000123,"seq":7,'
+        b'"clusterName":"DefaultCluster","brokerName":"broker-a","brokerId":0,"brokerAddr":"127.0.0.1:10911",'
+        b'"haServerAddr":"127.0.0.1:10912","zoneName":"zone-1","enableActingMaster":false,'
+        b'"heartbeatTimeoutMillis":120000,"dataVersion":{"counter":3,"stateVersion":0,"timestamp":1700000000000},'
+        b'"topics":{"TopicTest":{"readQueueNums":4,"writeQueueNums":4,"perm":6,"topicSysFlag":0}}}'
+    )
+    assert event_key(REGISTER) == b"127.0.0.1:10911"
+
+
+EVENTS = [
+    REGISTER,
+    Event(EventType.HEARTBEAT, "ns-1", 5, 8, cluster_name="c", broker_addr="a:1", source="QUERY_DATA_VERSION"),
+    Event(EventType.HEARTBEAT, "ns-1", 5, 9, cluster_name="c", broker_name="b", broker_id=1, broker_addr="a:1",
+          source="REGISTER_BROKER", heartbeat_timeout_millis=30000, data_version=DataVersionInfo(1, 2, 3)),
+    Event(EventType.UNREGISTER, "ns-1", 5, 10, cluster_name="c", broker_name="b", broker_id=0, broker_addr="a:1",
+          source="EXPIRE"),
+    Event(EventType.CHANNEL_CLOSED, "ns-1", 5, 11, cluster_name="c", broker_addr="a:1", reason="connection closed"),
+    Event(EventType.ADMIN, "ns-1", 5, 12, op=AdminOp.WIPE_WRITE_PERM, broker_name="b", topic_count=3),
+    Event(EventType.ADMIN, "ns-1", 5, 13, op=AdminOp.DELETE_TOPIC, topic="T", cluster_name="c"),
+    Event(EventType.ADMIN, "ns-1", 5, 14, op=AdminOp.REGISTER_TOPIC, topic="T",
+          queue_datas=[BrokerQueueInfo("b", QueueInfo(8, 8, 6, 0))]),
+    Event(EventType.TICK, "ns-1", 5, 15),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("event", EVENTS, ids=lambda e: f"{e.type.value}-{e.seq}")
+def test_every_event_kind_round_trips(event):
+    assert decode_event(encode_event(event)) == event
+
+
+def test_absent_fields_are_not_written_and_ticks_are_keyed_by_node():
+    tick = Event(EventType.TICK, "ns-1", 5, 15)
+    assert json.loads(encode_event(tick)) == {"v": 1, "type": "TICK", "node": "ns-1", "eventTime": 5, "seq": 15}
+    assert event_key(tick) == b"ns-1"
+
+
+def test_actions_round_trip_and_key_by_broker():
+    beat = Action(ActionType.MONITOR_HEARTBEAT, "monitor-1", 42, watermark=7)
+    for action in (EXPIRE, beat):
+        assert decode_action(encode_action(action)) == action
+    assert action_key(EXPIRE) == b"127.0.0.1:10911"
+    assert action_key(beat) == b"monitor-1"
+    assert encode_action(beat) == b'{"v":1,"type":"MONITOR_HEARTBEAT","monitor":"monitor-1","decidedAt":42,"watermark":7}'
+
+
+def test_unknown_fields_are_ignored_and_parsed_objects_accepted():
+    d = json.loads(encode_event(REGISTER))
+    d["addedLater"] = {"x": 1}
+    assert decode_event(d) == REGISTER
+    assert decode_event(json.dumps(d)) == REGISTER
+
+
+def _register(**changes):
+    d = json.loads(encode_event(REGISTER))
+    for k, v in changes.items():
+        if v is ...:
+            del d[k]
+        else:
+            d[k] = v
+    return json.dumps(d).encode()
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"{not json", "not JSON"),
+        (b"[1,2]", "expected a JSON object"),
+        (_register(v=2), "unsupported schema version 2"),
+        (_register(v=True), "unsupported schema version True"),
+        (_register(v=...), "unsupported schema version None"),
+        (_register(type="REBOOT"), "event.type: unknown value 'REBOOT'"),
+        (_register(eventTime="1"), "event.eventTime: expected an integer, got str"),
+        (_register(eventTime=1.5), "event.eventTime: expected an integer, got float"),
+        (_register(brokerId=True), "event.brokerId: expected an integer, got bool"),
+        (_register(enableActingMaster="false"), "event.enableActingMaster: expected true or false"),
+        (_register(node=...), "missing required field(s) node"),
+        (_register(topics=...), "REGISTER event: missing required field(s) topics"),
+        (_register(dataVersion={"counter": 1}), "event.dataVersion.stateVersion: missing"),
+        (_register(topics={"T": {"readQueueNums": 1, "writeQueueNums": "1", "perm": 6}}),
+         "event.topics['T'].writeQueueNums: expected an integer"),
+        (_register(seq=-1), "must not be negative"),
+        (b'{"v":1,"type":"HEARTBEAT","node":"n","eventTime":1,"seq":1,"clusterName":"c","brokerAddr":"a",'
+         b'"source":"PING"}', "HEARTBEAT event.source: unknown value 'PING'"),
+        (b'{"v":1,"type":"HEARTBEAT","node":"n","eventTime":1,"seq":1,"clusterName":"c","brokerAddr":"a"}',
+         "HEARTBEAT event: missing required field(s) source"),
+        (b'{"v":1,"type":"ADMIN","node":"n","eventTime":1,"seq":1,"op":"REGISTER_TOPIC","topic":"T"}',
+         "ADMIN REGISTER_TOPIC event: missing required field(s) queueDatas"),
+        (b'{"v":1,"type":"ADMIN","node":"n","eventTime":1,"seq":1,"op":"REGISTER_TOPIC","topic":"T",'
+         b'"queueDatas":[{"readQueueNums":1,"writeQueueNums":1,"perm":6}]}',
+         "event.queueDatas[0].brokerName: expected a non-empty string"),
+    ],
+)  # fmt: skip
+def test_bad_events_raise_one_schema_error_naming_the_field(data, message):
+    with pytest.raises(SchemaError) as caught:
+        decode_event(data)
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b'{"v":1,"type":"EXPIRE","monitor":"m","decidedAt":1,"clusterName":"c","brokerAddr":"a","watermark":0}',
+         "EXPIRE action: missing required field(s) lastHeartbeat"),
+        (b'{"v":1,"type":"SHUTDOWN","monitor":"m","decidedAt":1}', "action.type: unknown value 'SHUTDOWN'"),
+        (b'{"v":1,"type":"MONITOR_HEARTBEAT","decidedAt":1}', "missing required field(s) monitor"),
+        (b'{"v":1,"type":"REMOVE","monitor":"m","decidedAt":1,"clusterName":"c","brokerAddr":"a",'
+         b'"lastHeartbeat":"5","watermark":0}', "action.lastHeartbeat: expected an integer, got str '5'"),
+        (b"", "not JSON"),
+        (b"null", "expected a JSON object, got NoneType"),
+    ],
+)  # fmt: skip
+def test_bad_actions_raise_schema_error(data, message):
+    with pytest.raises(SchemaError) as caught:
+        decode_action(data)
+    assert message in str(caught.value)
+
+
+def test_schema_error_is_a_value_error_for_callers_that_catch_broadly():
+    assert issubclass(SchemaError, ValueError)
+
+
+def test_spark_ddl_names_every_field_once_in_schema_order():
+    types = event_field_types()
+    assert list(types) == [f.name for f in schema.EVENT_FIELDS]
+    assert types["eventTime"] == "BIGINT" and types["enableActingMaster"] == "BOOLEAN"
+    assert types["topics"].startswith("MAP<STRING, STRUCT<readQueueNums: INT")
+    ddl = event_ddl()
+    assert ddl.startswith("`v` INT, `type` STRING, `node` STRING, `eventTime` BIGINT, `seq` BIGINT")
+    assert ddl.count("`") == 2 * len(types)
+    assert "`lastHeartbeat` BIGINT" in action_ddl()
+
+
+def test_every_written_field_is_in_the_ddl():
+    written = set(json.loads(encode_event(REGISTER))) | set(json.loads(encode_action(EXPIRE)))
+    for event in EVENTS:
+        written |= set(json.loads(encode_event(event)))
+    assert written <= set(event_field_types()) | set(schema.action_field_types())
+
+
+def test_schema_module_imports_neither_kafka_nor_spark():
+    tree = ast.parse(Path(schema.__file__).read_text())
+    imported = {n.names[0].name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported <= {"__future__", "enum", "collections", "dataclasses", "typing", "orjson"}

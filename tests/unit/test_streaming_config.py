@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streaming.config import OPTIONS, ConfigError, StreamingConfig, load_config, parse_overrides
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_shipped_file_sets_only_known_keys_and_its_defaults_match_the_code(tmp_path):
+    cfg = load_config(REPO / "conf" / "streaming.properties", base_dir=tmp_path)
+    default = StreamingConfig()
+    for opt in OPTIONS:
+        if opt.attr != "checkpoint_dir":
+            assert getattr(cfg, opt.attr) == getattr(default, opt.attr), opt.key
+    assert cfg.checkpoint_dir == (tmp_path / "run/streaming/checkpoint").resolve()
+    text = (REPO / "conf" / "streaming.properties").read_text()
+    for opt in OPTIONS:
+        assert f"{opt.key}=" in text, f"{opt.key} is not documented in conf/streaming.properties"
+
+
+def test_overrides_win_and_spark_keys_pass_through(tmp_path):
+    cfg = load_config(
+        None,
+        parse_overrides(["monitor.watermarkDelayMillis=5000", "spark.master=local[2]", "redis.url="]),
+        base_dir=tmp_path,
+    )
+    assert cfg.watermark_delay_millis == 5000
+    assert cfg.spark["spark.master"] == "local[2]"
+    assert cfg.spark["spark.sql.session.timeZone"] == "UTC"  # defaults kept
+    assert cfg.redis_url == ""
+    assert cfg.source_options()["subscribe"] == "namesrv-events"
+
+
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ("monitor.watermarkDelayMillis=soon", "monitor.watermarkDelayMillis='soon' is not a valid milliseconds"),
+        ("monitor.watermarkDelay=5", "unknown key 'monitor.watermarkDelay'"),
+        ("kafka.format=parquet", "kafka.format='parquet'"),
+        ("alerts.flapThreshold=0", "alerts.flapThreshold='0'"),
+    ],
+)
+def test_a_bad_key_or_value_stops_start_up_naming_it(item, message, tmp_path):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        load_config(None, parse_overrides([item]), base_dir=tmp_path)
+
+
+def test_override_syntax():
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_overrides(["novalue"])

@@ -1,0 +1,199 @@
+"""LivenessProcessor without a stream: PySpark's TwsTester drives it with an in-memory handle.
+
+Event time only: the watermark is set by hand, as Spark would after a micro-batch.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from pyspark.sql.streaming.tws_tester import TwsTester
+
+from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo, encode_event
+from streaming.events import group_key, parse_record
+from streaming.liveness import KIND_ACTION, KIND_ALERT, KIND_ROUTE, LivenessProcessor, LivenessSettings
+
+CLUSTER = "DefaultCluster"
+ADDR = "10.0.0.1:10911"
+T0 = 1_700_000_000_000
+TIMEOUT = 10_000
+
+
+def ev(etype: EventType, t: int, node: str = "n1", seq: int = 1, **kw) -> Event:
+    base = dict(type=etype, node=node, event_time=t, seq=seq)
+    if etype not in (EventType.TICK, EventType.ADMIN):
+        base.update(cluster_name=CLUSTER, broker_addr=kw.pop("addr", ADDR))
+    base.update(kw)
+    return Event(**base)
+
+
+def register(t: int, node: str = "n1", counter: int = 1, timeout: int = TIMEOUT, **kw) -> Event:
+    return ev(
+        EventType.REGISTER, t, node, broker_name="broker-a", broker_id=0, heartbeat_timeout_millis=timeout,
+        data_version=DataVersionInfo(counter, 0, 1), topics={"T": QueueInfo(4, 4, 6)}, **kw,
+    )  # fmt: skip
+
+
+def heartbeat(t: int, node: str = "n1", source: str = "BROKER_HEARTBEAT") -> Event:
+    return ev(EventType.HEARTBEAT, t, node, source=source)
+
+
+def frame(*events: Event) -> pd.DataFrame:
+    return pd.DataFrame([parse_record(encode_event(e)) for e in events]).drop(columns=["error"])
+
+
+def make_tester(**settings) -> TwsTester:
+    s = LivenessSettings(**{"heartbeat_timeout_ms": 60_000, "node_silent_ms": 5_000, **settings})
+    return TwsTester(
+        LivenessProcessor(s), timeMode="EventTime", outputMode="Append",
+        eventTimeExtractor=lambda row: row["eventTime"],
+    )  # fmt: skip
+
+
+KEY = group_key(register(T0))
+
+
+def feed(t: TwsTester, *events: Event, key: str = KEY) -> list[dict]:
+    out = t.testInPandas(key, frame(*events))
+    return out.to_dict("records") if len(out) else []
+
+
+def fire(t: TwsTester, watermark: int) -> list[dict]:
+    out = t.setWatermark(watermark)
+    return out.to_dict("records") if len(out) else []
+
+
+def kinds(rows: list[dict], kind: str) -> list[dict]:
+    return [r for r in rows if r["kind"] == kind]
+
+
+def test_a_registration_is_passed_to_routes_and_expires_once_after_its_own_timeout():
+    t = make_tester()
+    out = feed(t, register(T0))
+    assert [(r["kind"], r["type"]) for r in out] == [(KIND_ROUTE, "REGISTER")]
+    # the registration's 10 s replaces the 60 s default; expired only once the watermark is past
+    assert fire(t, T0 + TIMEOUT) == []
+    out = fire(t, T0 + TIMEOUT + 1)
+    actions = kinds(out, KIND_ACTION)
+    assert len(actions) == 1
+    a = actions[0]
+    assert (a["type"], a["clusterName"], a["brokerAddr"], a["brokerName"], a["brokerId"]) == (
+        "EXPIRE", CLUSTER, ADDR, "broker-a", 0
+    )
+    assert a["lastHeartbeat"] == T0 and a["watermark"] == T0 + TIMEOUT + 1
+    alerts = kinds(out, KIND_ALERT)
+    assert [(r["type"], r["state"], r["severity"]) for r in alerts] == [("BROKER_EXPIRED", "OPEN", "CRITICAL")]
+    assert fire(t, T0 + 10 * TIMEOUT) == []  # never twice
+
+
+def test_heartbeats_move_the_deadline():
+    t = make_tester()
+    feed(t, register(T0))
+    assert feed(t, heartbeat(T0 + 8_000), heartbeat(T0 + 9_000, node="n2")) == []
+    assert fire(t, T0 + TIMEOUT + 1) == []
+    out = fire(t, T0 + 9_000 + TIMEOUT + 1)
+    assert [r["lastHeartbeat"] for r in kinds(out, KIND_ACTION)] == [T0 + 9_000]
+
+
+def test_the_same_registration_from_a_second_node_is_not_passed_again_but_a_new_one_is():
+    t = make_tester()
+    assert len(feed(t, register(T0, "n1"), register(T0 + 5, "n2"))) == 1
+    assert feed(t, register(T0 + 30_000, "n1")) == []
+    assert [r["kind"] for r in feed(t, register(T0 + 31_000, "n1", counter=2))] == [KIND_ROUTE]
+
+
+def test_unregistration_removes_once_and_echoes_change_nothing():
+    t = make_tester()
+    feed(t, register(T0))
+    out = feed(
+        t,
+        ev(EventType.UNREGISTER, T0 + 1_000, "n1", source="UNREGISTER_BROKER"),
+        ev(EventType.UNREGISTER, T0 + 1_001, "n2", source="UNREGISTER_BROKER"),
+    )
+    actions = kinds(out, KIND_ACTION)
+    assert [(a["type"], a["cause"], a["lastHeartbeat"]) for a in actions] == [
+        ("REMOVE", "UNREGISTER_BROKER", T0 + 1_000)
+    ]
+    assert [(r["type"], r["severity"]) for r in kinds(out, KIND_ALERT)] == [("BROKER_REMOVED", "INFO")]
+    # nodes applying our REMOVE report it back; no second action, and no expiry later
+    assert feed(t, ev(EventType.UNREGISTER, T0 + 2_000, "n3", source="REMOVE")) == []
+    assert fire(t, T0 + 100 * TIMEOUT) == []
+
+
+def test_an_unregistration_older_than_the_last_heartbeat_is_ignored():
+    t = make_tester()
+    feed(t, register(T0), heartbeat(T0 + 5_000, "n2"))
+    assert feed(t, ev(EventType.UNREGISTER, T0 + 4_000, "n1", source="UNREGISTER_BROKER")) == []
+
+
+def test_local_expiry_at_a_node_is_not_a_decision_of_ours():
+    t = make_tester()
+    feed(t, register(T0))
+    assert feed(t, ev(EventType.UNREGISTER, T0 + 1_000, source="LOCAL_EXPIRY")) == []
+    assert len(kinds(fire(t, T0 + TIMEOUT + 1), KIND_ACTION)) == 1
+
+
+@pytest.mark.parametrize("remove", [True, False])
+def test_a_closed_connection_removes_only_when_configured(remove):
+    t = make_tester(remove_on_channel_close=remove)
+    feed(t, register(T0))
+    out = feed(t, ev(EventType.CHANNEL_CLOSED, T0 + 1_000, reason="reset by peer"))
+    if remove:
+        assert [(a["type"], a["cause"]) for a in kinds(out, KIND_ACTION)] == [("REMOVE", "CHANNEL_CLOSED")]
+        assert [r["severity"] for r in kinds(out, KIND_ALERT)] == ["WARNING"]
+    else:
+        assert out == []
+
+
+def test_a_comeback_by_heartbeat_brings_back_the_last_registration_and_resolves_the_alert():
+    t = make_tester()
+    feed(t, register(T0))
+    fire(t, T0 + TIMEOUT + 1)
+    out = feed(t, heartbeat(T0 + 20_000, "n2", source="REGISTER_BROKER"))
+    routes = kinds(out, KIND_ROUTE)
+    assert len(routes) == 1 and routes[0]["cause"] == "COMEBACK"
+    assert '"brokerName":"broker-a"' in routes[0]["raw"]
+    assert [(r["type"], r["state"]) for r in kinds(out, KIND_ALERT)] == [("BROKER_EXPIRED", "RESOLVED")]
+    # alive again: it expires again after silence
+    assert len(kinds(fire(t, T0 + 20_000 + TIMEOUT + 1), KIND_ACTION)) == 1
+
+
+def test_flapping_opens_once_and_resolves_when_the_window_empties():
+    t = make_tester(flap_threshold=2, flap_window_ms=100_000)
+    feed(t, register(T0))
+    opened = []
+    t_now = T0
+    for i in range(3):  # expire, come back, three times: 6 changes > 2
+        wm = t_now + TIMEOUT + 1
+        opened += kinds(fire(t, wm), KIND_ALERT)
+        t_now = wm + 1_000
+        opened += kinds(feed(t, heartbeat(t_now)), KIND_ALERT)
+    flapping = [r for r in opened if r["type"] == "BROKER_FLAPPING"]
+    assert [r["state"] for r in flapping] == ["OPEN"]
+    # a quiet broker: keep it alive with heartbeats while the window passes
+    later = []
+    for step in range(1, 20):
+        hb_t = t_now + step * 9_000
+        later += kinds(feed(t, heartbeat(hb_t)), KIND_ALERT)
+        later += kinds(fire(t, hb_t - 1), KIND_ALERT)
+    assert [(r["type"], r["state"]) for r in later] == [("BROKER_FLAPPING", "RESOLVED")]
+
+
+def test_node_ticks_silence_opens_an_alert_and_a_new_tick_resolves_it():
+    t = make_tester()
+    key = "node:n1"
+    assert feed(t, ev(EventType.TICK, T0, "n1"), key=key) == []
+    assert fire(t, T0 + 5_000) == []
+    out = fire(t, T0 + 5_001)
+    assert [(r["type"], r["state"], r["node"]) for r in out] == [("NODE_SILENT", "OPEN", "n1")]
+    assert fire(t, T0 + 50_000) == []
+    out = feed(t, ev(EventType.TICK, T0 + 60_000, "n1"), key=key)
+    assert [(r["type"], r["state"]) for r in out] == [("NODE_SILENT", "RESOLVED")]
+
+
+def test_admin_events_pass_through_in_order():
+    t = make_tester()
+    a1 = ev(EventType.ADMIN, T0 + 2, "n1", seq=7, op="DELETE_TOPIC", topic="T")
+    a0 = ev(EventType.ADMIN, T0 + 1, "n1", seq=6, op="WIPE_WRITE_PERM", broker_name="broker-a", topic_count=1)
+    out = feed(t, a1, a0, key=group_key(a0))
+    assert [(r["kind"], r["seq"]) for r in out] == [(KIND_ROUTE, 6), (KIND_ROUTE, 7)]

@@ -1,0 +1,237 @@
+"""The route model against the node's own route tables, and the Redis store against a real Redis."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.services import RedisService, free_port
+from namesrv.events.schema import (
+    AdminOp,
+    BrokerQueueInfo,
+    DataVersionInfo,
+    Event,
+    EventType,
+    QueueInfo,
+    decode_event,
+    encode_event,
+)
+from namesrv.protocol import bodies
+from namesrv.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig
+from namesrv.routes import RouteInfoManager, RouteSettings
+from streaming.alerts import Alert, AlertKind, AlertState, Severity
+from streaming.routes import RedisKeys, RedisRouteStore, RouteLookup, RouteModel
+
+T0 = 1_700_000_000_000
+CLUSTER = "C1"
+
+
+def reg_event(name: str, addr: str, bid: int, topics: dict[str, tuple[int, int, int]], counter: int = 1,
+              t: int = T0, acting: bool | None = False) -> Event:
+    return Event(
+        type=EventType.REGISTER, node="n1", event_time=t, seq=1, cluster_name=CLUSTER, broker_name=name,
+        broker_id=bid, broker_addr=addr, ha_server_addr=addr, enable_acting_master=acting,
+        heartbeat_timeout_millis=120_000, data_version=DataVersionInfo(counter, 0, 1),
+        topics={n: QueueInfo(r, w, p) for n, (r, w, p) in topics.items()},
+    )  # fmt: skip
+
+
+def node_register(m: RouteInfoManager, e: Event) -> None:
+    """What a node does for the registration the event reports (the handler's call)."""
+    dv = e.data_version
+    m.register_broker(
+        e.cluster_name, e.broker_addr, e.broker_name, e.broker_id, e.ha_server_addr, None, e.heartbeat_timeout_millis,
+        e.enable_acting_master,
+        RegisterBrokerBody(
+            DataVersion(dv.counter, dv.state_version, dv.timestamp),
+            {n: TopicConfig(n, q.read_queue_nums, q.write_queue_nums, q.perm) for n, q in e.topics.items()},
+            filter_server_list=[],
+        ),
+    )  # fmt: skip
+
+
+def same(model: RouteModel, node: RouteInfoManager) -> None:
+    topics = set(node.get_all_topic_list())
+    assert set(model.topics()) == topics
+    for t in topics | {"nope"}:
+        want = node.pickup_topic_route_data(t)
+        assert model.route(t) == (None if want is None else bodies.encode_route(want, standard=True)), t
+    assert model.cluster_info() == bodies.encode_cluster_info(*node.get_all_cluster_info())
+
+
+A0 = reg_event("a", "10.0.0.1:1", 0, {"T1": (4, 4, 6), "T2": (8, 8, 6), "C1": (1, 1, 7)})
+A1 = reg_event("a", "10.0.0.2:1", 1, {"T1": (4, 4, 6), "T2": (8, 8, 6), "C1": (1, 1, 7)})
+B0 = reg_event("b", "10.0.0.3:1", 0, {"T1": (2, 2, 6), "T3": (1, 1, 6), "C1": (1, 1, 7)})
+
+
+@pytest.mark.parametrize("acting", [False, True])
+def test_the_model_answers_what_a_node_answers_through_registrations_admin_and_removals(acting):
+    settings = RouteSettings(support_acting_master=acting)
+    node = RouteInfoManager(settings)
+    model = RouteModel(settings)
+    events = [
+        reg_event(e.broker_name, e.broker_addr, e.broker_id, {n: (q.read_queue_nums, q.write_queue_nums, q.perm)
+                                                              for n, q in e.topics.items()}, acting=acting)
+        for e in (A0, A1, B0)
+    ]  # fmt: skip
+    for e in events:
+        node_register(node, e)
+        model.apply_event(decode_event(encode_event(e)))  # through JSON, as the job sees it
+    same(model, node)
+
+    wipe = Event(type=EventType.ADMIN, node="n1", event_time=T0 + 1, seq=2, op=AdminOp.WIPE_WRITE_PERM,
+                 broker_name="b", topic_count=2)
+    node.wipe_write_perm_of_broker("b")
+    model.apply_event(wipe)
+    same(model, node)
+
+    reg_topic = Event(type=EventType.ADMIN, node="n1", event_time=T0 + 2, seq=3, op=AdminOp.REGISTER_TOPIC,
+                      topic="T9", queue_datas=[BrokerQueueInfo("a", QueueInfo(3, 3, 6))])
+    node.register_topic("T9", [QueueData("a", 3, 3, 6, 0)])
+    model.apply_event(reg_topic)
+    delete = Event(type=EventType.ADMIN, node="n1", event_time=T0 + 3, seq=4, op=AdminOp.DELETE_TOPIC, topic="T2")
+    node.delete_topic("T2")
+    model.apply_event(delete)
+    same(model, node)
+
+    # the master of "a" expires: the node unregisters it as for an UNREGISTER_BROKER
+    node.unregister_brokers([node.build_unregister_request(CLUSTER, A0.broker_addr)])
+    assert model.apply_removal(CLUSTER, A0.broker_addr, T0 + 4, unclean=True)
+    same(model, node)
+    assert not model.apply_removal(CLUSTER, A0.broker_addr, T0 + 5, unclean=True)  # twice changes nothing
+    same(model, node)
+
+
+def test_changes_cover_exactly_what_moved_and_topics_lost_with_their_last_broker():
+    model = RouteModel()
+    model.apply_event(A0)
+    model.apply_event(B0)
+    first = model.changes()
+    assert set(first.routes) == {"T1", "T2", "T3", "C1"} and first.cluster is not None
+    assert model.changes().empty  # nothing applied since
+
+    # a slave joins "a": the routes of a's topics change (brokerDatas), b's T3 does not
+    model.apply_event(A1)
+    ch = model.changes()
+    assert set(ch.routes) == {"T1", "T2", "C1"}
+    assert ch.model_topics == {}  # queue data unchanged, only group membership
+
+    model.apply_removal(CLUSTER, B0.broker_addr, T0 + 9, unclean=True)
+    ch = model.changes()
+    assert ch.routes["T3"] is None and ch.model_topics["T3"] is None
+    assert ch.lost_topics == {"T3"}
+    assert ch.routes["T1"] is not None  # still served by "a"
+
+
+def test_a_clean_unregistration_loses_no_topic():
+    model = RouteModel()
+    model.apply_event(B0)
+    model.changes()
+    model.apply_removal(CLUSTER, B0.broker_addr, T0 + 1, unclean=False)
+    assert model.changes().lost_topics == set()
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    svc = RedisService(port=free_port(), run_dir=tmp_path_factory.mktemp("redis"))
+    svc.start()
+    yield svc.url
+    svc.stop()
+
+
+@pytest.fixture
+def store(redis_url, request):
+    s = RedisRouteStore.from_url(redis_url, prefix=f"t{abs(hash(request.node.name))}")
+    yield s
+    s.reset()
+
+
+def expired_alert() -> Alert:
+    return Alert(AlertKind.BROKER_EXPIRED, AlertState.OPEN, Severity.WARNING, "gone", T0,
+                 cluster_name=CLUSTER, broker_addr=A0.broker_addr)
+
+
+def test_a_batch_is_written_atomically_announced_and_read_back_after_a_restart(store, redis_url):
+    model = RouteModel()
+    for e in (A0, A1, B0):
+        model.apply_event(e)
+    lookup = RouteLookup(redis_url, prefix=store.keys.prefix)
+    announced = []
+    watcher = lookup.client.pubsub(ignore_subscribe_messages=True)
+    watcher.subscribe(store.keys.channel)
+    watcher.get_message(timeout=1)
+
+    topics = store.commit("q1", 0, model.changes(), [expired_alert()], watermark=T0, replace=True)
+    assert topics == ["C1", "T1", "T2", "T3"]
+    while (m := watcher.get_message(timeout=1)) is not None:
+        announced.append(m["data"].decode())
+    assert announced == topics
+    assert lookup.get_raw("T1") == model.route("T1")
+    assert lookup.get("T3").queue_datas[0].broker_name == "b"
+    assert lookup.get("nope") is None
+    assert lookup.topics() == ["C1", "T1", "T2", "T3"]
+    assert lookup.cluster_info() == bodies.decode_cluster_info(model.cluster_info())
+    assert [a.incident for a in lookup.alerts()] == [expired_alert().incident]
+    assert lookup.status()["batchId"] == "0"
+
+    stored = store.load()
+    assert (stored.lineage, stored.batch_id) == ("q1", 0)
+    assert set(stored.alerts) == {expired_alert().incident}
+    for t in ("T1", "T2", "T3", "C1"):
+        assert stored.model.route(t) == model.route(t)
+    assert stored.model.changes().empty  # it knows what is already written
+
+    # the restored model goes on exactly like the original
+    for m in (model, stored.model):
+        m.apply_removal(CLUSTER, B0.broker_addr, T0 + 1, unclean=True)
+    a, b = model.changes(), stored.model.changes()
+    assert a.routes == b.routes and a.lost_topics == b.lost_topics == {"T3"}
+    store.commit("q1", 1, b, [expired_alert().resolved("back", T0 + 2)])
+    assert lookup.get_raw("T3") is None and "T3" not in lookup.topics()
+    assert lookup.alerts() == []
+
+
+def test_replace_drops_what_an_earlier_lineage_wrote(store, redis_url):
+    old = RouteModel()
+    old.apply_event(B0)
+    store.commit("old", 7, old.changes(), replace=True)
+    new = RouteModel()
+    new.apply_event(A0)
+    store.commit("new", 0, new.changes(full=True), replace=True)
+    lookup = RouteLookup(redis_url, prefix=store.keys.prefix)
+    assert lookup.topics() == ["C1", "T1", "T2"]
+    assert lookup.get("T3") is None
+    assert store.load().lineage == "new"
+
+
+def test_watch_yields_changed_topic_names(store, redis_url):
+    import threading
+
+    lookup = RouteLookup(redis_url, prefix=store.keys.prefix)
+    seen: list[str] = []
+    ready = threading.Event()
+
+    def watch():
+        gen = lookup.watch(timeout=2)
+        ready.set()
+        seen.extend(gen)
+
+    th = threading.Thread(target=watch)
+    th.start()
+    ready.wait()
+    model = RouteModel()
+    model.apply_event(B0)
+    # the subscription starts on the generator's first step; publish until it is seen
+    for i in range(20):
+        store.client.publish(store.keys.channel, "T3")
+        th.join(timeout=0.05)
+        if seen:
+            break
+    th.join(timeout=5)
+    assert seen and set(seen) == {"T3"}
+
+
+def test_keys_document_layout():
+    k = RedisKeys("p")
+    assert (k.route("T"), k.topics, k.cluster, k.alerts, k.meta, k.channel) == (
+        "p:route:T", "p:topics", "p:cluster", "p:alerts", "p:meta", "p:routes:changed"
+    )  # fmt: skip
