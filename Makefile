@@ -7,20 +7,26 @@ STAMP := $(VENV)/.installed
 CONF ?= conf/namesrv.properties
 PYTEST_ARGS ?=
 
-.PHONY: setup run test bench stop clean
+.PHONY: setup run run-node test bench stop clean
 
 setup: $(STAMP)
 	@bash infra/install.sh
 	@bash tests/peers/install.sh
 
 $(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV) 2>/dev/null \
+		|| { echo "installing Debian's python3-venv"; apt-get -q -y install python3-venv >/dev/null && $(PY) -m venv $(VENV); }
 	@$(BIN)/pip install --quiet --upgrade pip
 	@echo "installing the project and its pinned dependencies into $(VENV) (first time takes a few minutes)"
 	@$(BIN)/pip install --quiet -e '.[streaming,local,test]'
 	@touch $(STAMP)
 
+# Kafka, Redis, two name-server nodes (9876, 9877) and the Spark job, in the foreground; Ctrl-C stops all.
 run: setup
+	@$(BIN)/python -m infra.stack up
+
+# one node alone, as Apache RocketMQ's NameServer runs
+run-node: setup
 	$(BIN)/namesrv start -c $(CONF)
 
 test: setup
@@ -30,7 +36,7 @@ bench: setup
 	$(BIN)/python bench/namesrv_bench.py
 
 stop:
-	@-$(BIN)/python -m infra.services stop 2>/dev/null || true
+	@$(BIN)/python -m infra.stack down
 
 clean: stop
 	rm -rf run build $(VENV)

