@@ -30,3 +30,7 @@ def setup_logging(level: str = "WARNING") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    if root.level > logging.DEBUG:
+        # kafka-python logs an ERROR on every reconnect attempt while Kafka is down; our publisher
+        # and consumer report the outage once, in words an operator can act on
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from namesrv.config import NamesrvConfig
+from namesrv.config import ConfigError, NamesrvConfig
 from namesrv.events.actions import (
     ActionApplier,
     ActionConsumer,
@@ -32,7 +32,7 @@ from namesrv.events.publisher import EventPublisher, PublisherSettings, Publishe
 from namesrv.handlers import NameServerNode
 from namesrv.liveness import ExpiryScan
 
-__all__ = ["KafkaLink", "default_node_name"]
+__all__ = ["KafkaLink", "check_bootstrap_servers", "default_node_name"]
 
 log = logging.getLogger("namesrv.events")
 
@@ -41,6 +41,16 @@ Spawn = Callable[[Coroutine[Any, Any, Any], str], Any]
 
 def default_node_name(port: int) -> str:
     return f"{socket.gethostname()}:{port}"
+
+
+def check_bootstrap_servers(servers: str) -> None:
+    """Reject a kafkaBootstrapServers value kafka-python would choke on, before the node listens."""
+    for entry in servers.split(","):
+        host, sep, port = entry.strip().rpartition(":")
+        if not entry.strip() or (sep and (not host or not port.isdigit() or not 0 < int(port) < 65536)):
+            raise ConfigError(
+                f"kafkaBootstrapServers: bad entry {entry!r} in {servers!r}; write host:port[,host:port...]"
+            )
 
 
 @dataclass
@@ -57,6 +67,7 @@ class KafkaLink:
     @classmethod
     def attach(cls, config: NamesrvConfig, node: NameServerNode, expiry: ExpiryScan) -> KafkaLink:
         """Build the parts and make the publisher the node's observer (before the server serves)."""
+        check_bootstrap_servers(config.kafka_bootstrap_servers)
         publisher = EventPublisher(PublisherSettings.from_config(config), node.routes)
         node.observer = publisher
         watchdog = MonitorWatchdog(expiry, config.monitor_silence_fallback_millis)
@@ -80,8 +91,8 @@ class KafkaLink:
 
     async def stop(self, timeout: float = 3.0) -> None:
         """Stop reading actions, send what is queued for up to ``timeout`` seconds, close."""
-        if self.consumer is not None:
-            await asyncio.to_thread(self.consumer.stop, timeout)
+        if self.consumer is not None:  # nothing to flush: do not wait long for a thread stuck connecting
+            await asyncio.to_thread(self.consumer.stop, min(timeout, 1.0))
         await asyncio.to_thread(self.publisher.stop, timeout)
 
     def publisher_stats(self) -> PublisherStats:

@@ -44,6 +44,9 @@ from namesrv.liveness import ExpiryScan
 from namesrv.routes.manager import RouteInfoManager
 from namesrv.routes.model import UnregisterRequest
 
+#: how long an idle consumer waits between empty fetches (the latency an action may gain)
+_IDLE_PAUSE_S = 0.2
+
 log = logging.getLogger("namesrv.actions")
 
 #: see publisher.KAFKA_API_VERSION: pinned so that building the consumer needs no broker
@@ -83,7 +86,7 @@ class MonitorWatchdog:
         self.monitor = monitor
         if self.expiry.enabled:
             self.expiry.enabled = False
-            log.warning("liveness monitor %s is alive: local expiry scan off, the monitor decides", monitor)
+            log.info("liveness monitor %s is alive: local expiry scan off, the monitor decides", monitor)
 
     def check(self) -> None:
         if self.expiry.enabled or self.last_heard is None or self.monitor_alive:
@@ -180,7 +183,7 @@ def kafka_consumer(settings: ConsumerSettings) -> Any:
     from kafka import KafkaConsumer  # late: a node without Kafka never imports kafka-python
 
     return KafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers.split(","),
+        bootstrap_servers=[s.strip() for s in settings.bootstrap_servers.split(",")],
         client_id=settings.client_id,
         group_id=None,
         enable_auto_commit=False,
@@ -204,7 +207,7 @@ def topic_partitions(settings: ConsumerSettings) -> list[int]:
     from kafka.admin import KafkaAdminClient
 
     admin = KafkaAdminClient(
-        bootstrap_servers=settings.bootstrap_servers.split(","),
+        bootstrap_servers=[s.strip() for s in settings.bootstrap_servers.split(",")],
         client_id=f"{settings.client_id}-admin",
         bootstrap_timeout_ms=settings.request_timeout_ms,
         request_timeout_ms=settings.request_timeout_ms,
@@ -307,11 +310,15 @@ class ActionConsumer:
                  {tp.partition: o for tp, o in ends.items()})
         while not self._stopping.is_set():
             try:
-                batches = consumer.poll(timeout_ms=300)
+                batches = consumer.poll(timeout_ms=0)  # one fetch round; the idle pause below paces us
             except Exception as e:  # the library reconnects; keep polling
                 log.debug("polling actions failed: %s", e)
                 self._stopping.wait(0.5)
                 continue
+            if not batches:
+                # noida-db answers an empty fetch at once instead of waiting fetch_max_wait_ms, and
+                # kafka-python then fetches again at once: pause, or an idle node burns a core
+                self._stopping.wait(_IDLE_PAUSE_S)
             for tp, records in batches.items():
                 if start[tp] is None:
                     start[tp] = consumer.highwater(tp)

@@ -15,9 +15,9 @@ pile up in *our* bounded queue, where the drop policy applies:
   (REGISTER, UNREGISTER, CHANNEL_CLOSED, ADMIN); the sender merges them back in ``seq`` order;
 * when it is full the oldest light event goes; a heavy one goes only when no light one is left;
   both are counted (:class:`PublisherStats`);
-* a heavy event whose delivery failed with a retriable error goes back into the queue; a light one
-  is counted as failed.  A redelivered event may therefore appear twice in the topic: readers
-  deduplicate by (node, seq).
+* a heavy event whose delivery failed goes back into the queue (up to ``MAX_REDELIVERIES`` times,
+  unless the error is one the same record would get again); a light one is counted as failed.
+  A redelivered event may therefore appear twice in the topic: readers deduplicate by (node, seq).
 
 Producer settings, and why:
 
@@ -73,6 +73,11 @@ log = logging.getLogger("namesrv.events")
 
 #: the newest protocol level we ask for; brokers that know less negotiate down per connection
 KAFKA_API_VERSION = (3, 3)
+
+#: how long the sender waits after a failed send or delivery before trying again
+RETRY_PAUSE_S = 0.5
+#: how often one heavy event is put back after failed deliveries before it counts as failed
+MAX_REDELIVERIES = 20
 
 #: what NodeObserver.broker_unregistered's ``reason`` means; any other reason is a closed connection
 UNREGISTER_REASONS: dict[str, UnregisterSource] = {
@@ -236,7 +241,7 @@ def kafka_producer(settings: PublisherSettings, client_id: str) -> Any:
     from kafka import KafkaProducer  # late: a node without Kafka never imports kafka-python
 
     return KafkaProducer(
-        bootstrap_servers=settings.bootstrap_servers.split(","),
+        bootstrap_servers=[s.strip() for s in settings.bootstrap_servers.split(",")],
         client_id=client_id,
         acks="all",
         enable_idempotence=False,
@@ -292,6 +297,9 @@ class EventPublisher(NodeObserver):
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_drop_log = -10.0
+        self._resume_at = 0.0
+        #: seq -> failed deliveries so far, for heavy events being retried
+        self._attempts: dict[int, int] = {}
 
     # ------------------------------------------------------------------ what actions fence with
 
@@ -311,7 +319,9 @@ class EventPublisher(NodeObserver):
         cluster, addr, name, broker_id = header.cluster_name, header.broker_addr, header.broker_name, header.broker_id
         self._identity[(cluster, addr)] = (name, broker_id)
         dv = body.data_version
-        timeout = DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS if header.heartbeat_timeout_millis is None else header.heartbeat_timeout_millis
+        timeout = header.heartbeat_timeout_millis
+        if timeout is None:  # what the route tables apply too
+            timeout = DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
         common = dict(
             cluster_name=cluster, broker_name=name, broker_id=broker_id, broker_addr=addr,
             heartbeat_timeout_millis=timeout,
@@ -466,11 +476,15 @@ class EventPublisher(NodeObserver):
 
     def _run(self) -> None:
         while not self._stopping.is_set():
+            pause = self._resume_at - time.monotonic()
+            if pause > 0:  # deliveries just failed: give the library time to reconnect
+                self._stopping.wait(pause)
+                continue
             batch = self.queue.take(256, timeout=0.2)
             for i, event in enumerate(batch):
                 if not self._send(event):
                     self.queue.put_back(batch[i:])
-                    self._stopping.wait(0.5)  # Kafka is unreachable: let the library reconnect
+                    self._resume_at = time.monotonic() + RETRY_PAUSE_S
                     break
 
     def _send(self, event: Event) -> bool:
@@ -484,31 +498,46 @@ class EventPublisher(NodeObserver):
             future = self._producer.send(self.settings.topic, key=event_key(event), value=encode_event(event))
         except Exception as e:
             self._in_flight.release()
-            if _retriable(e):
+            if _worth_retrying(e):
                 log.debug("cannot send events yet: %s", e)
                 return False
             self._counts.failed += 1
             log.warning("dropping %s event seq=%d: %s", event.type.value, event.seq, e)
             return True
-        future.add_callback(self._delivered)
+        future.add_callback(self._delivered, event)
         future.add_errback(self._undelivered, event)
         return True
 
-    def _delivered(self, _metadata: Any) -> None:
+    def _delivered(self, event: Event, _metadata: Any) -> None:
         self._in_flight.release()
         self._counts.sent += 1
+        self._attempts.pop(event.seq, None)
 
     def _undelivered(self, event: Event, error: Exception) -> None:
         self._in_flight.release()
-        if not is_light(event) and _retriable(error) and not self._stopping.is_set():
+        attempts = self._attempts.pop(event.seq, 0) + 1
+        if not is_light(event) and _worth_retrying(error) and attempts <= MAX_REDELIVERIES \
+                and not self._stopping.is_set():
+            self._attempts[event.seq] = attempts
             self._counts.requeued += 1
+            self._resume_at = time.monotonic() + RETRY_PAUSE_S
             self.queue.put_back([event])
             return
         self._counts.failed += 1
         log.debug("event %s seq=%d not delivered: %s", event.type.value, event.seq, error)
 
 
-def _retriable(error: BaseException) -> bool:
-    from kafka.errors import KafkaError, KafkaTimeoutError
+def _worth_retrying(error: BaseException) -> bool:
+    """Anything but errors that the same record would get again (Tansu answers UnknownError while
+    a topic is being recreated, so 'not retriable' in kafka-python's sense is not enough)."""
+    from kafka import errors
 
-    return isinstance(error, KafkaTimeoutError) or (isinstance(error, KafkaError) and bool(error.retriable))
+    permanent = (
+        errors.MessageSizeTooLargeError, errors.RecordListTooLargeError, errors.InvalidRecordError,
+        errors.CorruptRecordError, errors.InvalidTopicError, errors.AuthorizationError,
+        errors.TopicAuthorizationFailedError, errors.ClusterAuthorizationFailedError,
+        errors.SaslAuthenticationFailedError, errors.UnsupportedVersionError,
+        errors.UnsupportedForMessageFormatError, errors.InvalidRequiredAcksError, errors.PolicyViolationError,
+        errors.KafkaConfigurationError, errors.IllegalStateError,
+    )  # fmt: skip
+    return isinstance(error, errors.KafkaError) and not isinstance(error, permanent)

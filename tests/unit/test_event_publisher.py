@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import threading
 
+import pytest
 from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError, NotLeaderForPartitionError
 from kafka.future import Future
 
+from namesrv.config import ConfigError
+from namesrv.events import check_bootstrap_servers
 from namesrv.events.publisher import EventPublisher, EventQueue, PublisherSettings
 from namesrv.events.schema import AdminOp, DataVersionInfo, Event, EventType, QueueInfo, decode_event, encode_event
 from namesrv.protocol.codes import RequestCode
@@ -225,3 +228,11 @@ def test_non_retriable_send_errors_are_counted_and_skipped():
     p = run_with(producer, [ev(1, False), ev(2, False)])
     assert [json.loads(v)["seq"] for _, _, v in producer.sent] == [2]
     assert p.stats().failed == 1
+
+
+def test_bad_bootstrap_servers_stop_the_node_before_it_listens():
+    check_bootstrap_servers("kafka-1:9092, kafka-2:9092")
+    check_bootstrap_servers("localhost")
+    for bad in ("127.0.0.1:notaport", "a:1,,b:2", "a:70000", ":9092"):
+        with pytest.raises(ConfigError, match="kafkaBootstrapServers: bad entry"):
+            check_bootstrap_servers(bad)
