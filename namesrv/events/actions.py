@@ -38,6 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import tenacity
+
 from namesrv.events.schema import Action, ActionType, SchemaError, decode_action
 from namesrv.handlers import NodeObserver
 from namesrv.liveness import ExpiryScan
@@ -278,20 +280,23 @@ class ActionConsumer:
                 log.debug("closing the action consumer failed", exc_info=True)
 
     def _retry(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)`` until it succeeds (None if we are stopped first), backing off up to 5 s."""
-        delay, warned = 0.2, False
-        while not self._stopping.is_set():
-            try:
-                return fn(*args)
-            except Exception as e:
-                if not warned:
-                    log.warning("cannot %s yet (%s: %s); retrying in the background", what, type(e).__name__, e)
-                    warned = True
-                else:
-                    log.debug("still cannot %s: %s", what, e)
-            self._stopping.wait(delay)
-            delay = min(5.0, delay * 2)
-        return None
+        """``fn(*args)`` until it succeeds, backing off up to 5 s; None if we are stopped first."""
+
+        def warn_once(state: tenacity.RetryCallState) -> None:
+            e = state.outcome.exception() if state.outcome else None
+            if state.attempt_number == 1:
+                log.warning("cannot %s yet (%s: %s); retrying in the background", what, type(e).__name__, e)
+            else:
+                log.debug("still cannot %s: %s", what, e)
+
+        retrying = tenacity.Retrying(
+            wait=tenacity.wait_exponential(multiplier=0.2, max=5.0),
+            stop=tenacity.stop_when_event_set(self._stopping),
+            sleep=self._stopping.wait,
+            before_sleep=warn_once,
+            retry_error_callback=lambda _state: None,
+        )
+        return retrying(fn, *args)
 
     def _consume(self, consumer: Any, partitions: list[int]) -> None:
         from kafka import TopicPartition
