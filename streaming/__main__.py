@@ -6,6 +6,7 @@ import argparse
 import logging
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -51,14 +52,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("WARN")
     monitor = job.start(spark, cfg)
 
+    stopping = threading.Event()
+
     def _stop(signum: int, _frame: object) -> None:
+        # only flag it: the main thread may be inside a py4j call, which must not be re-entered
         logging.getLogger(__name__).warning("signal %d: stopping the monitor", signum)
-        monitor.stop()
+        stopping.set()
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     try:
-        monitor.await_termination()
+        while not stopping.wait(1.0) and monitor.query.isActive:
+            pass
+        monitor.stop()
     finally:
         spark.stop()
     failure = monitor.query.exception()

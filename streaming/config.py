@@ -37,6 +37,7 @@ SPARK_DEFAULTS: Mapping[str, str] = {
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
     ),
     "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
     "spark.sql.adaptive.enabled": "false",
 }
 
@@ -64,7 +65,8 @@ class StreamingConfig:
     heartbeat_timeout_millis: int = 120_000
     monitor_heartbeat_interval_millis: int = 5_000
     monitor_id: str = ""
-    remove_on_channel_close: bool = True
+    remove_on_channel_close: bool = False
+    forget_after_millis: int = 86_400_000
 
     flap_threshold: int = 3
     flap_window_millis: int = 600_000
@@ -188,6 +190,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("monitor.id", "monitor_id", _opt_str, "text", "name in actions (empty: host:pid)"),
     Option("monitor.removeOnChannelClose", "remove_on_channel_close", _bool, "true | false",
            "a broker whose connection closes at any node is removed at every node"),
+    Option("monitor.forgetAfterMillis", "forget_after_millis", _positive, "milliseconds",
+           "a broker gone this long (event time) is forgotten and its incidents resolved"),
     Option("alerts.flapThreshold", "flap_threshold", _positive, "count",
            "a broker expiring or re-registering more than this many times ..."),
     Option("alerts.flapWindowMillis", "flap_window_millis", _positive, "milliseconds", "... within this window flaps"),

@@ -15,6 +15,7 @@ materialisation, in order).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -103,18 +104,10 @@ def parse_record(value: bytes | str | None) -> dict[str, Any]:
     return row
 
 
-def _arrow_schema() -> pa.Schema:
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import StructType
-
-    return to_arrow_schema(StructType.fromDDL(parsed_ddl()))
-
-
-def parse_arrow_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` body: batches with a ``value`` column in, parsed rows out."""
+def parse_arrow_batches(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body: batches with a ``value`` column in, rows of ``schema`` (:func:`parsed_ddl`) out."""
     import pyarrow as pa
 
-    schema = _arrow_schema()
     for batch in batches:
         values = batch.column(batch.schema.get_field_index("value")).to_pylist()
         rows = [parse_record(v) for v in values]
@@ -127,9 +120,13 @@ def parse_arrow_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Record
 
 def parse_events(records: DataFrame) -> DataFrame:
     """Kafka source rows (``value`` binary) -> parsed rows (:func:`parsed_ddl`), bad ones flagged."""
+    from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
-    return records.select("value").mapInArrow(parse_arrow_batches, StructType.fromDDL(parsed_ddl()))
+    # DDL is parsed by the JVM: do it here on the driver, workers get the Arrow schema
+    struct = StructType.fromDDL(parsed_ddl())
+    body = functools.partial(parse_arrow_batches, schema=to_arrow_schema(struct))
+    return records.select("value").mapInArrow(body, struct)
 
 
 #: name of the observed metric; its columns are ``events`` and ``bad``

@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import RedisError
+
 from namesrv.events.schema import Action, ActionType, SchemaError, action_key, decode_event, encode_action
 from namesrv.routes import RouteSettings
 from streaming import kafka_io
@@ -84,6 +86,7 @@ def build_spark(cfg: StreamingConfig) -> SparkSession:
     if local:
         # workers must import namesrv and streaming: run them with this interpreter
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
     for key, value in cfg.spark.items():
         builder = builder.config(key, value)
@@ -124,6 +127,7 @@ def liveness_settings(cfg: StreamingConfig) -> LivenessSettings:
         flap_window_ms=cfg.flap_window_millis,
         node_silent_ms=cfg.node_silent_millis,
         remove_on_channel_close=cfg.remove_on_channel_close,
+        forget_after_ms=cfg.forget_after_millis,
     )
 
 
@@ -152,7 +156,9 @@ class KafkaPublisher:
         if producer is None:
             from kafka import KafkaProducer
 
-            producer = KafkaProducer(bootstrap_servers=bootstrap_servers.split(","), acks=1, linger_ms=2)
+            producer = KafkaProducer(
+                bootstrap_servers=bootstrap_servers.split(","), acks=1, linger_ms=2, enable_idempotence=False
+            )
         self.producer = producer
         self._errors: list[BaseException] = []
 
@@ -255,7 +261,7 @@ class BatchSink:
             if self.store is not None:
                 try:
                     stored = self.store.load(self.route_settings)
-                except Exception as exc:  # noqa: BLE001 - Redis down must not stop the liveness decisions
+                except RedisError as exc:  # Redis down must not stop the liveness decisions
                     log.error("redis: cannot load the route model (%r); starting from an empty one", exc)
                 else:
                     if stored.lineage == query_id:
@@ -339,13 +345,18 @@ class BatchSink:
                 self._lineage, batch_id, changes, alert_writes, watermark=self.status.watermark_ms,
                 monitor=self.monitor, replace=self._rewrite,
             )  # fmt: skip
-        except Exception as exc:  # noqa: BLE001 - a cache outage must not stop the liveness decisions
+        except RedisError as exc:  # a cache outage must not stop the liveness decisions
             log.error("redis: batch %d not written (%r); the next write replaces everything", batch_id, exc)
             self._rewrite = True
             self.model.forget_written()
             return
         self._stored_batch = batch_id
         self._rewrite = False
+
+    def close(self) -> None:
+        self.publisher.close()
+        if self.store is not None:
+            self.store.client.close()
 
     # -- the monitor's own heartbeat
 
@@ -365,7 +376,7 @@ class BatchSink:
             if changed and self.store is not None and self._lineage is not None:
                 try:
                     self.store.write_alerts(changed, monitor=self.monitor)
-                except Exception as exc:  # noqa: BLE001 - see _write_redis
+                except RedisError as exc:  # see _write_redis
                     log.error("redis: alerts not written (%r)", exc)
 
 
@@ -408,11 +419,10 @@ def _make_listener_class() -> type:
             del s.batch_durations_ms[:-1000]
             if wm:
                 s.watermark_ms = wm
-            lag = (now_ms() - (wm + self.delay_ms)) / 1000 if wm else float("nan")
+            behind = f"event time {(now_ms() - (wm + self.delay_ms)) / 1000:.1f} s behind" if wm else "no watermark yet"
             log.info(
-                "batch %d: %d events (%d bad) input %.1f/s processed %.1f/s in %d ms; watermark %s, event time %.1f s behind",
-                p.batchId, p.numInputRows, bad, p.inputRowsPerSecond, p.processedRowsPerSecond, p.batchDuration,
-                p.eventTime.get("watermark", "-"), lag,
+                "batch %d: %d events (%d bad) input %.1f/s processed %.1f/s in %d ms; %s",
+                p.batchId, p.numInputRows, bad, p.inputRowsPerSecond, p.processedRowsPerSecond, p.batchDuration, behind,
             )  # fmt: skip
 
         def onQueryIdle(self, event: Any) -> None:
@@ -469,7 +479,7 @@ class MonitorJob:
             self.query.stop()
         finally:
             self.spark.streams.removeListener(self.listener)
-            self.sink.publisher.close()
+            self.sink.close()
 
 
 def start(spark: SparkSession, cfg: StreamingConfig, *, trigger_ms: int | None = None) -> MonitorJob:

@@ -234,6 +234,7 @@ def _producer(opts: KafkaOptions) -> KafkaProducer:
         "bootstrap_servers": opts.bootstrap_servers.split(","),
         "acks": 1,
         "linger_ms": 5,
+        "enable_idempotence": False,
     }
     config.update(dict(opts.client_config))
     return KafkaProducer(**config)
@@ -467,15 +468,27 @@ def read_range(opts: KafkaOptions, part: KafkaInputPartition) -> Iterator[pa.Rec
             try:
                 polled = consumer.poll(timeout_ms=200, max_records=_ARROW_BATCH_ROWS)
             except OffsetOutOfRangeError:
+                earliest = consumer.beginning_offsets([tp])[tp]
+                if position < earliest < part.end:
+                    if opts.fail_on_data_loss:
+                        raise KafkaSourceError(
+                            f"{part.topic}[{part.partition}]: offsets {position}..{earliest} are gone from "
+                            f"the broker (retention); set failOnDataLoss=false to skip them"
+                        ) from None
+                    log.warning("%s[%d]: offsets %d..%d are gone; skipping them",
+                                part.topic, part.partition, position, earliest)
+                    consumer.seek(tp, earliest)
+                    continue
                 if opts.fail_on_data_loss:
                     raise KafkaSourceError(
-                        f"{part.topic}[{part.partition}] offsets {part.start}..{part.end} are no longer "
-                        "on the broker (retention?); set failOnDataLoss=false to skip them"
+                        f"{part.topic}[{part.partition}]: offsets {position}..{part.end} are not on the "
+                        f"broker {opts.bootstrap_servers} (its earliest is {earliest}): was the topic recreated "
+                        "or the broker's data wiped (Tansu keeps nothing across restarts)? Start with a new "
+                        "checkpoint, or set failOnDataLoss=false to skip the range"
                     ) from None
-                log.warning("%s[%d]: offsets from %d are gone; skipping to the earliest",
-                            part.topic, part.partition, position)
-                consumer.seek_to_beginning(tp)
-                continue
+                log.warning("%s[%d]: offsets %d..%d are not on the broker; skipping them",
+                            part.topic, part.partition, position, part.end)
+                break
             for record in polled.get(tp, ()):
                 if record.offset >= part.end:
                     break

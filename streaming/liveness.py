@@ -24,8 +24,9 @@ are echoes and change nothing here.
 
 The processor also passes on what the route materialisation needs (rows of kind ROUTE):
 every REGISTER whose content differs from the last one passed (N nodes report each
-registration; one copy is enough), every ADMIN event, and, when a broker comes back with a
-mere heartbeat after being expired or removed, its last registration again.
+registration; one copy is enough), every ADMIN event, and the broker's last registration
+again when it comes back with a mere heartbeat after being expired or removed, or re-registers
+unchanged (a node then re-adds topics an admin deleted; at most once per 10 s of event time).
 
 Alerts opened and resolved here (kind ALERT): BROKER_EXPIRED and BROKER_REMOVED (open while
 the broker is gone), BROKER_FLAPPING (more than N expiries or comebacks within a window; a
@@ -85,6 +86,8 @@ OUTPUT_COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 OUTPUT_DDL = ", ".join(f"`{name}` {ddl}" for name, ddl, _ in OUTPUT_COLUMNS)
 _NO_TIMER = -1
+#: N nodes report each periodic re-registration within moments; pass one of them
+_REPLAY_GAP_MS = 10_000
 #: registration fields that do not change what it says about the broker
 _VOLATILE = ("node", "eventTime", "seq", "reason")
 
@@ -95,16 +98,17 @@ class LivenessSettings:
     flap_threshold: int = 3
     flap_window_ms: int = 600_000
     node_silent_ms: int = 30_000
-    remove_on_channel_close: bool = True
+    remove_on_channel_close: bool = False
+    #: a broker gone this long (event time) is forgotten: its state is dropped, its incidents resolved
+    forget_after_ms: int = 86_400_000
+
+
+_SPARK_TYPES = {"str": "STRING", "int": "BIGINT", "bool": "BOOLEAN"}
 
 
 def _ddl_of(cls: type) -> str:
-    types = {str: "STRING", int: "BIGINT", bool: "BOOLEAN", "str": "STRING", "int": "BIGINT", "bool": "BOOLEAN"}
-    out = []
-    for f in fields(cls):
-        base = f.type.split("|")[0].strip() if isinstance(f.type, str) else f.type
-        out.append(f"{f.name} {types[base]}")
-    return ", ".join(out)
+    """The state schema of a state dataclass (annotations are strings: ``str | None`` -> STRING)."""
+    return ", ".join(f"{f.name} {_SPARK_TYPES[str(f.type).split('|')[0].strip()]}" for f in fields(cls))
 
 
 @dataclass
@@ -116,9 +120,12 @@ class BrokerState:
     #: newest REGISTER/HEARTBEAT event time
     last_seen: int = 0
     timeout_ms: int = 120_000
-    #: the liveness timer (``last_seen + timeout_ms + 1``), or -1
+    #: the liveness timer (``last_seen + timeout_ms + 1``) while alive, the forget timer
+    #: (``gone_at + forget_after_ms``) while gone, or -1
     deadline: int = _NO_TIMER
     alive: bool = True
+    #: event time of the EXPIRE/REMOVE
+    gone_at: int = 0
     expired_open: bool = False
     removed_open: bool = False
     flapping_open: bool = False
@@ -126,6 +133,8 @@ class BrokerState:
     flap_timer: int = _NO_TIMER
     #: fingerprint of the last registration passed to the route materialisation
     registration: str = ""
+    #: event time the last registration was passed again for an unchanged re-registration
+    replayed_at: int = 0
 
     @classmethod
     def from_tuple(cls, values: tuple) -> BrokerState:
@@ -243,10 +252,16 @@ class LivenessProcessor(StatefulProcessor):
                         st.registration = fingerprint
                         self.last_registration.update((e["raw"],))
                         out.add(KIND_ROUTE, t, type=etype, raw=e["raw"], **where, **_broker_fields(st))
-                elif comeback and self.last_registration.exists():
-                    # nodes that did not apply our removal send no topic table; bring the last one back
+                elif self.last_registration.exists() and (
+                    comeback or (e["source"] == "REGISTER_BROKER" and t - st.replayed_at >= _REPLAY_GAP_MS)
+                ):
+                    # A comeback: nodes that did not apply our removal send no topic table, so
+                    # bring the last one back. An unchanged re-registration: nodes re-add topics
+                    # an admin deleted meanwhile, so the route model must see it too.
                     (raw,) = self.last_registration.get()
-                    out.add(KIND_ROUTE, t, type=EventType.REGISTER, cause="COMEBACK", raw=raw, **where, **_broker_fields(st))
+                    st.replayed_at = t
+                    cause = "COMEBACK" if comeback else "REREGISTER"
+                    out.add(KIND_ROUTE, t, type=EventType.REGISTER, cause=cause, raw=raw, **where, **_broker_fields(st))
                 if comeback and known:
                     flaps.append(t)
                     self._resolve_gone(st, t, out, where)
@@ -262,6 +277,7 @@ class LivenessProcessor(StatefulProcessor):
                 how = "unregistered" if asked else "lost its connection"
                 reason = f"{cause} reported by {e['node']} at {t}"
                 st.alive = False
+                st.gone_at = t
                 out.add(
                     KIND_ACTION, t, type=ActionType.REMOVE, cause=cause, lastHeartbeat=t, watermark=watermark,
                     reason=reason, **where, **_broker_fields(st),
@@ -274,10 +290,18 @@ class LivenessProcessor(StatefulProcessor):
                         message=f"broker {_name(st)} {how} ({reason}); removed at every node",
                         **where, **_broker_fields(st),
                     )  # fmt: skip
+        if not known:
+            return  # only reports of its departure: nothing to remember about this broker
         self._check_flapping(st, flaps, events[-1]["eventTime"], out)
         self._arm(st)
+        self._save(st, flaps)
+
+    def _save(self, st: BrokerState, flaps: list[int]) -> None:
         self.broker.update(astuple(st))
-        self.flaps.put([(a,) for a in flaps]) if flaps else self.flaps.clear()
+        if flaps:
+            self.flaps.put([(a,) for a in flaps])
+        else:
+            self.flaps.clear()
 
     def _ticks(self, node: str, events: list[dict[str, Any]], out: _Out) -> None:
         st = NodeState.from_tuple(self.node.get()) if self.node.exists() else NodeState(node)
@@ -326,38 +350,37 @@ class LivenessProcessor(StatefulProcessor):
 
     def _broker_timer(self, st: BrokerState, fired: int, watermark: int, out: _Out) -> None:
         flaps = [a for (a,) in self.flaps.get()] if self.flaps.exists() else []
+        if fired == st.deadline and not st.alive:
+            self._forget(st, fired, out)
+            return
         if fired == st.deadline:
             st.deadline = _NO_TIMER
-            if st.alive:
-                st.alive = False
-                silent = fired - 1 - st.timeout_ms
-                reason = f"no heartbeat since {st.last_seen} for more than {st.timeout_ms} ms (watermark {watermark})"
+            st.alive = False
+            st.gone_at = fired
+            reason = f"no heartbeat since {st.last_seen} for more than {st.timeout_ms} ms (watermark {watermark})"
+            out.add(
+                KIND_ACTION, fired, type=ActionType.EXPIRE, cause="TIMEOUT", lastHeartbeat=st.last_seen,
+                watermark=watermark, reason=reason, **_broker_fields(st),
+            )  # fmt: skip
+            flaps.append(fired)
+            if not st.expired_open:
+                st.expired_open = True
                 out.add(
-                    KIND_ACTION, fired, type=ActionType.EXPIRE, cause="TIMEOUT", lastHeartbeat=st.last_seen,
-                    watermark=watermark, reason=reason, **_broker_fields(st),
+                    KIND_ALERT, fired, type=AlertKind.BROKER_EXPIRED, state=AlertState.OPEN,
+                    severity=Severity.CRITICAL if st.broker_id == MASTER_ID else Severity.WARNING,
+                    message=f"broker {_name(st)} expired: {reason}", **_broker_fields(st),
                 )  # fmt: skip
-                flaps.append(fired)
-                if not st.expired_open:
-                    st.expired_open = True
-                    master = st.broker_id == MASTER_ID
-                    out.add(
-                        KIND_ALERT, fired, type=AlertKind.BROKER_EXPIRED, state=AlertState.OPEN,
-                        severity=Severity.CRITICAL if master else Severity.WARNING,
-                        message=f"broker {_name(st)} expired: silent since {silent} + {st.timeout_ms} ms",
-                        **_broker_fields(st),
-                    )  # fmt: skip
         if fired == st.flap_timer:
             st.flap_timer = _NO_TIMER
         self._check_flapping(st, flaps, watermark, out)
         self._arm(st)
-        self.broker.update(astuple(st))
-        self.flaps.put([(a,) for a in flaps]) if flaps else self.flaps.clear()
+        self._save(st, flaps)
 
     # ------------------------------------------------------------------ helpers
 
     def _arm(self, st: BrokerState) -> None:
-        """Keep exactly one liveness timer, at the current deadline, while the broker is alive."""
-        wanted = st.last_seen + st.timeout_ms + 1 if st.alive else _NO_TIMER
+        """Keep exactly one liveness (alive) or forget (gone) timer, at the current deadline."""
+        wanted = st.last_seen + st.timeout_ms + 1 if st.alive else st.gone_at + self.settings.forget_after_ms
         if wanted == st.deadline:
             return
         if st.deadline != _NO_TIMER:
@@ -365,6 +388,26 @@ class LivenessProcessor(StatefulProcessor):
         if wanted != _NO_TIMER:
             self.handle.registerTimer(wanted)
         st.deadline = wanted
+
+    def _forget(self, st: BrokerState, fired: int, out: _Out) -> None:
+        """Gone for ``forget_after_ms``: end its incidents and drop everything kept about it."""
+        days = self.settings.forget_after_ms / 86_400_000
+        for flag, kind in (
+            ("expired_open", AlertKind.BROKER_EXPIRED),
+            ("removed_open", AlertKind.BROKER_REMOVED),
+            ("flapping_open", AlertKind.BROKER_FLAPPING),
+        ):
+            if getattr(st, flag):
+                out.add(
+                    KIND_ALERT, fired, type=kind, state=AlertState.RESOLVED, severity=Severity.INFO,
+                    message=f"broker {_name(st)} has been gone for {days:g} day(s); forgotten",
+                    **_broker_fields(st),
+                )  # fmt: skip
+        if st.flap_timer != _NO_TIMER:
+            self.handle.deleteTimer(st.flap_timer)
+        self.broker.clear()
+        self.last_registration.clear()
+        self.flaps.clear()
 
     def _resolve_gone(self, st: BrokerState, t: int, out: _Out, where: dict[str, Any]) -> None:
         for flag, kind in (("expired_open", AlertKind.BROKER_EXPIRED), ("removed_open", AlertKind.BROKER_REMOVED)):

@@ -197,3 +197,32 @@ def test_admin_events_pass_through_in_order():
     a0 = ev(EventType.ADMIN, T0 + 1, "n1", seq=6, op="WIPE_WRITE_PERM", broker_name="broker-a", topic_count=1)
     out = feed(t, a1, a0, key=group_key(a0))
     assert [(r["kind"], r["seq"]) for r in out] == [(KIND_ROUTE, 6), (KIND_ROUTE, 7)]
+
+
+def test_an_unchanged_re_registration_passes_the_last_registration_once_per_cycle():
+    t = make_tester()
+    feed(t, register(T0))
+    out = feed(t, heartbeat(T0 + 30_000, "n1", "REGISTER_BROKER"), heartbeat(T0 + 30_002, "n2", "REGISTER_BROKER"))
+    assert [(r["kind"], r["cause"]) for r in out] == [(KIND_ROUTE, "REREGISTER")]
+    # plain heartbeats never do
+    assert feed(t, heartbeat(T0 + 45_000)) == []
+    assert len(feed(t, heartbeat(T0 + 60_000, "n2", "REGISTER_BROKER"))) == 1
+
+
+def test_a_broker_gone_long_enough_is_forgotten_and_its_incident_resolved():
+    t = make_tester(forget_after_ms=50_000)
+    feed(t, register(T0))
+    fire(t, T0 + TIMEOUT + 1)  # expired at deadline T0 + 10_001
+    assert fire(t, T0 + TIMEOUT + 50_000) == []
+    out = fire(t, T0 + TIMEOUT + 1 + 50_000)
+    assert [(r["type"], r["state"]) for r in out] == [("BROKER_EXPIRED", "RESOLVED")]
+    assert t.peekValueState("broker", KEY) is None
+    # a later registration starts from scratch: no comeback, no flap
+    out = feed(t, register(T0 + 100_000))
+    assert [(r["kind"], r["cause"]) for r in out] == [(KIND_ROUTE, None)]
+
+
+def test_reports_about_a_broker_never_seen_alive_leave_no_state():
+    t = make_tester()
+    assert feed(t, ev(EventType.UNREGISTER, T0, source="UNREGISTER_BROKER")) == []
+    assert t.peekValueState("broker", KEY) is None

@@ -235,3 +235,18 @@ def test_keys_document_layout():
     assert (k.route("T"), k.topics, k.cluster, k.alerts, k.meta, k.channel) == (
         "p:route:T", "p:topics", "p:cluster", "p:alerts", "p:meta", "p:routes:changed"
     )  # fmt: skip
+
+
+def test_a_replayed_unchanged_registration_re_adds_a_topic_an_admin_deleted_as_a_node_does():
+    node = RouteInfoManager(RouteSettings())
+    model = RouteModel()
+    node_register(node, A0)
+    model.apply_event(A0)
+    node.delete_topic("T1")
+    model.apply_event(Event(type=EventType.ADMIN, node="n1", event_time=T0 + 1, seq=2, op=AdminOp.DELETE_TOPIC,
+                            topic="T1"))
+    model.changes()
+    node_register(node, A0)  # the broker's next periodic registration, DataVersion unchanged
+    model.apply_event(A0)  # what the processor passes again (cause REREGISTER)
+    same(model, node)
+    assert "T1" in model.changes().routes
