@@ -75,6 +75,41 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _routes(args: argparse.Namespace) -> int:
+    """Read what the streaming monitor materialised in Redis (docs/redis-keys.md)."""
+    import redis
+
+    from streaming.routes import RouteLookup
+
+    lookup = RouteLookup(args.redis, prefix=args.prefix)
+    try:
+        if args.routes_command == "get":
+            raw = lookup.get_raw(args.topic)
+            if raw is None:
+                print(f"no route for {args.topic} in {args.redis} (is the streaming monitor running?)", file=sys.stderr)
+                return 1
+            print(json.dumps(json.loads(raw), indent=2) if args.pretty else raw.decode())
+        elif args.routes_command == "watch":
+            print(f"watching {args.redis} for route changes; Ctrl-C to stop", file=sys.stderr)
+            for topic in lookup.watch():
+                raw = lookup.get_raw(topic)
+                print(json.dumps({"topic": topic, "route": None if raw is None else json.loads(raw)}), flush=True)
+        elif args.routes_command == "topics":
+            print("\n".join(lookup.topics()))
+        elif args.routes_command == "alerts":
+            print(_table([{"severity": a.severity, "incident": a.incident, "message": a.message} for a in lookup.alerts()]))
+        else:
+            print(_human(lookup.status() or "nothing written yet"))
+    except redis.RedisError as e:
+        print(f"namesrv routes: cannot read {args.redis}: {e}. Is Redis up (make run starts it)?", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        lookup.close()
+    return 0
+
+
 def _human(result: Any) -> str:
     if isinstance(result, str):
         return result
@@ -145,6 +180,19 @@ ADMIN_COMMANDS: dict[str, tuple[str, Any, list[tuple[str, str]]]] = {
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="namesrv", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+
+    routes = sub.add_parser("routes", help="routes, cluster info and alerts the streaming monitor keeps in Redis")
+    routes.add_argument("--redis", default="redis://127.0.0.1:16379/0", help="Redis URL (default: the local stack's)")
+    routes.add_argument("--prefix", default="namesrv", help="key prefix (the job's redis.keyPrefix)")
+    routes.set_defaults(func=_routes)
+    routes_sub = routes.add_subparsers(dest="routes_command", required=True)
+    get = routes_sub.add_parser("get", help="one topic's route, the bytes a name server would answer")
+    get.add_argument("topic")
+    get.add_argument("--pretty", action="store_true", help="indent the JSON")
+    routes_sub.add_parser("watch", help="print each topic's new route as it changes")
+    routes_sub.add_parser("topics", help="every topic with a route")
+    routes_sub.add_parser("alerts", help="open health incidents")
+    routes_sub.add_parser("status", help="the monitor's last write: batch, watermark, time")
 
     start = sub.add_parser("start", help="run a name-server node in the foreground")
     start.add_argument("-c", "--config", help="RocketMQ-style properties file (e.g. conf/namesrv.properties)")

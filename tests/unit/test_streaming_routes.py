@@ -250,3 +250,24 @@ def test_a_replayed_unchanged_registration_re_adds_a_topic_an_admin_deleted_as_a
     model.apply_event(A0)  # what the processor passes again (cause REREGISTER)
     same(model, node)
     assert "T1" in model.changes().routes
+
+
+def test_namesrv_routes_cli_reads_what_the_job_wrote(store, redis_url):
+    import subprocess
+    import sys
+
+    model = RouteModel()
+    for e in (A0, A1, B0):
+        model.apply_event(e)
+    store.commit("q1", 0, model.changes(), [expired_alert()], watermark=T0, replace=True)
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "namesrv", "routes", "--redis", redis_url,
+                               "--prefix", store.keys.prefix, *args], capture_output=True, timeout=60)
+
+    got = cli("get", "T1")
+    assert got.returncode == 0 and got.stdout.rstrip(b"\n") == model.route("T1")
+    missing = cli("get", "nope")
+    assert missing.returncode == 1 and b"no route for nope" in missing.stderr
+    assert cli("topics").stdout.decode().split() == ["C1", "T1", "T2", "T3"]
+    assert expired_alert().incident in cli("alerts").stdout.decode()
