@@ -294,20 +294,21 @@ def get_broker_cluster_info(node: NameServerNode, request: RemotingCommand, chan
     return request.response(body=node.cached("cluster", lambda: bodies.encode_cluster_info(*node.routes.get_all_cluster_info())))
 
 
-@handles(RequestCode.WIPE_WRITE_PERM_OF_BROKER)
-def wipe_write_perm_of_broker(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
-    h = decode_header(BrokerNameHeader, request.ext_fields)
-    count = node.routes.wipe_write_perm_of_broker(h.broker_name)
-    node.observer.route_changed_by_admin(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": h.broker_name, "topics": count})
-    return request.response(ext_fields={"wipeTopicCount": str(count)})
+def _write_perm_handler(code: RequestCode, change: Callable[[RouteInfoManager, str], int], count_key: str) -> None:
+    """WIPE and ADD_WRITE_PERM_OF_BROKER differ only in what they do to each queue's perm."""
+
+    def handler(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+        h = decode_header(BrokerNameHeader, request.ext_fields)
+        count = change(node.routes, h.broker_name)
+        node.observer.route_changed_by_admin(code, {"brokerName": h.broker_name, "topics": count})
+        return request.response(ext_fields={count_key: str(count)})
+
+    handler.__name__ = code.name.lower()
+    handles(code)(handler)
 
 
-@handles(RequestCode.ADD_WRITE_PERM_OF_BROKER)
-def add_write_perm_of_broker(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
-    h = decode_header(BrokerNameHeader, request.ext_fields)
-    count = node.routes.add_write_perm_of_broker(h.broker_name)
-    node.observer.route_changed_by_admin(RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": h.broker_name, "topics": count})
-    return request.response(ext_fields={"addTopicCount": str(count)})
+_write_perm_handler(RequestCode.WIPE_WRITE_PERM_OF_BROKER, RouteInfoManager.wipe_write_perm_of_broker, "wipeTopicCount")
+_write_perm_handler(RequestCode.ADD_WRITE_PERM_OF_BROKER, RouteInfoManager.add_write_perm_of_broker, "addTopicCount")
 
 
 @handles(RequestCode.DELETE_TOPIC_IN_NAMESRV)
