@@ -15,6 +15,7 @@ from namesrv.kvconfig import KVConfigManager
 from namesrv.liveness import BatchUnregistration, ExpiryScan
 from namesrv.routes.manager import RouteInfoManager
 from namesrv.server import NameServer
+from namesrv.warmstart import WarmStartReport, drop_unconfirmed, warm_start
 
 if TYPE_CHECKING:
     from namesrv.events import KafkaLink
@@ -32,6 +33,8 @@ class RunningNode:
     expiry: ExpiryScan
     #: events out / actions in; None when kafkaBootstrapServers is empty
     kafka: KafkaLink | None = None
+    #: what warm start loaded from Redis; None when it is off or found nothing usable
+    warm_start: WarmStartReport | None = None
 
     @property
     def port(self) -> int:
@@ -63,6 +66,8 @@ def build_node(config: NamesrvConfig) -> tuple[NameServerNode, BatchUnregistrati
 
 async def start_node(config: NamesrvConfig) -> RunningNode:
     node, unregistration, expiry = build_node(config)
+    # before listening, so the first client already gets the provisional routes
+    warm = await warm_start(config, node.routes)
     kafka = None
     if config.kafka_bootstrap_servers.strip():
         from namesrv.events import KafkaLink, default_node_name  # only nodes with Kafka import kafka-python
@@ -72,13 +77,15 @@ async def start_node(config: NamesrvConfig) -> RunningNode:
     await server.start(config.bind_address, config.listen_port)
     server.spawn(unregistration.run(), "batch-unregistration")
     server.spawn(expiry.run(), "expiry-scan")
+    if warm is not None:
+        server.spawn(drop_unconfirmed(node.routes), "warm-start-deadlines")
     if kafka is not None:
         kafka.start(asyncio.get_running_loop(), server.spawn, config.node_name or default_node_name(server.port))
     log.warning(
         "The Name Server boot success. serializeType=%s, address %s:%d",
         config.response_serialize_type, config.bind_address, server.port,
     )
-    return RunningNode(server, node, unregistration, expiry, kafka)
+    return RunningNode(server, node, unregistration, expiry, kafka, warm)
 
 
 async def serve(config: NamesrvConfig) -> None:

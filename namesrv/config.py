@@ -296,8 +296,13 @@ class NamesrvConfig:
         5000, "tickIntervalMillis", "long", _O, "period (ms) of TICK events that move event time"
     )
     redis_url: str = _opt("", "redisUrl", "String", _O, "Redis holding materialised routes; empty = none")
+    redis_key_prefix: str = _opt(
+        "namesrv", "redisKeyPrefix", "String", _O,
+        "prefix of the keys the streaming job writes (its redis.keyPrefix); one per name-server cluster",
+    )
     warm_start_from_redis: bool = _opt(
-        False, "warmStartFromRedis", "boolean", _O, "load routes from redisUrl at start-up"
+        False, "warmStartFromRedis", "boolean", _O,
+        "serve the routes in redisUrl as provisional at start-up, until brokers register (docs/warm-start.md)",
     )
 
     #: keys of the -c file we do not know, echoed back as Java does

@@ -40,6 +40,19 @@ Deviations from Java, all deliberate: requests for a live broker that belongs to
 cluster (possible when a group's fixed cluster differs from the registering one) remove the live
 entry instead of leaving it to be re-expired forever; the acting-master wipe on unregister skips
 groups no longer in ``broker_addr_table`` (Java would throw and abort the batch).
+
+Provisional entries (warm start, :mod:`namesrv.warmstart`)
+---------------------------------------------------------
+:meth:`load_provisional` fills empty tables from a snapshot taken elsewhere (the streaming job's
+model in Redis), so routes are answered before the brokers register.  Until a broker's own
+REGISTER_BROKER arrives, its live entry is *provisional*: it answers clients but never brokers, as
+if the broker had not registered here yet.  QUERY_DATA_VERSION and heartbeats find no entry (so a
+broker is told to register even when its DataVersion equals the copied one), a provisional holder
+never wins the stateVersion conflict check, and a slave is not told a provisional master's address.
+The first registration of a group's master (or prime slave) rewrites that group's topic rows in
+full and drops the copied rows its table no longer has, whatever the DataVersions say.  The expiry
+scan skips provisional entries: :meth:`drop_unconfirmed_provisional` removes those still
+unconfirmed one heartbeat timeout after loading, even while the monitor has the scan switched off.
 """
 
 from __future__ import annotations
@@ -47,8 +60,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable
-from typing import Any, Protocol
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
 
 from namesrv.protocol.codes import (
     DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS,
@@ -85,6 +99,26 @@ class RouteSettingsLike(Protocol):
     notify_min_broker_id_changed: bool
 
 
+class ProvisionalBroker(NamedTuple):
+    """A live broker as a snapshot recorded it, for :meth:`RouteInfoManager.load_provisional`."""
+
+    #: the broker's own heartbeat timeout; None = DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
+    timeout_millis: int | None
+    data_version: DataVersion
+    ha_server_addr: str | None
+
+
+@dataclass(slots=True)
+class ProvisionalStats:
+    """What became of the provisional entries: each loaded one is confirmed or dropped once."""
+
+    loaded: int = 0
+    #: replaced by the broker's own registration
+    confirmed: int = 0
+    #: removed unconfirmed: deadline passed, or an unregistration / monitor action removed it
+    dropped: int = 0
+
+
 def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
@@ -119,6 +153,11 @@ class RouteInfoManager:
         self.topic_queue_mapping_info_table: dict[str, dict[str, Any]] = {}
         self._version = 0
         self._seq = 0
+        #: live entries loaded by warm start that no registration of their broker confirmed yet
+        self._provisional: set[BrokerAddrInfo] = set()
+        #: broker groups whose topic rows were loaded and not yet rewritten by their own broker
+        self._provisional_groups: set[str] = set()
+        self.provisional_stats = ProvisionalStats()
 
     # ------------------------------------------------------------------ counters
 
@@ -174,31 +213,45 @@ class RouteInfoManager:
             if old_addr is not None and old_addr != broker_addr and self._holder_is_newer(cluster_name, old_addr, dv):
                 log.warning("ignoring %s registering as %s[%d]: %s holds that id with a newer stateVersion",
                             broker_addr, broker_name, broker_id, old_addr)
-                self.broker_live_table.pop(key, None)
+                self._drop_live(key)
                 if changed:
                     self._changed()
                 return RegisterBrokerResult(conflict=True, routes_changed=changed)
 
-            if old_addr is None and len(body.topic_config_table) == 1:
+            # an id held only provisionally counts as unregistered here, as on a node started empty
+            holder_provisional = old_addr is not None and BrokerAddrInfo(cluster_name, old_addr) in self._provisional
+            fresh = old_addr is None or holder_provisional
+            if fresh and len(body.topic_config_table) == 1:
                 log.warning("rejecting a one-topic registration of %s[%d]=%s before its full one",
                             broker_name, broker_id, broker_addr)
                 if changed:
                     self._changed()
                 return None
+            if holder_provisional and old_addr != broker_addr:
+                self._drop_live(BrokerAddrInfo(cluster_name, old_addr))
 
             addrs[broker_id] = broker_addr
             changed |= old_addr != broker_addr
-            register_first = register_first or not old_addr
+            register_first = register_first or fresh
             is_master = broker_id == MASTER_ID
             is_prime_slave = not old_version_broker and not is_master and broker_id == min(addrs)
 
             held = self.broker_live_table.get(key)
-            dv_changed = held is None or held.data_version != dv
+            # a copied DataVersion proves nothing about the rows copied with it
+            dv_changed = held is None or key in self._provisional or held.data_version != dv
             if is_master or is_prime_slave:
+                if broker_name in self._provisional_groups:
+                    self._provisional_groups.discard(broker_name)
+                    changed |= self._drop_rows_missing_from(broker_name, body.topic_config_table)
+                    dv_changed = True
                 changed |= self._apply_topic_configs(
                     broker_name, body, rewrite_all=register_first or dv_changed,
                     wipe_write=is_prime_slave and bd.enable_acting_master,
                 )
+            if key in self._provisional:
+                self._provisional.discard(key)
+                self.provisional_stats.confirmed += 1
+                log.info("warm start: %s/%s confirmed by its own registration", cluster_name, broker_addr)
 
             self._seq += 1
             timeout = DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS if timeout_millis is None else timeout_millis
@@ -244,8 +297,29 @@ class RouteInfoManager:
         return bd, created, changed
 
     def _holder_is_newer(self, cluster_name: str, holder_addr: str, dv: DataVersion) -> bool:
-        holder = self.broker_live_table.get(BrokerAddrInfo(cluster_name, holder_addr))
-        return holder is not None and holder.data_version.state_version > dv.state_version
+        key = BrokerAddrInfo(cluster_name, holder_addr)
+        holder = self.broker_live_table.get(key)
+        if holder is None or key in self._provisional:
+            return False
+        return holder.data_version.state_version > dv.state_version
+
+    def _drop_rows_missing_from(self, broker_name: str, kept: Mapping[str, TopicConfig]) -> bool:
+        """Remove ``broker_name``'s queues of topics not in ``kept``; True if any went."""
+        tqt = self.topic_queue_table
+        gone = [t for t, qmap in tqt.items() if broker_name in qmap and t not in kept]
+        for topic in gone:
+            qmap = tqt[topic]
+            del qmap[broker_name]
+            if not qmap:
+                del tqt[topic]
+        return bool(gone)
+
+    def _drop_live(self, key: BrokerAddrInfo) -> BrokerLiveInfo | None:
+        live = self.broker_live_table.pop(key, None)
+        if key in self._provisional:
+            self._provisional.discard(key)
+            self.provisional_stats.dropped += 1
+        return live
 
     def _set_filter_servers(self, key: BrokerAddrInfo, servers: list[str]) -> bool:
         if not servers:
@@ -260,8 +334,11 @@ class RouteInfoManager:
         master_addr = addrs.get(MASTER_ID)
         if master_addr is None:
             return None, None
-        master = self.broker_live_table.get(BrokerAddrInfo(cluster_name, master_addr))
-        return (None, None) if master is None else (master.ha_server_addr, master_addr)
+        key = BrokerAddrInfo(cluster_name, master_addr)
+        master = self.broker_live_table.get(key)
+        if master is None or key in self._provisional:
+            return None, None
+        return master.ha_server_addr, master_addr
 
     def _apply_topic_configs(
         self, broker_name: str, body: RegisterBrokerBody, rewrite_all: bool, wipe_write: bool
@@ -357,7 +434,7 @@ class RouteInfoManager:
 
     def _unregister_one(self, req: UnregisterRequest, out: UnregisterOutcome, notify: dict[str, str]) -> None:
         key = req.addr_info
-        live = self.broker_live_table.pop(key, None)
+        live = self._drop_live(key)
         if live is not None and live.channel is not None:
             out.removed_channels.append(live.channel)
         self.filter_server_table.pop(key, None)
@@ -373,6 +450,7 @@ class RouteInfoManager:
                 del addrs[i]
             if not addrs:
                 del self.broker_addr_table[name]
+                self._provisional_groups.discard(name)
                 removed_group = True
             elif was_min:
                 notify[name] = req.broker_addr
@@ -441,7 +519,8 @@ class RouteInfoManager:
         """Requests removing every broker silent for longer than its timeout (not applied)."""
         with self.lock:
             now = self.now_ms()
-            keys = [k for k, live in self.broker_live_table.items() if live.expired(now)]
+            prov = self._provisional
+            keys = [k for k, live in self.broker_live_table.items() if live.expired(now) and k not in prov]
             if not keys:
                 return []
             seq = self.next_seq()
@@ -464,8 +543,9 @@ class RouteInfoManager:
         QUERY_DATA_VERSION needs both, and one lock acquisition is cheaper than two on that hot path.
         """
         with self.lock:
-            live = self.broker_live_table.get(BrokerAddrInfo(cluster_name, broker_addr))
-            if live is None:
+            key = BrokerAddrInfo(cluster_name, broker_addr)
+            live = self.broker_live_table.get(key)
+            if live is None or (self._provisional and key in self._provisional):
                 return None
             live.last_update_timestamp = self.now_ms()
             self._seq += 1
@@ -474,8 +554,9 @@ class RouteInfoManager:
 
     def query_broker_topic_config(self, cluster_name: str, broker_addr: str) -> DataVersion | None:
         with self.lock:
-            live = self.broker_live_table.get(BrokerAddrInfo(cluster_name, broker_addr))
-            return None if live is None else live.data_version
+            key = BrokerAddrInfo(cluster_name, broker_addr)
+            live = self.broker_live_table.get(key)
+            return None if live is None or key in self._provisional else live.data_version
 
     def is_broker_topic_config_changed(
         self, cluster_name: str, broker_addr: str, data_version: DataVersion | None
@@ -506,6 +587,83 @@ class RouteInfoManager:
                                    v.ha_server_addr, v.registered_seq, v.refreshed_seq))
                 for k, v in self.broker_live_table.items()
             ]
+
+    # ------------------------------------------------------------------ provisional entries (warm start)
+
+    def load_provisional(
+        self,
+        topics: Mapping[str, Mapping[str, QueueData]],
+        groups: Mapping[str, BrokerData],
+        clusters: Mapping[str, Iterable[str]],
+        live: Mapping[BrokerAddrInfo, ProvisionalBroker],
+    ) -> int:
+        """Fill the empty tables from a snapshot, every live entry provisional; returns how many.
+
+        Each group member gets a live entry (the snapshot's, else the default timeout) whose
+        deadline is now + its timeout.  Rows of unknown groups and empty groups are skipped, since
+        nothing would ever remove them.  Raises RuntimeError unless the tables are empty: call it
+        before the node serves.
+        """
+        with self.lock:
+            if self.broker_addr_table or self.broker_live_table or self.topic_queue_table:
+                raise RuntimeError("load_provisional needs empty route tables; call it before the node serves")
+            kept = {name: bd.copy() for name, bd in groups.items() if bd.broker_addrs}
+            now = self.now_ms()
+            self._seq += 1
+
+            def add(key: BrokerAddrInfo, timeout: int | None, dv: DataVersion, ha: str | None) -> None:
+                ms = DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS if timeout is None else timeout
+                self.broker_live_table[key] = BrokerLiveInfo(now, ms, dv, None, ha, self._seq)
+                self._provisional.add(key)
+
+            for key, info in live.items():
+                add(key, info.timeout_millis, info.data_version, info.ha_server_addr)
+            live_addrs = {k.broker_addr for k in self.broker_live_table}
+            for bd in kept.values():
+                for addr in bd.broker_addrs.values():
+                    if addr not in live_addrs:
+                        add(BrokerAddrInfo(bd.cluster, addr), None, DataVersion(), None)
+            self.broker_addr_table = kept
+            for cluster, names in clusters.items():
+                known = {n for n in names if n in kept}
+                if known:
+                    self.cluster_addr_table[cluster] = known
+            for topic, qmap in topics.items():
+                rows = {name: qd for name, qd in qmap.items() if name in kept}
+                if rows:
+                    self.topic_queue_table[topic] = rows
+            self._provisional_groups = set(kept)
+            self.provisional_stats.loaded += len(self._provisional)
+            self._changed()
+            return len(self._provisional)
+
+    def is_provisional(self, cluster_name: str, broker_addr: str) -> bool:
+        """True while (cluster, addr) is a loaded entry its broker has not confirmed by registering."""
+        with self.lock:
+            return BrokerAddrInfo(cluster_name, broker_addr) in self._provisional
+
+    def provisional_brokers(self) -> list[BrokerAddrInfo]:
+        with self.lock:
+            return sorted(self._provisional)
+
+    def next_provisional_deadline(self) -> int | None:
+        """``now_ms()`` after which the earliest unconfirmed entry is dropped; None when none is left."""
+        with self.lock:
+            table = self.broker_live_table
+            return min(
+                (table[k].last_update_timestamp + table[k].heartbeat_timeout_millis for k in self._provisional),
+                default=None,
+            )
+
+    def drop_unconfirmed_provisional(self) -> UnregisterOutcome:
+        """Remove provisional entries whose broker did not register within their timeout."""
+        with self.lock:
+            now = self.now_ms()
+            keys = [k for k in self._provisional if self.broker_live_table[k].expired(now)]
+            if not keys:
+                return UnregisterOutcome()
+            seq = self.next_seq()
+            return self.unregister_brokers([self._request_for(k, seq) for k in sorted(keys)])
 
     # ------------------------------------------------------------------ reads
 

@@ -187,7 +187,7 @@ def test_option_table_is_complete_and_consistent() -> None:
         "serverNettyWorkerGroupEnable", "serverPooledByteBufAllocatorEnable", "enableShutdownGracefully",
         "shutdownWaitTimeSeconds", "useEpollNativeSelector",
         "responseSerializeType", "logLevel", "kafkaBootstrapServers", "eventsTopic", "actionsTopic",
-        "monitorSilenceFallbackMillis", "nodeName", "tickIntervalMillis", "redisUrl", "warmStartFromRedis",
+        "monitorSilenceFallbackMillis", "nodeName", "tickIntervalMillis", "redisUrl", "redisKeyPrefix", "warmStartFromRedis",
     ):
         assert required in OPTIONS_BY_KEY, required
     table = options_markdown()

@@ -1,0 +1,308 @@
+"""Warm start: serve the routes the streaming job keeps in Redis until the brokers register.
+
+Theory of operation
+-------------------
+A name server that restarts empty answers TOPIC_NOT_EXIST for every topic until each broker's
+next registration (up to 30 s; apache/rocketmq#9411).  With ``warmStartFromRedis=true`` a node
+reads, before it listens, the route model the streaming job materialises under
+``redisKeyPrefix`` (``P:model:topics``, ``P:model:brokers`` and ``P:meta``; see
+``docs/redis-keys.md``) in one MULTI/EXEC, so the three keys come from the same micro-batch.
+It loads them with :meth:`RouteInfoManager.load_provisional`: every live broker is
+*provisional* (no connection, last update = now, the broker's own heartbeat timeout or the
+default) until its own REGISTER_BROKER replaces it, and entries no registration confirms
+within their timeout are dropped by :func:`drop_unconfirmed`, a task of its own so that it
+also runs while the monitor has switched the local expiry scan off.  ``docs/warm-start.md``
+explains the trade-off.
+
+Nothing here may stop a node from starting: Redis down, slow, empty or holding something
+unreadable is a warning, and the node starts empty as it would without warm start.  The read
+runs in a thread bounded by :data:`READ_TIMEOUT_S`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+import orjson
+
+from namesrv.protocol.types import BrokerData, DataVersion, QueueData
+from namesrv.routes.manager import ProvisionalBroker, RouteInfoManager
+from namesrv.routes.model import BrokerAddrInfo
+
+if TYPE_CHECKING:
+    import redis
+
+    from namesrv.config import NamesrvConfig
+
+__all__ = [
+    "READ_TIMEOUT_S",
+    "RedisModel",
+    "WarmStartError",
+    "WarmStartReport",
+    "drop_unconfirmed",
+    "load_model",
+    "parse_model",
+    "read_model",
+    "redact_url",
+    "warm_start",
+]
+
+log = logging.getLogger("namesrv.warmstart")
+
+#: longest a node waits for Redis at start-up before it starts empty
+READ_TIMEOUT_S = 3.0
+
+
+class WarmStartError(Exception):
+    """The model in Redis cannot be used; the message says what is wrong with it."""
+
+
+@dataclass(frozen=True)
+class RedisModel:
+    """The job's route model as one consistent read found it."""
+
+    batch_id: int | None
+    lineage: str | None
+    #: event-time watermark of that batch (epoch ms), when the job knew one
+    watermark: int | None
+    #: wall clock (epoch ms) of the job's write
+    updated_at: int | None
+    topics: dict[str, dict[str, QueueData]]
+    groups: dict[str, BrokerData]
+    clusters: dict[str, set[str]]
+    live: dict[BrokerAddrInfo, ProvisionalBroker]
+
+    @property
+    def empty(self) -> bool:
+        return not self.groups
+
+
+@dataclass(frozen=True)
+class WarmStartReport:
+    """What a warm start loaded; the node keeps it (``RunningNode.warm_start``)."""
+
+    source: str
+    batch_id: int | None
+    lineage: str | None
+    watermark: int | None
+    #: how old the job's write was when read (ms), None when it recorded no time
+    age_ms: int | None
+    brokers: int
+    groups: int
+    clusters: int
+    topics: int
+    #: the longest time (ms) an unconfirmed entry is served
+    longest_timeout_ms: int
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _text(value: bytes | str | None) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _optional_int(meta: Mapping[str, str | None], key: str) -> int | None:
+    raw = meta.get(key)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise WarmStartError(f"meta field {key}={raw!r} is not an integer") from None
+
+
+def parse_model(
+    meta: Mapping[Any, Any], topic_entries: Mapping[Any, Any], brokers: bytes | str | None
+) -> RedisModel:
+    """The model from the raw values of ``P:meta``, ``P:model:topics`` and ``P:model:brokers``.
+
+    Raises :class:`WarmStartError` naming the key whose value does not have the documented shape.
+    """
+    meta_text = {_text(k) or "": _text(v) for k, v in meta.items()}
+    topics: dict[str, dict[str, QueueData]] = {}
+    for raw_topic, entry in topic_entries.items():
+        topic = _text(raw_topic) or ""
+        try:
+            rows = orjson.loads(entry)
+            topics[topic] = {name: QueueData.from_wire(q) for name, q in rows.items()}
+        except (orjson.JSONDecodeError, ValueError, AttributeError, TypeError) as exc:
+            raise WarmStartError(f"model:topics field {topic!r} is not a {{brokerName: QueueData}} object: {exc}") from None
+    groups: dict[str, BrokerData] = {}
+    clusters: dict[str, set[str]] = {}
+    live: dict[BrokerAddrInfo, ProvisionalBroker] = {}
+    if brokers:
+        try:
+            snap = orjson.loads(brokers)
+            groups = {name: BrokerData.from_wire(d) for name, d in snap.get("groups", {}).items()}
+            clusters = {c: {str(n) for n in names} for c, names in snap.get("clusters", {}).items()}
+            for key, info in snap.get("live", {}).items():
+                cluster, sep, addr = key.partition("|")
+                if not sep or not addr:
+                    raise ValueError(f"live key {key!r} is not cluster|addr")
+                timeout = info.get("timeoutMillis")
+                live[BrokerAddrInfo(cluster, addr)] = ProvisionalBroker(
+                    None if timeout is None else int(timeout),
+                    DataVersion.from_wire(info.get("dataVersion")),
+                    info.get("haServerAddr"),
+                )
+        except (orjson.JSONDecodeError, ValueError, AttributeError, TypeError) as exc:
+            raise WarmStartError(f"model:brokers is not the documented groups/clusters/live object: {exc}") from None
+    batch_id = _optional_int(meta_text, "batchId")
+    return RedisModel(
+        batch_id=batch_id,
+        lineage=meta_text.get("lineage"),
+        watermark=_optional_int(meta_text, "watermark"),
+        updated_at=_optional_int(meta_text, "updatedAt"),
+        topics=topics,
+        groups=groups,
+        clusters=clusters,
+        live=live,
+    )
+
+
+def read_model(client: redis.Redis, prefix: str) -> RedisModel:
+    """One MULTI/EXEC of the three keys, so they come from one batch of the job's writes."""
+    with client.pipeline(transaction=True) as pipe:
+        pipe.hgetall(f"{prefix}:meta")
+        pipe.hgetall(f"{prefix}:model:topics")
+        pipe.get(f"{prefix}:model:brokers")
+        meta, entries, brokers = pipe.execute()
+    return parse_model(meta, entries, brokers)
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its password, for logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _client(url: str, timeout_s: float) -> redis.Redis:
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    # no retries: redis-py retries three times with backoff by default, too long for a start-up
+    return redis.Redis.from_url(
+        url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 0)
+    )
+
+
+def _read(url: str, prefix: str, timeout_s: float) -> RedisModel:
+    client = _client(url, timeout_s)
+    try:
+        return read_model(client, prefix)
+    finally:
+        client.close()
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_model(routes: RouteInfoManager, model: RedisModel, source: str, wall_ms: int) -> WarmStartReport:
+    """Load ``model`` into the empty ``routes`` as provisional entries, and log what was loaded."""
+    brokers = routes.load_provisional(model.topics, model.groups, model.clusters, model.live)
+    with routes.lock:
+        groups, clusters, topics = (len(routes.broker_addr_table), len(routes.cluster_addr_table),
+                                    len(routes.topic_queue_table))
+        longest = max((v.heartbeat_timeout_millis for v in routes.broker_live_table.values()), default=0)
+    age = None if model.updated_at is None else max(0, wall_ms - model.updated_at)
+    report = WarmStartReport(source, model.batch_id, model.lineage, model.watermark, age, brokers, groups,
+                             clusters, topics, longest)
+    watermark = "none" if model.watermark is None else _iso(model.watermark)
+    log.warning(
+        "warm start: %d provisional broker(s) in %d group(s) of %d cluster(s), %d topic(s) from %s "
+        "batch %s (lineage %s, watermark %s, written %s ago); each is served until its broker registers, "
+        "at most %.0f s",
+        brokers, groups, clusters, topics, source, model.batch_id, model.lineage, watermark,
+        "?" if age is None else f"{age / 1000:.1f} s", longest / 1000,
+    )  # fmt: skip
+    if age is not None and age > longest:
+        log.warning(
+            "warm start: the model in Redis is %.0f s old, older than the brokers' timeout: the streaming "
+            "job has not written since; its routes may name brokers that are gone", age / 1000,
+        )  # fmt: skip
+    return report
+
+
+def _iso(epoch_ms: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_ms / 1000)) + f".{epoch_ms % 1000:03d}Z"
+
+
+async def warm_start(
+    config: NamesrvConfig,
+    routes: RouteInfoManager,
+    *,
+    read: Callable[[str, str, float], RedisModel] = _read,
+    timeout_s: float = READ_TIMEOUT_S,
+    wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+) -> WarmStartReport | None:
+    """Load the routes in Redis as provisional entries; None (and a warning) when there are none.
+
+    Never raises for Redis or its content; at most ``timeout_s`` passes before it gives up.
+    """
+    if not config.warm_start_from_redis:
+        return None
+    url = config.redis_url.strip()
+    if not url:
+        log.warning("warmStartFromRedis=true but redisUrl is empty: starting with empty route tables")
+        return None
+    prefix = config.redis_key_prefix
+    source = f"{redact_url(url)} prefix {prefix!r}"
+    try:
+        # the blocking read in a thread: a Redis that accepts and never answers cannot hold the start
+        model = await asyncio.wait_for(asyncio.to_thread(read, url, prefix, timeout_s), timeout_s + 0.5)
+    except WarmStartError as exc:
+        log.warning("warm start: unusable model in %s (%s): starting with empty route tables", source, exc)
+        return None
+    except (TimeoutError, asyncio.TimeoutError):
+        log.warning("warm start: %s did not answer within %.1f s: starting with empty route tables", source, timeout_s)
+        return None
+    except Exception as exc:  # noqa: BLE001 - Redis errors of every kind mean "start empty", never "do not start"
+        log.warning("warm start: cannot read %s (%s): starting with empty route tables", source, exc)
+        return None
+    if model.empty:
+        log.warning("warm start: no route model under %s (has the streaming job written there?): "
+                    "starting with empty route tables", source)
+        return None
+    try:
+        return load_model(routes, model, source, wall_ms())
+    except RuntimeError as exc:
+        log.warning("warm start skipped: %s", exc)
+        return None
+
+
+# --------------------------------------------------------------------------- deadlines
+
+
+async def drop_unconfirmed(
+    routes: RouteInfoManager, sleep: Callable[[float], Awaitable[object]] = asyncio.sleep
+) -> None:
+    """Drop each provisional entry its broker did not confirm within its timeout; ends when none is left.
+
+    Independent of the expiry scan (which skips provisional entries), so it also runs while the
+    monitor decides expiry.
+    """
+    while (deadline := routes.next_provisional_deadline()) is not None:
+        # an entry expires strictly after its deadline, as a heartbeat timeout does
+        await sleep(max(0, deadline + 1 - routes.now_ms()) / 1000)
+        outcome = routes.drop_unconfirmed_provisional()
+        if outcome.applied:
+            log.warning(
+                "warm start: dropped %d provisional broker(s) no registration confirmed in time: %s",
+                len(outcome.applied), [f"{r.cluster_name}/{r.broker_addr}" for r in outcome.applied],
+            )  # fmt: skip
+    stats = routes.provisional_stats
+    if stats.loaded:
+        log.warning("warm start over: of %d provisional broker(s), %d confirmed by registering, %d dropped",
+                    stats.loaded, stats.confirmed, stats.dropped)
