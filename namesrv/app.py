@@ -81,11 +81,41 @@ async def start_node(config: NamesrvConfig) -> RunningNode:
         server.spawn(drop_unconfirmed(node.routes), "warm-start-deadlines")
     if kafka is not None:
         kafka.start(asyncio.get_running_loop(), server.spawn, config.node_name or default_node_name(server.port))
+    running = RunningNode(server, node, unregistration, expiry, kafka, warm)
+    if config.stats_interval_millis > 0:
+        server.spawn(_log_stats(running, config.stats_interval_millis / 1000), "stats")
     log.warning(
         "The Name Server boot success. serializeType=%s, address %s:%d",
         config.response_serialize_type, config.bind_address, server.port,
     )
-    return RunningNode(server, node, unregistration, expiry, kafka, warm)
+    return running
+
+
+def node_stats(running: RunningNode) -> dict[str, object]:
+    """What an operator wants to know about a node at a glance: tables, connections, Kafka traffic."""
+    routes = running.node.routes
+    with routes.lock:
+        stats: dict[str, object] = {
+            "brokers": len(routes.broker_live_table),
+            "groups": len(routes.broker_addr_table),
+            "topics": len(routes.topic_queue_table),
+        }
+    stats["connections"] = len(running.server.connections)
+    stats["localExpiry"] = "on" if running.expiry.enabled else "off (monitor decides)"
+    if running.kafka is not None:
+        published = running.kafka.publisher_stats()
+        stats.update(eventsSent=published.sent, eventsQueued=published.queued,
+                     eventsDropped=published.dropped_light + published.dropped_heavy)
+        if running.kafka.consumer is not None:
+            actions = running.kafka.action_stats()
+            stats.update(actionsApplied=actions.applied, actionsStale=actions.stale, actionsSkipped=actions.skipped)
+    return stats
+
+
+async def _log_stats(running: RunningNode, interval_s: float) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        log.info("stats", extra={"fields": node_stats(running)})
 
 
 async def serve(config: NamesrvConfig) -> None:

@@ -304,6 +304,10 @@ class NamesrvConfig:
         False, "warmStartFromRedis", "boolean", _O,
         "serve the routes in redisUrl as provisional at start-up, until brokers register (docs/warm-start.md)",
     )
+    stats_interval_millis: int = _opt(
+        60000, "statsIntervalMillis", "long", _O,
+        "period (ms) of the node's `stats` log line (INFO level); 0 = never",
+    )
 
     #: keys of the -c file we do not know, echoed back as Java does
     extras: dict[str, str] = field(default_factory=dict, metadata={"internal": True})

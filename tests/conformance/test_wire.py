@@ -246,3 +246,12 @@ def test_idle_connections_are_closed_and_their_brokers_unregistered(tmp_path):
 def test_decode_of_a_whole_frame_helper_matches_stream_decoder():
     data = frame("GET_ROUTEINFO_BY_TOPIC request (JSON)")
     assert decode_frame(data).ext_fields == {"topic": "TopicTest"}
+
+
+def test_node_stats_count_tables_and_connections(node):
+    from namesrv.app import node_stats
+
+    with NameServerClient(node.addr) as broker:
+        register_v3(broker)
+        stats = node.call(node_stats, node.running)
+    assert stats == {"brokers": 1, "groups": 1, "topics": 2, "connections": 1, "localExpiry": "on"}
