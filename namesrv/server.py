@@ -78,7 +78,6 @@ class NameServer:
         self.connections: set[Connection] = set()
         self.tasks: set[asyncio.Task[Any]] = set()
         self._server: asyncio.base_events.Server | None = None
-        self._channel_destroyed_hooks: list = []
         mode = node.config.response_serialize_type.upper()
         self._echo_type = mode == "ECHO"
         self._response_type = SerializeType.ROCKETMQ if mode == "ROCKETMQ" else SerializeType.JSON
