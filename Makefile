@@ -32,8 +32,10 @@ run-node: setup
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# writes bench/RESULTS.md (name server vs rmq-echo and Java) and bench/STREAMING_RESULTS.md (the monitor)
 bench: setup
-	$(BIN)/python bench/namesrv_bench.py
+	$(BIN)/python bench/namesrv_bench.py --runs 3
+	$(BIN)/python bench/streaming_bench.py
 
 stop:
 	@$(BIN)/python -m infra.stack down

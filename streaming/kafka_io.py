@@ -355,6 +355,10 @@ class KafkaStreamReader(DataSourceStreamReader):
         # response for a partition may take a poll or two.
         for tp in tps:
             consumer.seek(tp, max(self._known_end.get(tp, 0), start.get(tp, 0)))
+            # kafka-python keeps the last response's mark across a seek; forget it, so the loop
+            # below waits for a response to this fetch instead of reporting the previous call's end
+            # (kafka-python 3.0.12, pinned: TopicPartitionState.highwater)
+            consumer._subscription.assignment[tp].highwater = None
         deadline = time.monotonic() + self.opts.poll_timeout_ms / 1000
         while True:
             consumer.poll(timeout_ms=50, max_records=1)

@@ -146,3 +146,21 @@ def test_a_range_the_broker_does_not_have_is_an_error_or_skipped_on_request(kafk
     lenient = KafkaOptions(bootstrap_servers=kafka.bootstrap_servers, poll_timeout_ms=2_000, fail_on_data_loss=False)
     if kafka.backend == "noida":  # Tansu answers nothing at all there, so only the timeout can tell
         assert list(read_range(lenient, part)) == []
+
+
+def test_every_call_sees_the_records_produced_before_it(kafka):
+    # regression: the high watermark of the previous call's fetch was reported as the end
+    r = reader(kafka, startingOffsets="latest")
+    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap_servers)
+    try:
+        end = r.initialOffset()
+        for round_ in range(3):
+            for i in range(20):
+                producer.send("ev", value=b"r%d-%d" % (round_, i), partition=i % 2)
+            producer.flush()
+            new = r.latestOffset(end, ReadAllAvailable())
+            assert sum(new["ev"][p] - end["ev"][p] for p in ("0", "1")) == 20, round_
+            end = new
+    finally:
+        producer.close()
+        r.stop()
