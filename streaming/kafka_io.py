@@ -314,6 +314,19 @@ def _to_offsets(by_tp: Mapping[Any, int]) -> Offsets:
     return out
 
 
+def _fresh_highwaters(consumer: Any, tps: list[Any], deadline: float) -> dict[Any, int | None]:
+    """High watermarks from fetch responses that arrive after this call (None: none came in time)."""
+    for tp in tps:
+        # kafka-python keeps the last response's mark across a seek; forget it so we see the next one
+        # (kafka-python 3.0.12, pinned: TopicPartitionState.highwater)
+        consumer._subscription.assignment[tp].highwater = None
+    while True:
+        consumer.poll(timeout_ms=50, max_records=1)
+        marks = {tp: consumer.highwater(tp) for tp in tps}
+        if all(m is not None for m in marks.values()) or time.monotonic() >= deadline:
+            return marks
+
+
 class KafkaStreamReader(DataSourceStreamReader):
     """The driver side of the source (offsets, planning) plus ``read``, which runs in workers."""
 
@@ -355,16 +368,12 @@ class KafkaStreamReader(DataSourceStreamReader):
         # response for a partition may take a poll or two.
         for tp in tps:
             consumer.seek(tp, max(self._known_end.get(tp, 0), start.get(tp, 0)))
-            # kafka-python keeps the last response's mark across a seek; forget it, so the loop
-            # below waits for a response to this fetch instead of reporting the previous call's end
-            # (kafka-python 3.0.12, pinned: TopicPartitionState.highwater)
-            consumer._subscription.assignment[tp].highwater = None
         deadline = time.monotonic() + self.opts.poll_timeout_ms / 1000
-        while True:
-            consumer.poll(timeout_ms=50, max_records=1)
-            marks = {tp: consumer.highwater(tp) for tp in tps}
-            if all(m is not None for m in marks.values()) or time.monotonic() >= deadline:
-                break
+        # A fetch sent before this call may still be in flight and answer with an old mark, so
+        # wait for two rounds of answers: the second round's fetches were all sent after we began.
+        marks = _fresh_highwaters(consumer, tps, deadline)
+        if all(m is not None for m in marks.values()):
+            marks = _fresh_highwaters(consumer, tps, deadline)
         ends = {}
         for tp in tps:
             mark = marks[tp]

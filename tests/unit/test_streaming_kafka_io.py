@@ -154,7 +154,7 @@ def test_every_call_sees_the_records_produced_before_it(kafka):
     producer = KafkaProducer(bootstrap_servers=kafka.bootstrap_servers)
     try:
         end = r.initialOffset()
-        for round_ in range(3):
+        for round_ in range(6):
             for i in range(20):
                 producer.send("ev", value=b"r%d-%d" % (round_, i), partition=i % 2)
             producer.flush()

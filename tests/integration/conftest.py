@@ -1,0 +1,143 @@
+"""Fixtures of the end-to-end suite: the whole system on the process or the container backend.
+
+``system`` (module scope) starts Kafka, Redis, two name-server nodes and the streaming job and
+stops them afterwards (:mod:`tests.integration.backends`). Which backend runs Kafka and Redis:
+
+* ``--backend=processes``: local noida-db and redis-server on free loopback ports;
+* ``--backend=containers``: testcontainers containers; when no Docker daemon answers, one is
+  started by hand for the session (root only) and stopped by PID at the end;
+* ``--backend=auto`` (the default; or ``$NAMESRV_IT_BACKEND``): containers when a Docker daemon
+  already answers (``$DOCKER_HOST`` or /var/run/docker.sock), processes otherwise.
+
+Images: ``--kafka-image`` / ``$NAMESRV_IT_KAFKA_IMAGE`` and ``--redis-image`` /
+``$NAMESRV_IT_REDIS_IMAGE``; the defaults are built locally from this machine's binaries when
+missing (:mod:`tests.integration.images.build`).
+
+The other modules of this folder start their own services and use none of this.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from tests.integration.backends import (
+    BACKENDS,
+    ENV_BACKEND,
+    ENV_KAFKA_IMAGE,
+    ENV_REDIS_IMAGE,
+    ENV_STREAMING_SET,
+    ContainerInfra,
+    DockerDaemon,
+    DockerUnavailable,
+    SUMMARY,
+    ProcessInfra,
+    System,
+    find_docker,
+    parse_settings,
+)
+from tests.integration.images import build
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("namesrv-integration", "name-server end-to-end suite (tests/integration)")
+    group.addoption("--backend", choices=("auto", *BACKENDS), default=None,
+                    help=f"where Kafka and Redis run (default: ${ENV_BACKEND} or auto: containers when "
+                         "a Docker daemon answers, else processes)")
+    group.addoption("--kafka-image", default=None,
+                    help=f"Kafka-protocol image for the containers backend (default: ${ENV_KAFKA_IMAGE} "
+                         f"or {build.KAFKA_IMAGE}, built locally)")
+    group.addoption("--redis-image", default=None,
+                    help=f"Redis image for the containers backend (default: ${ENV_REDIS_IMAGE} or "
+                         f"{build.REDIS_IMAGE}, built locally)")
+    group.addoption("--docker-host", default=None, help="Docker daemon URL (default: $DOCKER_HOST or the local socket)")
+    group.addoption("--streaming-set", default=None, metavar="KEY=VALUE[,KEY=VALUE]",
+                    help=f"extra settings of the streaming job, e.g. kafka.endOffsets=listoffsets "
+                         f"(default: ${ENV_STREAMING_SET})")
+
+
+def _option(config: pytest.Config, name: str, env: str | None, default: str | None) -> str | None:
+    # getoption with a default: this conftest's options exist only when pytest loaded it early
+    # (its folder or a file in it on the command line); the environment works either way
+    value = config.getoption(name, default=None)
+    return value or (os.environ.get(env) if env else None) or default
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    name: str
+    why: str
+
+
+@pytest.fixture(scope="session")
+def backend_choice(pytestconfig: pytest.Config) -> BackendChoice:
+    wanted = _option(pytestconfig, "--backend", ENV_BACKEND, "auto")
+    if wanted not in ("auto", *BACKENDS):
+        raise pytest.UsageError(f"{ENV_BACKEND}={wanted!r}: use auto, processes or containers")
+    if wanted != "auto":
+        return BackendChoice(wanted, "asked for")
+    if _option(pytestconfig, "--docker-host", None, None):
+        return BackendChoice("containers", "--docker-host given")
+    host, why = find_docker()
+    return BackendChoice("containers", why) if host else BackendChoice("processes", f"no Docker daemon: {why}")
+
+
+@pytest.fixture(scope="session")
+def docker_host(pytestconfig: pytest.Config) -> Iterator[str]:
+    """A Docker daemon that answers: the configured one, else one started here (skips when none can run)."""
+    explicit = _option(pytestconfig, "--docker-host", None, None)
+    if explicit:
+        yield explicit
+        return
+    host, tried = find_docker()
+    if host is not None:
+        yield host
+        return
+    try:
+        daemon = DockerDaemon.start()
+    except DockerUnavailable as exc:
+        pytest.skip(f"no Docker daemon answers ({tried}) and none can be started here: {exc}")
+    try:
+        yield daemon.host
+    finally:
+        daemon.stop()
+
+
+def container_images(config: pytest.Config) -> tuple[str, str]:
+    return (_option(config, "--kafka-image", ENV_KAFKA_IMAGE, build.KAFKA_IMAGE) or build.KAFKA_IMAGE,
+            _option(config, "--redis-image", ENV_REDIS_IMAGE, build.REDIS_IMAGE) or build.REDIS_IMAGE)
+
+
+@pytest.fixture(scope="module")
+def system(request: pytest.FixtureRequest, backend_choice: BackendChoice,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
+    """The whole system, started once per module, on the chosen backend."""
+    run_dir = tmp_path_factory.mktemp("system")
+    if backend_choice.name == "containers":
+        kafka_image, redis_image = container_images(request.config)
+        infra = ContainerInfra(request.getfixturevalue("docker_host"), kafka_image, redis_image)
+    else:
+        infra = ProcessInfra(run_dir)
+    try:
+        extra = parse_settings(_option(request.config, "--streaming-set", ENV_STREAMING_SET, "") or "")
+    except ValueError as exc:
+        raise pytest.UsageError(f"--streaming-set / ${ENV_STREAMING_SET}: {exc}") from None
+    system = System(infra, run_dir, streaming_set=extra)
+    system.start()
+    SUMMARY.append(f"backend {backend_choice.name} ({backend_choice.why})")
+    SUMMARY.extend(system.describe().splitlines())
+    try:
+        yield system
+    finally:
+        system.stop()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """What the scenarios measured, and where each part of the system ran and logged."""
+    if SUMMARY:
+        terminalreporter.section("integration: measured")
+        for line in SUMMARY:
+            terminalreporter.write_line(line)
