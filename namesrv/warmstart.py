@@ -31,6 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
+from namesrv.events.schema import wall_ms
 from namesrv.protocol.types import BrokerData, DataVersion, QueueData
 from namesrv.routes.manager import ProvisionalBroker, RouteInfoManager
 from namesrv.routes.model import BrokerAddrInfo
@@ -245,7 +246,7 @@ async def warm_start(
     *,
     read: Callable[[str, str, float], RedisModel] = _read,
     timeout_s: float = READ_TIMEOUT_S,
-    wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    wall_ms: Callable[[], int] = wall_ms,
 ) -> WarmStartReport | None:
     """Load the routes in Redis as provisional entries; None (and a warning) when there are none.
 

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
-from namesrv.events.schema import Action, ActionType, SchemaError, action_key, decode_event, encode_action
+from namesrv.events.schema import Action, ActionType, SchemaError, action_key, decode_event, encode_action, wall_ms
 from namesrv.routes import RouteSettings
 from streaming import kafka_io
 from streaming.alerts import (
@@ -70,8 +70,7 @@ log = logging.getLogger(__name__)
 EVENT_TS = "eventTs"
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+now_ms = wall_ms
 
 
 # --------------------------------------------------------------------------- session

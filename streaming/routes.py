@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from namesrv.events.schema import AdminOp, Event, EventType
+from namesrv.events.schema import AdminOp, Event, EventType, wall_ms
 from namesrv.protocol import bodies
 from namesrv.protocol.types import BrokerData, DataVersion, QueueData, RegisterBrokerBody, TopicConfig, TopicRouteData
 from namesrv.routes import BrokerAddrInfo, BrokerLiveInfo, RouteInfoManager, RouteSettings
@@ -425,7 +425,7 @@ class RedisRouteStore:
         query lineage, or catching up after a failed write; ``changes`` must then be full).
         """
         k = self.keys
-        now = int(time.time() * 1000)
+        now = wall_ms()
         changed = sorted(changes.routes)
         with self.client.pipeline(transaction=True) as pipe:
             if replace:
@@ -466,7 +466,7 @@ class RedisRouteStore:
     def write_alerts(self, alerts: Iterable[Alert], *, monitor: str = "") -> None:
         """Alerts decided between batches (MONITOR_LAGGING)."""
         with self.client.pipeline(transaction=True) as pipe:
-            self._alert_writes(pipe, alerts, monitor, int(time.time() * 1000))
+            self._alert_writes(pipe, alerts, monitor, wall_ms())
             pipe.execute()
 
 

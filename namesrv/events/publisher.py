@@ -61,6 +61,7 @@ from namesrv.events.schema import (
     encode_event,
     event_key,
     is_light,
+    wall_ms,
 )
 from namesrv.handlers import NodeObserver
 from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS, RequestCode
@@ -93,10 +94,6 @@ _ADMIN_OPS: dict[int, AdminOp] = {
     RequestCode.DELETE_TOPIC_IN_NAMESRV: AdminOp.DELETE_TOPIC,
     RequestCode.REGISTER_TOPIC_IN_NAMESRV: AdminOp.REGISTER_TOPIC,
 }
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)

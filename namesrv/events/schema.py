@@ -29,6 +29,8 @@ wrong; callers count and skip such records.
 
 from __future__ import annotations
 
+import time
+
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -63,9 +65,15 @@ __all__ = [
     "event_field_types",
     "action_field_types",
     "is_light",
+    "wall_ms",
 ]
 
 VERSION = 1
+
+
+def wall_ms() -> int:
+    """The wall clock in epoch milliseconds: the unit of every event and action time."""
+    return time.time_ns() // 1_000_000
 
 
 class SchemaError(ValueError):

@@ -189,4 +189,4 @@ def test_schema_module_imports_neither_kafka_nor_spark():
     tree = ast.parse(Path(schema.__file__).read_text())
     imported = {n.names[0].name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported <= {"__future__", "enum", "collections", "dataclasses", "typing", "orjson"}
+    assert imported <= {"__future__", "enum", "collections", "dataclasses", "typing", "time", "orjson"}
