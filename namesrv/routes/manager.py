@@ -349,13 +349,7 @@ class RouteInfoManager:
         changed = False
         # static topics are not supported by this cleanup, as in Java
         if self.settings.delete_topic_with_broker_registration and not mappings:
-            gone = [t for t, qmap in tqt.items() if broker_name in qmap and t not in tct]
-            for topic in gone:
-                qmap = tqt[topic]
-                del qmap[broker_name]
-                if not qmap:
-                    del tqt[topic]
-                changed = True
+            changed = self._drop_rows_missing_from(broker_name, tct)
 
         for tc in tct.values():
             if rewrite_all:

