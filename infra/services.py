@@ -261,7 +261,12 @@ def tcp_answers(host: str, port: int, timeout: float) -> bool:
 
 
 def pid_alive(pid: int) -> bool:
-    """True while ``pid`` runs; a zombie counts as dead (it has exited, nobody reaped it yet)."""
+    """True while ``pid`` runs; a zombie counts as dead (it has exited, nobody reaped it yet).
+
+    A multi-threaded process whose main thread has exited also shows ``Z`` while its
+    other threads are still tearing down, and those still hold its sockets; it counts
+    as alive until the last of them is gone.
+    """
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except FileNotFoundError:
@@ -269,7 +274,12 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return _kill0(pid)
     state = stat.rpartition(")")[2].split()[0]
-    return state not in ("Z", "X")
+    if state not in ("Z", "X"):
+        return True
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
+    except OSError:
+        return False
 
 
 def _kill0(pid: int) -> bool:
@@ -595,7 +605,18 @@ class ProcessService:
                 raise ServiceError(f"{self.name}: pid {pid} survived SIGKILL")
         self.pidfile.unlink(missing_ok=True)
         self._proc = None
+        self._wait_port_released()
         return True
+
+    def _wait_port_released(self, timeout: float = 5.0) -> None:
+        # The kernel closes a dead process's listener a moment after /proc shows it gone;
+        # a `start` straight after `stop` must not meet our own port as "taken".
+        deadline = time.monotonic() + timeout
+        while not port_is_free(self.port, self.host):
+            if time.monotonic() >= deadline:
+                log.warning("%s: port %d still bound %.0fs after pid exit", self.name, self.port, timeout)
+                return
+            time.sleep(_POLL_INTERVAL_S)
 
     def _wait_exit(self, pid: int, timeout: float) -> bool:
         if self._proc is not None and self._proc.pid == pid:
