@@ -8,6 +8,7 @@ fastjson's legacy dialect unless a caller asks for the standard one (route answe
 
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
 from collections.abc import Iterable
@@ -251,9 +252,19 @@ def decode_data_version(body: bytes | None) -> DataVersion | None:
     """A QUERY_DATA_VERSION body; None when the request has none."""
     if not body:
         return None
+    return _decode_data_version(body) if len(body) <= _SMALL_BODY else DataVersion.from_wire(_json(body, "DataVersion"))
+
+
+#: a broker heartbeats with the same DataVersion until its topics change: remember small ones
+_SMALL_BODY = 256
+
+
+@functools.lru_cache(maxsize=4096)
+def _decode_data_version(body: bytes) -> DataVersion:
     return DataVersion.from_wire(_json(body, "DataVersion"))
 
 
+@functools.lru_cache(maxsize=4096)
 def encode_data_version(dv: DataVersion) -> bytes:
     # three ASCII keys already in fastjson's order: orjson writes the same bytes, much faster
     return orjson.dumps(dv.to_wire())

@@ -12,10 +12,18 @@ layout, spec section 1.4).  The body is opaque bytes here; :mod:`namesrv.protoco
 frame by its first 8 bytes, before waiting for the rest, so a peer cannot make us buffer more than
 the 16 MiB Java allows.  Anything that is not a frame raises :class:`RemoteProtocolError`; the server
 then closes the connection, exactly as Java's ``NettyDecoder`` does.
+
+A peer sends the same header over and over with only the opaque changed (a broker's heartbeat, a
+client's route lookup), and we answer with the same few headers.  So both directions remember
+headers by *shape*, everything but the opaque: a header is parsed or written once per shape and
+afterwards only the opaque is spliced in.  The shape tables are bounded LRU caches; a header that
+is too large, or whose opaque cannot be located unambiguously, takes the full path every time.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 import struct
 from typing import Any
 
@@ -37,6 +45,7 @@ _I16 = struct.Struct(">h")
 #: ROCKETMQ header up to the remark length: code, language, version, opaque, flag, remarkLen
 _RMQ_FIXED = struct.Struct(">hbhiii")
 _RMQ_MIN_HEADER = _RMQ_FIXED.size + 4  # plus the ext-block length
+_RMQ_OPAQUE_AT = 5  # code:i16, language:i8, version:i16, then the opaque
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _LANGUAGE_BY_NAME = {c.name: c for c in LanguageCode}
@@ -81,40 +90,82 @@ def encode(cmd: RemotingCommand) -> bytes:
     return b"".join((_PREFIX.pack(length, (int(stype) << 24) | len(header)), header, body))
 
 
+#: shapes remembered in each direction; a shape is a few hundred bytes
+_SHAPE_CACHE_SIZE = 4096
+
+
+def _shape(cmd: RemotingCommand) -> tuple[Any, ...]:
+    """A command's header fields other than the opaque: the key of the encoders' template caches."""
+    ext = cmd.ext_fields
+    if ext is not None:
+        ext = tuple(ext.items())
+        try:
+            hash(ext)
+        except TypeError:  # a list or map value: written as Java's String.valueOf would
+            ext = tuple(_wire_ext(cmd.ext_fields).items())
+    return cmd.code, cmd.flag, cmd.language, cmd.version, cmd.remark, ext
+
+
 def _encode_json_header(cmd: RemotingCommand) -> bytes:
+    head, tail = _json_template(*_shape(cmd))
+    return b"%b%d%b" % (head, _int32(cmd.opaque, "opaque"), tail)
+
+
+@functools.lru_cache(maxsize=_SHAPE_CACHE_SIZE)
+def _json_template(
+    code: int, flag: int, language: Any, version: int, remark: str | None, ext: tuple[tuple[str, str], ...] | None
+) -> tuple[bytes, bytes]:
+    """A JSON header in two halves, to be joined around the opaque's digits."""
     # insertion order is the wire order: fastjson sorts bean properties alphabetically
-    d: dict[str, Any] = {"code": _int32(cmd.code, "code")}
-    if cmd.ext_fields is not None:
-        d["extFields"] = _wire_ext(cmd.ext_fields)
-    d["flag"] = _int32(cmd.flag, "flag")
-    d["language"] = _language_of(cmd).name
-    d["opaque"] = _int32(cmd.opaque, "opaque")
-    if cmd.remark is not None:
-        d["remark"] = cmd.remark
-    d["serializeTypeCurrentRPC"] = "JSON"
-    d["version"] = _int32(cmd.version, "version")
+    before: dict[str, Any] = {"code": _int32(code, "code")}
+    if ext is not None:
+        before["extFields"] = _wire_ext(dict(ext))
+    before["flag"] = _int32(flag, "flag")
+    before["language"] = _language_name(language)
+    after: dict[str, Any] = {}
+    if remark is not None:
+        after["remark"] = remark
+    after["serializeTypeCurrentRPC"] = "JSON"
+    after["version"] = _int32(version, "version")
     try:
-        return orjson.dumps(d)
+        head, tail = orjson.dumps(before), orjson.dumps(after)
     except TypeError as e:
-        raise LocalProtocolError(f"header of command code={cmd.code} cannot be written as JSON: {e}") from None
+        raise LocalProtocolError(f"header of command code={code} cannot be written as JSON: {e}") from None
+    return head[:-1] + b',"opaque":', b"," + tail[1:]
 
 
 def _encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
-    remark = cmd.remark.encode() if cmd.remark else b""
-    ext = bytearray()
-    for key, value in _wire_ext(cmd.ext_fields or {}).items():
+    header = _rocketmq_template(*_shape(cmd))
+    try:
+        opaque = _I32.pack(cmd.opaque)
+    except struct.error:
+        raise LocalProtocolError(f"opaque={cmd.opaque} does not fit a Java int") from None
+    return b"".join((header[:_RMQ_OPAQUE_AT], opaque, header[_RMQ_OPAQUE_AT + 4 :]))
+
+
+@functools.lru_cache(maxsize=_SHAPE_CACHE_SIZE)
+def _rocketmq_template(
+    code: int, flag: int, language: Any, version: int, remark: str | None, ext: tuple[tuple[str, str], ...] | None
+) -> bytes:
+    """A ROCKETMQ header with opaque 0."""
+    remark_bytes = remark.encode() if remark else b""
+    ext_block = bytearray()
+    for key, value in _wire_ext(dict(ext or ())).items():
         k, v = str(key).encode(), value.encode()
         if len(k) > 0x7FFF:
             raise LocalProtocolError(f"ext key of {len(k)} bytes does not fit the ROCKETMQ int16 length")
-        ext += _I16.pack(len(k)) + k + _I32.pack(len(v)) + v
+        ext_block += _I16.pack(len(k)) + k + _I32.pack(len(v)) + v
+    lang = _LANGUAGE_BY_CODE.get(language)
+    if lang is None:
+        raise LocalProtocolError(f"language {language!r} is not a LanguageCode")
     try:
-        fixed = _RMQ_FIXED.pack(cmd.code, _language_of(cmd).value, cmd.version, cmd.opaque, cmd.flag, len(remark))
+        fixed = _RMQ_FIXED.pack(code, lang.value, version, 0, flag, len(remark_bytes))
     except struct.error as e:
         # Java would silently truncate code/version to 16 bits; we refuse instead
         raise LocalProtocolError(
-            f"command code={cmd.code} version={cmd.version} does not fit the ROCKETMQ header (int16 fields): {e}"
+            f"command code={code} version={version} does not fit the ROCKETMQ header (int16 fields): {e}"
         ) from None
-    return b"".join((fixed, remark, _I32.pack(len(ext)), ext))
+    return b"".join((fixed, remark_bytes, _I32.pack(len(ext_block)), ext_block))
 
 
 def _int32(value: int, name: str) -> int:
@@ -123,11 +174,11 @@ def _int32(value: int, name: str) -> int:
     return int(value)
 
 
-def _language_of(cmd: RemotingCommand) -> LanguageCode:
-    lang = _LANGUAGE_BY_CODE.get(cmd.language)
+def _language_name(language: Any) -> str:
+    lang = _LANGUAGE_BY_CODE.get(language)
     if lang is None:
-        raise LocalProtocolError(f"language {cmd.language!r} is not a LanguageCode")
-    return lang
+        raise LocalProtocolError(f"language {language!r} is not a LanguageCode")
+    return lang.name
 
 
 def _wire_ext(ext: dict[str, str]) -> dict[str, str]:
@@ -247,11 +298,60 @@ def _check_type_word(word: int, length: int) -> tuple[SerializeType, int]:
 
 def _decode_header(buf: bytearray, start: int, end: int, stype: SerializeType) -> RemotingCommand:
     if stype == SerializeType.JSON:
-        return _decode_json_header(buf[start:end])
+        return _decode_json_header(buf, start, end)
     return _decode_rocketmq_header(buf, start, end)
 
 
-def _decode_json_header(raw: bytearray) -> RemotingCommand:
+#: a header longer than this is parsed in full every time rather than remembered
+_MEMO_MAX_HEADER = 2048
+#: the opaque as Java writes it: a canonical integer right after its key
+_JSON_OPAQUE = re.compile(rb'"opaque":(-?[0-9]{1,10})(?=[,}])')
+
+
+def _decode_json_header(buf: bytearray, start: int, end: int) -> RemotingCommand:
+    if end - start <= _MEMO_MAX_HEADER and (m := _JSON_OPAQUE.search(buf, start, end)) is not None:
+        digits = m.group(1)
+        opaque = int(digits)
+        if _INT32_MIN <= opaque <= _INT32_MAX and b"%d" % opaque == digits:
+            with memoryview(buf) as view:
+                head, tail = bytes(view[start : m.start(1)]), bytes(view[m.end(1) : end])
+            shape = _json_shape(head, tail)
+            if shape is not None:
+                return _with_opaque(shape, opaque)
+    return _parse_json_header(buf[start:end])
+
+
+@functools.lru_cache(maxsize=_SHAPE_CACHE_SIZE)
+def _json_shape(head: bytes, tail: bytes) -> RemotingCommand | None:
+    """The header ``head + digits + tail`` with opaque 0; None when those digits are not (only) the opaque.
+
+    Two parses prove it: with 0 and with 1 in the gap, only the top-level opaque may differ.  An
+    ``"opaque":`` that is really an extFields key, say, changes something else and is refused.
+    """
+    zero, one = _parse_json_header(head + b"0" + tail), _parse_json_header(head + b"1" + tail)
+    if zero.opaque != 0 or one.opaque != 1:
+        return None
+    one.opaque = 0
+    return zero if zero == one and zero.unknown == one.unknown else None
+
+
+def _with_opaque(shape: RemotingCommand, opaque: int) -> RemotingCommand:
+    # fresh maps, so a handler that edits its request cannot edit the remembered shape
+    return RemotingCommand(
+        shape.code,
+        opaque,
+        shape.flag,
+        shape.language,
+        shape.version,
+        shape.remark,
+        None if shape.ext_fields is None else dict(shape.ext_fields),
+        None,
+        shape.serialize_type,
+        dict(shape.unknown),
+    )
+
+
+def _parse_json_header(raw: bytes | bytearray) -> RemotingCommand:
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -320,6 +420,22 @@ def _decode_language(cmd: RemotingCommand, value: Any) -> LanguageCode:
 
 
 def _decode_rocketmq_header(buf: bytearray, start: int, end: int) -> RemotingCommand:
+    if _RMQ_MIN_HEADER <= end - start <= _MEMO_MAX_HEADER:
+        (opaque,) = _I32.unpack_from(buf, start + _RMQ_OPAQUE_AT)
+        at = start + _RMQ_OPAQUE_AT
+        with memoryview(buf) as view:
+            # the opaque sits at a fixed offset: zero it and the rest of the header is the shape
+            key = b"".join((view[start:at], b"\0\0\0\0", view[at + 4 : end]))
+        return _with_opaque(_rocketmq_shape(key), opaque)
+    return _parse_rocketmq_header(buf, start, end)
+
+
+@functools.lru_cache(maxsize=_SHAPE_CACHE_SIZE)
+def _rocketmq_shape(header: bytes) -> RemotingCommand:
+    return _parse_rocketmq_header(header, 0, len(header))
+
+
+def _parse_rocketmq_header(buf: bytes | bytearray, start: int, end: int) -> RemotingCommand:
     if end - start < _RMQ_MIN_HEADER:
         raise RemoteProtocolError(f"ROCKETMQ header of {end - start} bytes is shorter than {_RMQ_MIN_HEADER}")
     code, lang_code, version, opaque, flag, remark_len = _RMQ_FIXED.unpack_from(buf, start)
@@ -340,7 +456,7 @@ def _decode_rocketmq_header(buf: bytearray, start: int, end: int) -> RemotingCom
     return cmd
 
 
-def _rmq_ext(buf: bytearray, pos: int, end: int) -> dict[str, str]:
+def _rmq_ext(buf: bytes | bytearray, pos: int, end: int) -> dict[str, str]:
     ext: dict[str, str] = {}
     while pos < end:
         if end - pos < 2:
@@ -357,7 +473,7 @@ def _rmq_ext(buf: bytearray, pos: int, end: int) -> dict[str, str]:
     return ext
 
 
-def _rmq_string(buf: bytearray, pos: int, length: int, limit: int, what: str) -> tuple[str | None, int]:
+def _rmq_string(buf: bytes | bytearray, pos: int, length: int, limit: int, what: str) -> tuple[str | None, int]:
     """A length-prefixed UTF-8 string whose bytes start at ``pos`` and must end by ``limit``."""
     if length == 0:
         return None, pos

@@ -10,6 +10,7 @@ a NullPointerException; it still becomes SYSTEM_ERROR, so the response code is t
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, get_type_hints
 
@@ -54,7 +55,16 @@ def _fields(cls: type) -> list[tuple[str, str, type, bool]]:
 
 def decode_header(cls: type[T], ext_fields: dict[str, str] | None) -> T:
     """Build header ``cls`` from a request's extFields; raise HeaderError naming a missing required field."""
-    ext = ext_fields or {}
+    # a broker sends the same header with every heartbeat: decode each one once (headers are frozen)
+    return _decode_header_memo(cls, tuple(ext_fields.items()) if ext_fields else ())
+
+
+@functools.lru_cache(maxsize=4096)
+def _decode_header_memo(cls: type[T], items: tuple[tuple[str, str], ...]) -> T:
+    return _decode_header(cls, dict(items))
+
+
+def _decode_header(cls: type[T], ext: dict[str, str]) -> T:
     values: list[Any] = []
     for _name, java, kind, required in _fields(cls):
         value = ext.get(java)

@@ -288,6 +288,31 @@ def test_pipelined_frames_come_out_in_order():
     assert decoder.buffered == 0
 
 
+def test_repeated_header_shapes_keep_each_frames_own_opaque():
+    frames = [encode(request(322, {"brokerAddr": "10.0.0.1:10911"}, opaque=o, serialize_type=t))
+              for t in SerializeType for o in (1, 2, -5, 2**31 - 1)]
+    assert [decode_frame(f).opaque for f in frames] == [1, 2, -5, 2**31 - 1] * 2
+
+
+@pytest.mark.parametrize("top_level", [b"", b',"opaque":0', b',"opaque":9'])
+def test_an_opaque_key_in_ext_fields_is_not_taken_for_the_opaque(top_level):
+    # The decoder remembers headers by everything but the opaque; the first "opaque": here is an
+    # extFields key, and a frame differing only in it is a different header, not a new opaque.
+    for decoy in (7, 8):
+        header = b'{"code":105,"extFields":{"opaque":%d}%b,"flag":0}' % (decoy, top_level)
+        cmd = decode_frame(json_frame(header))
+        assert cmd.ext_fields == {"opaque": str(decoy)}
+        assert cmd.opaque == (9 if top_level.endswith(b"9") else 0)
+
+
+def test_a_non_canonical_opaque_is_judged_by_the_full_parser():
+    # leading zeros are not JSON: the shortcut must not make such a header acceptable
+    good = decode_frame(json_frame(b'{"code":105,"opaque":7}'))
+    assert good.opaque == 7
+    with pytest.raises(RemoteProtocolError):
+        decode_frame(json_frame(b'{"code":105,"opaque":007}'))
+
+
 @pytest.mark.parametrize("frame", [V1_JSON_FRAME, V1_ROCKETMQ_FRAME])
 def test_truncation_at_every_offset_changes_nothing(frame):
     whole = decode_frame(frame)

@@ -1,13 +1,16 @@
 """Property tests: peer bytes give commands or RemoteProtocolError, never anything else."""
 
+import dataclasses
 import json
+import re
 import struct
 from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from namesrv.protocol.codec import FrameDecoder, RemoteProtocolError, encode
+from namesrv.protocol import codec
+from namesrv.protocol.codec import FrameDecoder, RemoteProtocolError, decode_frame, encode
 from namesrv.protocol.codes import LanguageCode, SerializeType
 from namesrv.protocol.command import RemotingCommand
 
@@ -113,3 +116,69 @@ def expected_after_round_trip(cmd: RemotingCommand) -> RemotingCommand:
 def test_encode_decode_round_trip(cmd, chunk):
     decoded = drain(encode(cmd) * 2, chunk)
     assert decoded == [expected_after_round_trip(cmd)] * 2
+
+
+# --- headers remembered by shape ----------------------------------------------------------------
+# The decoder parses a header once per shape (everything but the opaque) and then only splices the
+# opaque in.  These check that the shortcut answers exactly what a full parse answers, including for
+# headers built to mislead it: an "opaque" key inside extFields, a missing or non-canonical opaque.
+
+_json_scalar = st.none() | st.booleans() | _int32 | st.integers() | _text | st.floats(allow_nan=False)
+
+
+@st.composite
+def json_headers(draw) -> dict:
+    header: dict = {}
+    for key in draw(st.permutations(["code", "extFields", "flag", "language", "opaque", "remark", "version", "x"])):
+        if not draw(st.booleans()):
+            continue
+        if key == "extFields":
+            ext = draw(st.dictionaries(_text, _text | _int32, max_size=3))
+            if draw(st.booleans()):
+                ext["opaque"] = draw(_int32 | _text)  # a decoy before the real opaque
+            header[key] = ext
+        elif key == "language":
+            header[key] = draw(st.sampled_from(["JAVA", "CPP", "GO", "NOPE"]) | st.integers(0, 20))
+        else:
+            header[key] = draw(_int32) if key != "remark" and draw(st.booleans()) else draw(_json_scalar)
+    return header
+
+
+def _json_frame(header_text: bytes) -> bytes:
+    return struct.pack(">II", 4 + len(header_text), len(header_text)) + header_text
+
+
+def _full_parse(header_text: bytes) -> RemotingCommand | type[RemoteProtocolError]:
+    try:
+        return codec._parse_json_header(header_text)
+    except RemoteProtocolError:
+        return RemoteProtocolError
+
+
+def _decoded(frame: bytes) -> RemotingCommand | type[RemoteProtocolError]:
+    try:
+        return decode_frame(frame)
+    except RemoteProtocolError:
+        return RemoteProtocolError
+
+
+@FUZZ
+@given(json_headers(), st.sampled_from([b"0", b"7", b"-1", b"007", b"-0", b"2147483648", b"1.5", b"12e1"]))
+def test_remembered_json_shape_decodes_as_a_full_parse(header, other_opaque):
+    first = json.dumps(header, separators=(",", ":")).encode()
+    # the same header with whatever the decoder takes for the opaque's digits replaced
+    second = re.sub(rb'("opaque":)-?[0-9]+', lambda m: m.group(1) + other_opaque, first, count=1)
+    for text in (first, second, first):
+        got = _decoded(_json_frame(text))
+        want = _full_parse(text)
+        assert got == want
+        if isinstance(got, RemotingCommand):
+            assert got.unknown == want.unknown
+
+
+@settings(max_examples=200, deadline=None)
+@given(commands(), _int32)
+def test_one_shape_many_opaques(cmd, other):
+    first, second = encode(cmd), encode(dataclasses.replace(cmd, opaque=other))
+    assert decode_frame(first) == expected_after_round_trip(cmd)
+    assert decode_frame(second) == expected_after_round_trip(dataclasses.replace(cmd, opaque=other))
