@@ -239,24 +239,23 @@ class FrameDecoder:
 
     def _next(self) -> RemotingCommand | None:
         buf, start = self._buf, self._start
-        available = len(buf) - start
-        if available < 4:
+        size = len(buf)
+        if size - start < 8:
+            if size - start >= 4:
+                _check_length(_U32.unpack_from(buf, start)[0])
             return None
-        (length,) = _U32.unpack_from(buf, start)
-        _check_length(length)
-        if available < 8:
-            return None
-        (word,) = _U32.unpack_from(buf, start + 4)
+        length, word = _PREFIX.unpack_from(buf, start)
+        if not 4 <= length <= MAX_LENGTH:
+            _check_length(length)
         stype, header_len = _check_type_word(word, length)
         end = start + 4 + length
-        if len(buf) < end:
+        if size < end:
             return None
         header_end = start + 8 + header_len
         cmd = _decode_header(buf, start + 8, header_end, stype)
         if header_end < end:
-            with memoryview(buf) as view:
-                cmd.body = bytes(view[header_end:end])
-        if end == len(buf):
+            cmd.body = bytes(buf[header_end:end])
+        if end == size:
             buf.clear()
             self._start = 0
         else:
@@ -313,9 +312,7 @@ def _decode_json_header(buf: bytearray, start: int, end: int) -> RemotingCommand
         digits = m.group(1)
         opaque = int(digits)
         if _INT32_MIN <= opaque <= _INT32_MAX and b"%d" % opaque == digits:
-            with memoryview(buf) as view:
-                head, tail = bytes(view[start : m.start(1)]), bytes(view[m.end(1) : end])
-            shape = _json_shape(head, tail)
+            shape = _json_shape(bytes(buf[start : m.start(1)]), bytes(buf[m.end(1) : end]))
             if shape is not None:
                 return _with_opaque(shape, opaque)
     return _parse_json_header(buf[start:end])

@@ -12,6 +12,7 @@ from namesrv.protocol.codes import Flag, LanguageCode, ResponseCode, SerializeTy
 
 
 _RESPONSE, _ONEWAY = int(Flag.RESPONSE), int(Flag.ONEWAY)
+_JAVA, _OUR_VERSION = LanguageCode.JAVA, int(Version.CURRENT)
 
 
 @dataclass(slots=True)
@@ -55,8 +56,8 @@ class RemotingCommand:
             code=int(code),
             opaque=self.opaque,
             flag=_RESPONSE,
-            language=LanguageCode.JAVA,
-            version=Version.CURRENT,
+            language=_JAVA,
+            version=_OUR_VERSION,
             remark=remark,
             ext_fields=ext_fields,
             body=body,

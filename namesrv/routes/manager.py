@@ -537,7 +537,7 @@ class RouteInfoManager:
         QUERY_DATA_VERSION needs both, and one lock acquisition is cheaper than two on that hot path.
         """
         with self.lock:
-            key = BrokerAddrInfo(cluster_name, broker_addr)
+            key = (cluster_name, broker_addr)  # equal to, and cheaper than, a BrokerAddrInfo
             live = self.broker_live_table.get(key)
             if live is None or (self._provisional and key in self._provisional):
                 return None
