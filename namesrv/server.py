@@ -4,6 +4,11 @@
 does happens in :mod:`namesrv.handlers`.  A frame the decoder rejects closes that connection and
 nothing else.  A connection that closes, or stays silent for ``serverChannelMaxIdleTimeSeconds``,
 unregisters the brokers that registered through it, as Netty's channel events do in Java.
+
+A peer that sends requests but does not read the answers gets no more answers buffered for it than
+the transport's high-water mark: past it we stop reading from that peer until it catches up.  Java
+queues such requests in its executors and answers SYSTEM_BUSY once they are full; holding back
+lets TCP slow the peer down instead, and no request is refused or lost.
 """
 
 from __future__ import annotations
@@ -21,11 +26,14 @@ from namesrv.protocol.command import RemotingCommand
 
 log = logging.getLogger("namesrv.server")
 
+#: answers are written in batches of about this size, so one large read cannot queue without bound
+_WRITE_BATCH_BYTES = 64 * 1024
+
 
 class Connection(asyncio.Protocol):
     """One TCP connection from a broker, a client or an admin tool."""
 
-    __slots__ = ("server", "transport", "decoder", "peer", "last_active")
+    __slots__ = ("server", "transport", "decoder", "peer", "last_active", "paused")
 
     def __init__(self, server: NameServer) -> None:
         self.server = server
@@ -33,6 +41,8 @@ class Connection(asyncio.Protocol):
         self.decoder = FrameDecoder()
         self.peer = "?"
         self.last_active = time.monotonic()
+        #: reading is paused because the peer is not reading our answers
+        self.paused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # uvloop's transports are not asyncio.Transport subclasses
@@ -43,20 +53,41 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.last_active = time.monotonic()
         self.decoder.feed(data)
+        self._answer_buffered()
+
+    def _answer_buffered(self) -> None:
+        """Answer the whole frames received so far, until done or until the peer stops reading."""
         out: list[bytes] = []
+        size = 0
         try:
-            while (request := self.decoder.next_command()) is not None:
+            while not self.paused and (request := self.decoder.next_command()) is not None:
                 response = dispatch(self.server.node, request, self)
                 if response is not None:
-                    out.append(self.server.encode_response(request, response))
+                    out.append(answer := self.server.encode_response(request, response))
+                    size += len(answer)
+                    if size >= _WRITE_BATCH_BYTES:  # may call pause_writing, which ends the loop
+                        self._write(out)
+                        out, size = [], 0
         except RemoteProtocolError as e:
             log.warning("closing connection from %s: malformed frame: %s", self.peer, e)
-            if out:
-                self.transport.write(b"".join(out))
+            self._write(out)
             self.transport.close()
             return
+        self._write(out)
+
+    def _write(self, out: list[bytes]) -> None:
         if out:
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def pause_writing(self) -> None:
+        self.paused = True
+        self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if not self.transport.is_closing():
+            self.transport.resume_reading()
+            self._answer_buffered()  # frames that arrived while we were held back
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import threading
 import time
 
 import pytest
@@ -255,3 +256,36 @@ def test_node_stats_count_tables_and_connections(node):
         register_v3(broker)
         stats = node.call(node_stats, node.running)
     assert stats == {"brokers": 1, "groups": 1, "topics": 2, "connections": 1, "localExpiry": "on"}
+
+
+def test_a_peer_that_does_not_read_its_answers_is_held_back_and_loses_nothing(node):
+    """Answers queue only up to the transport's high-water mark; then the node stops reading that peer."""
+    from tests.support.brokers import register_broker
+
+    with NameServerClient(node.addr) as broker:
+        register_broker(broker, broker_addr="127.0.0.1:10911", topics=[f"T{i:04d}-{'x' * 40}" for i in range(1000)])
+        one_answer = len(encode(broker.call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)))
+        n = 2000  # about 100 MB of answers if all were queued at once
+        pipeline = b"".join(encode(request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, opaque=i)) for i in range(n))
+        with socket.create_connection(("127.0.0.1", node.running.port)) as peer:
+            peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+            sender = threading.Thread(target=peer.sendall, args=(pipeline,), daemon=True)
+            sender.start()
+            deadline = time.monotonic() + 10
+            while not node.call(lambda: any(c.paused for c in node.running.server.connections)):
+                assert time.monotonic() < deadline, "the node never stopped reading the peer"
+                time.sleep(0.05)
+            time.sleep(0.3)  # a node that kept reading would keep queueing now
+            queued = node.call(lambda: max(c.transport.get_write_buffer_size() for c in node.running.server.connections))
+            assert queued < 64 * 1024 + 50 * one_answer  # the high-water mark plus one read's worth of answers
+            with NameServerClient(node.addr) as other:  # everyone else is served meanwhile
+                assert other.call(RequestCode.GET_BROKER_CLUSTER_INFO).code == ResponseCode.SUCCESS
+
+            decoder, opaques = FrameDecoder(), []
+            peer.settimeout(10)
+            while len(opaques) < n:
+                decoder.feed(peer.recv(1 << 20))
+                while (cmd := decoder.next_command()) is not None:
+                    opaques.append(cmd.opaque)
+            sender.join(10)
+    assert opaques == list(range(n))
