@@ -9,7 +9,7 @@ integer map keys stay integers, so one dict can be written in either fastjson di
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from namesrv.protocol.codes import Perm
 
@@ -108,9 +108,8 @@ class TopicConfig:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class QueueData:
-    """One broker group's queues of one topic."""
+class QueueData(NamedTuple):
+    """One broker group's queues of one topic (a tuple: a broker registers thousands, and they compare in C)."""
 
     broker_name: str
     read_queue_nums: int
