@@ -7,9 +7,10 @@ tables, fed with what the nodes fed theirs: registrations (REGISTER events), adm
 operations (ADMIN events) and removals (the job's EXPIRE/REMOVE actions, applied as a node
 applies them). So a route read from Redis is, byte for byte, what GET_ROUTEINFO_BY_TOPIC on a
 node answers in the standard dialect (``encode_route(route, standard=True)``), and the cluster
-info is the GET_BROKER_CLUSTER_INFO body. Two things a node knows never reach the event
-stream and so are not in Redis: filter servers and static-topic mappings of a registration,
-and ``orderTopicConf`` from the node's KV store.
+info is the GET_BROKER_CLUSTER_INFO body. REGISTER events carry the registration's filter
+servers and static-topic mappings, so routes include those as well. One thing a node knows
+never reaches the event stream and so is not in Redis: ``orderTopicConf`` from the node's KV
+store.
 
 After each micro-batch, :meth:`RouteModel.changes` compares the topics the batch could have
 touched (those served by a broker group it touched, plus the topics admin events named) with
@@ -33,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from namesrv.events.schema import AdminOp, Event, EventType, wall_ms
-from namesrv.protocol import bodies
+from namesrv.events.schema import AdminOp, Event, EventType, SchemaError, wall_ms
+from namesrv.protocol import bodies, fastjson
 from namesrv.protocol.types import BrokerData, DataVersion, QueueData, RegisterBrokerBody, TopicConfig, TopicRouteData
 from namesrv.routes import BrokerAddrInfo, BrokerLiveInfo, RouteInfoManager, RouteSettings
 from streaming.alerts import Alert, decode_alert, encode_alert
@@ -131,12 +132,30 @@ def _register_body(event: Event) -> RegisterBrokerBody:
         )
         for name, q in (event.topics or {}).items()
     }
+    filters = event.filter_server_list
     return RegisterBrokerBody(
         data_version=DataVersion(dv.counter, dv.state_version, dv.timestamp) if dv else DataVersion(),
         topic_config_table=topics,
-        # filter servers never reach the event stream; None leaves the table alone
-        filter_server_list=None,
+        # None (an event from a node that predates the field) leaves the table alone, as an
+        # ancient broker's registration does
+        filter_server_list=None if filters is None else list(filters),
+        topic_queue_mapping_info_map=_mappings(event.topic_queue_mapping_info_map or {}),
     )
+
+
+def _mappings(texts: Mapping[str, str]) -> dict[str, Any]:
+    out = {}
+    for topic, text in texts.items():
+        try:
+            out[topic] = fastjson.loads(text)
+        except fastjson.FastjsonError as exc:
+            raise SchemaError(f"event.topicQueueMappingInfoMap[{topic!r}]: not JSON ({exc})") from None
+    return out
+
+
+def _mapping_texts(table: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    # text in fastjson's dialect, as in the events: orjson would turn integer keys into strings
+    return {t: {b: fastjson.dumps_legacy(info).decode() for b, info in per.items()} for t, per in table.items()}
 
 
 class RouteModel:
@@ -173,6 +192,9 @@ class RouteModel:
         if event.type is EventType.REGISTER:
             assert event.cluster_name and event.broker_addr and event.broker_name is not None
             self._touched_groups |= self._groups_of(event.cluster_name, event.broker_addr) | {event.broker_name}
+            body = _register_body(event)
+            # a mapping may name a topic the registering group does not serve
+            self._touched_topics |= set(body.topic_queue_mapping_info_map)
             m.register_broker(
                 event.cluster_name,
                 event.broker_addr,
@@ -182,7 +204,7 @@ class RouteModel:
                 zone_name=event.zone_name,
                 timeout_millis=event.heartbeat_timeout_millis,
                 enable_acting_master=event.enable_acting_master,
-                body=_register_body(event),
+                body=body,
             )
         elif event.type is EventType.ADMIN:
             op = event.op
@@ -254,6 +276,8 @@ class RouteModel:
                     }
                     for k, v in m.broker_live_table.items()
                 },
+                "filterServers": {f"{k.cluster_name}|{k.broker_addr}": v for k, v in m.filter_server_table.items()},
+                "mappings": _mapping_texts(m.topic_queue_mapping_info_table),
             },
             option=_JSON_OPTS,
         )
@@ -348,6 +372,12 @@ class RouteModel:
                     ha_server_addr=live.get("haServerAddr"),
                     registered_seq=0,
                 )
+            for key, servers in snap.get("filterServers", {}).items():
+                cluster_name, _, addr = key.partition("|")
+                m.filter_server_table[BrokerAddrInfo(cluster_name, addr)] = list(servers)
+            m.topic_queue_mapping_info_table = {
+                t: {b: fastjson.loads(text) for b, text in per.items()} for t, per in snap.get("mappings", {}).items()
+            }
         # what the store holds is what was last written
         model._entries = {t: _topic_entry(q) for t, q in m.topic_queue_table.items()}
         model._entry_groups = {t: frozenset(q) for t, q in m.topic_queue_table.items()}

@@ -64,6 +64,7 @@ from namesrv.events.schema import (
     wall_ms,
 )
 from namesrv.handlers import NodeObserver
+from namesrv.protocol import fastjson
 from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS, RequestCode
 from namesrv.protocol.headers import RegisterBrokerHeader
 from namesrv.protocol.types import RegisterBrokerBody
@@ -324,7 +325,11 @@ class EventPublisher(NodeObserver):
             heartbeat_timeout_millis=timeout,
             data_version=DataVersionInfo(dv.counter, dv.state_version, dv.timestamp),
         )  # fmt: skip
-        if result.topic_config_changed:
+        # a changed filter-server list needs the whole registration too: the route model only
+        # replays REGISTER events, and a broker changes filters without bumping its DataVersion
+        if result.topic_config_changed or result.filter_servers_changed:
+            mappings = body.topic_queue_mapping_info_map
+            filters = body.filter_server_list
             event = self._emit(
                 EventType.REGISTER,
                 **common,
@@ -335,6 +340,11 @@ class EventPublisher(NodeObserver):
                     t: QueueInfo(tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc.topic_sys_flag)
                     for t, tc in body.topic_config_table.items()
                 },
+                filter_server_list=None if filters is None else list(filters),
+                # the dialect the broker sent: integer map keys stay integers for whoever replays it
+                topic_queue_mapping_info_map={
+                    t: fastjson.dumps_legacy(info).decode() for t, info in mappings.items()
+                } or None,
             )
         else:
             event = self._emit(EventType.HEARTBEAT, **common, source=HeartbeatSource.REGISTER_BROKER.value)

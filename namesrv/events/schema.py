@@ -225,6 +225,11 @@ class Event:
     data_version: DataVersionInfo | None = None
     #: REGISTER only: topic -> queues on this broker group
     topics: dict[str, QueueInfo] | None = None
+    #: REGISTER only: the broker's filter servers, when its registration carried a list ([] clears them)
+    filter_server_list: list[str] | None = None
+    #: REGISTER only: topic -> the broker's static-topic mapping (TopicQueueMappingInfo) as JSON text in
+    #: fastjson's dialect; text, because an object would lose which map keys were integers
+    topic_queue_mapping_info_map: dict[str, str] | None = None
     #: ADMIN only
     op: AdminOp | None = None
     topic: str | None = None
@@ -303,6 +308,16 @@ def _read_topics(x: Any, where: str) -> dict[str, QueueInfo]:
     return {str(t): QueueInfo.from_json(q, f"{where}[{t!r}]") for t, q in _object(x, where).items()}
 
 
+def _read_str_list(x: Any, where: str) -> list[str]:
+    if type(x) is not list:
+        raise SchemaError(f"{where}: expected a list, got {_show(x)}")
+    return [_read_str(item, f"{where}[{i}]") for i, item in enumerate(x)]
+
+
+def _read_str_map(x: Any, where: str) -> dict[str, str]:
+    return {str(k): _read_str(v, f"{where}[{k!r}]") for k, v in _object(x, where).items()}
+
+
 def _read_queue_datas(x: Any, where: str) -> list[BrokerQueueInfo]:
     if type(x) is not list:
         raise SchemaError(f"{where}: expected a list, got {_show(x)}")
@@ -335,6 +350,8 @@ EVENT_FIELDS: tuple[Field, ...] = (
         "topics", "topics", f"MAP<STRING, STRUCT<{_QUEUE_DDL}>>",
         _read_topics, lambda t: {name: q.to_json() for name, q in t.items()},
     ),
+    Field("filterServerList", "filter_server_list", "ARRAY<STRING>", _read_str_list, list),
+    Field("topicQueueMappingInfoMap", "topic_queue_mapping_info_map", "MAP<STRING, STRING>", _read_str_map, dict),
     Field("op", "op", "STRING", _reader_enum(AdminOp), str),
     Field("topic", "topic", "STRING", _read_str),
     Field("topicCount", "topic_count", "INT", _read_int),

@@ -256,13 +256,16 @@ class RouteInfoManager:
             self._seq += 1
             timeout = DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS if timeout_millis is None else timeout_millis
             self.broker_live_table[key] = BrokerLiveInfo(self.now_ms(), timeout, dv, channel, ha_server_addr, self._seq)
-            if body.filter_server_list is not None:
-                changed |= self._set_filter_servers(key, body.filter_server_list)
+            filters_changed = body.filter_server_list is not None and self._set_filter_servers(
+                key, body.filter_server_list
+            )
+            changed |= filters_changed
 
             result = RegisterBrokerResult(
                 register_first=register_first,
                 data_version_changed=dv_changed,
                 routes_changed=changed,
+                filter_servers_changed=filters_changed,
                 registered_seq=self._seq,
             )
             if not is_master:

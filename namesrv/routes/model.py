@@ -104,6 +104,8 @@ class RegisterBrokerResult:
     data_version_changed: bool = False
     #: something a route / cluster-info / topic-list answer shows changed (``version`` bumped)
     routes_changed: bool = False
+    #: the registration's filterServerList changed this address's filter servers (§3.2 step 11)
+    filter_servers_changed: bool = False
     #: the registration lost the stateVersion conflict check and was ignored (§3.2 step 6)
     conflict: bool = False
     registered_seq: int | None = None

@@ -13,6 +13,7 @@ from namesrv.config import ConfigError
 from namesrv.events import check_bootstrap_servers
 from namesrv.events.publisher import EventPublisher, EventQueue, PublisherSettings
 from namesrv.events.schema import AdminOp, DataVersionInfo, Event, EventType, QueueInfo, decode_event, encode_event
+from namesrv.protocol import fastjson
 from namesrv.protocol.codes import RequestCode
 from namesrv.protocol.headers import RegisterBrokerHeader
 from namesrv.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig
@@ -74,12 +75,13 @@ def make_publisher(**settings) -> tuple[EventPublisher, RouteInfoManager]:
     return publisher, routes
 
 
-def register(publisher, routes, dv=DataVersion(1, 0, 5), timeout=None, zone=None):
+def register(publisher, routes, dv=DataVersion(1, 0, 5), timeout=None, zone=None, filters=None, mappings=None):
     header = RegisterBrokerHeader(
         broker_name=NAME, broker_addr=ADDR, cluster_name=CLUSTER, ha_server_addr="127.0.0.1:10912",
         broker_id=0, heartbeat_timeout_millis=timeout, enable_acting_master=True,
     )  # fmt: skip
-    body = RegisterBrokerBody(dv, {"T1": TopicConfig("T1", 4, 2, 6), "T2": TopicConfig("T2", 1, 1, 4, topic_sys_flag=1)})
+    topics = {"T1": TopicConfig("T1", 4, 2, 6), "T2": TopicConfig("T2", 1, 1, 4, topic_sys_flag=1)}
+    body = RegisterBrokerBody(dv, topics, filter_server_list=filters, topic_queue_mapping_info_map=mappings or {})
     result = routes.register_broker(CLUSTER, ADDR, NAME, 0, "127.0.0.1:10912", zone, timeout, True, body, None)
     publisher.broker_registered(header, body, result)
 
@@ -105,6 +107,33 @@ def test_first_registration_carries_the_topic_table_then_unchanged_ones_are_hear
     assert changed.type is EventType.REGISTER and changed.heartbeat_timeout_millis == 30000
     assert p.last_event_time(CLUSTER, ADDR) == changed.event_time
     for e in (first, again, changed):
+        assert decode_event(encode_event(e)) == e
+
+
+def test_registrations_carry_filter_servers_and_mappings_and_a_filter_change_is_a_registration():
+    p, routes = make_publisher()
+    # a static topic's mapping as a broker sends it: fastjson writes currIdMap's integer keys bare
+    info = {"topic": "T1", "bname": NAME, "epoch": 2, "totalQueues": 12, "currIdMap": {i: i for i in range(12)}}
+    register(p, routes, filters=["10.0.0.9:1", "10.0.0.9:2"], mappings={"T1": info})
+    register(p, routes, filters=["10.0.0.9:1", "10.0.0.9:2"], mappings={"T1": info})  # unchanged
+    register(p, routes, filters=[], mappings={"T1": info})  # same DataVersion, filters gone
+    register(p, routes, dv=DataVersion(2, 0, 6), filters=[])
+    register(p, routes, dv=DataVersion(3, 0, 7))  # a broker before 3.0.11: no list at all
+    first, unchanged, cleared, changed, ancient = drain(p)
+
+    assert first.type is EventType.REGISTER and first.filter_server_list == ["10.0.0.9:1", "10.0.0.9:2"]
+    text = first.topic_queue_mapping_info_map["T1"]
+    assert "{0:0,1:1,2:2," in text  # integer keys kept bare, in numeric order
+    assert fastjson.loads(text) == info
+    assert unchanged.type is EventType.HEARTBEAT and unchanged.filter_server_list is None
+    assert cleared.type is EventType.REGISTER and cleared.filter_server_list == []
+    assert cleared.topics == first.topics and cleared.data_version == first.data_version
+    assert changed.type is EventType.REGISTER and changed.filter_server_list == []
+    assert changed.topic_queue_mapping_info_map is None  # no mappings sent: the field is left out
+    assert ancient.type is EventType.REGISTER and ancient.filter_server_list is None
+    wire = json.loads(encode_event(cleared))
+    assert wire["filterServerList"] == [] and wire["topicQueueMappingInfoMap"] == {"T1": text}
+    for e in (first, cleared, changed, ancient):
         assert decode_event(encode_event(e)) == e
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -55,8 +56,19 @@ def test_register_event_bytes_are_the_documented_ones():
     assert event_key(REGISTER) == b"127.0.0.1:10911"
 
 
+#: a registration with filter servers and one static-topic mapping (as fastjson text, integer keys bare)
+REGISTER_STATIC = Event(
+    EventType.REGISTER, "ns-1", 1_700_000_000_124, 8,
+    cluster_name="DefaultCluster", broker_name="broker-a", broker_id=0, broker_addr="127.0.0.1:10911",
+    heartbeat_timeout_millis=120000, data_version=DataVersionInfo(4, 0, 1_700_000_000_001),
+    topics={"TopicTest": QueueInfo(4, 4, 6, 0)}, filter_server_list=["127.0.0.1:20001"],
+    topic_queue_mapping_info_map={"TopicTest": '{"bname":"broker-a","currIdMap":{0:0},"epoch":1}'},
+)  # fmt: skip
+
 EVENTS = [
     REGISTER,
+    REGISTER_STATIC,
+    replace(REGISTER_STATIC, seq=9, filter_server_list=[], topic_queue_mapping_info_map=None),
     Event(EventType.HEARTBEAT, "ns-1", 5, 8, cluster_name="c", broker_addr="a:1", source="QUERY_DATA_VERSION"),
     Event(EventType.HEARTBEAT, "ns-1", 5, 9, cluster_name="c", broker_name="b", broker_id=1, broker_addr="a:1",
           source="REGISTER_BROKER", heartbeat_timeout_millis=30000, data_version=DataVersionInfo(1, 2, 3)),
@@ -98,6 +110,25 @@ def test_unknown_fields_are_ignored_and_parsed_objects_accepted():
     assert decode_event(json.dumps(d)) == REGISTER
 
 
+def test_filter_servers_and_mappings_are_written_after_the_topics_and_an_empty_list_is_kept():
+    assert encode_event(REGISTER_STATIC).endswith(
+        b'"topics":{"TopicTest":{"readQueueNums":4,"writeQueueNums":4,"perm":6,"topicSysFlag":0}},'
+        b'"filterServerList":["127.0.0.1:20001"],'
+        b'"topicQueueMappingInfoMap":{"TopicTest":"{\\"bname\\":\\"broker-a\\",\\"currIdMap\\":{0:0},\\"epoch\\":1}"}}'
+    )
+    cleared = replace(REGISTER_STATIC, filter_server_list=[], topic_queue_mapping_info_map=None)
+    wire = json.loads(encode_event(cleared))
+    assert wire["filterServerList"] == [] and "topicQueueMappingInfoMap" not in wire
+
+
+def test_a_registration_written_before_filter_servers_and_mappings_existed_still_decodes():
+    old = encode_event(REGISTER)
+    assert b"filterServerList" not in old and b"topicQueueMappingInfoMap" not in old
+    event = decode_event(old)
+    assert event == REGISTER
+    assert event.filter_server_list is None and event.topic_queue_mapping_info_map is None
+
+
 def _register(**changes):
     d = json.loads(encode_event(REGISTER))
     for k, v in changes.items():
@@ -127,6 +158,11 @@ def _register(**changes):
         (_register(topics={"T": {"readQueueNums": 1, "writeQueueNums": "1", "perm": 6}}),
          "event.topics['T'].writeQueueNums: expected an integer"),
         (_register(seq=-1), "must not be negative"),
+        (_register(filterServerList="a:1"), "event.filterServerList: expected a list, got str"),
+        (_register(filterServerList=["a:1", 2]), "event.filterServerList[1]: expected a string, got int"),
+        (_register(topicQueueMappingInfoMap=["x"]), "event.topicQueueMappingInfoMap: expected a JSON object"),
+        (_register(topicQueueMappingInfoMap={"T": {"bname": "b"}}),
+         "event.topicQueueMappingInfoMap['T']: expected a string, got dict"),
         (b'{"v":1,"type":"HEARTBEAT","node":"n","eventTime":1,"seq":1,"clusterName":"c","brokerAddr":"a",'
          b'"source":"PING"}', "HEARTBEAT event.source: unknown value 'PING'"),
         (b'{"v":1,"type":"HEARTBEAT","node":"n","eventTime":1,"seq":1,"clusterName":"c","brokerAddr":"a"}',
@@ -172,6 +208,8 @@ def test_spark_ddl_names_every_field_once_in_schema_order():
     assert list(types) == [f.name for f in schema.EVENT_FIELDS]
     assert types["eventTime"] == "BIGINT" and types["enableActingMaster"] == "BOOLEAN"
     assert types["topics"].startswith("MAP<STRING, STRUCT<readQueueNums: INT")
+    assert types["filterServerList"] == "ARRAY<STRING>"
+    assert types["topicQueueMappingInfoMap"] == "MAP<STRING, STRING>"
     ddl = event_ddl()
     assert ddl.startswith("`v` INT, `type` STRING, `node` STRING, `eventTime` BIGINT, `seq` BIGINT")
     assert ddl.count("`") == 2 * len(types)

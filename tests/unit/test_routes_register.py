@@ -303,10 +303,12 @@ def test_static_topic_mappings_are_stored_by_bname_and_returned_in_routes():
 
 def test_filter_servers_are_stored_per_cluster_and_addr_and_cleared_by_an_empty_list():
     mgr, _ = make_manager()
-    register(mgr, MASTER, "T", filter_servers=["10.0.0.1:1"])
+    assert register(mgr, MASTER, "T", filter_servers=["10.0.0.1:1"]).filter_servers_changed
     assert mgr.pickup_topic_route_data("T").filter_server_table == {MASTER_ADDR: ["10.0.0.1:1"]}
-    register(mgr, MASTER, "T", filter_servers=[])
+    assert not register(mgr, MASTER, "T", filter_servers=["10.0.0.1:1"]).filter_servers_changed
+    assert register(mgr, MASTER, "T", filter_servers=[]).filter_servers_changed
     assert mgr.pickup_topic_route_data("T").filter_server_table == {}
+    assert not register(mgr, MASTER, "T", filter_servers=[]).filter_servers_changed
     # None (ancient brokers) leaves the table alone
     register(mgr, MASTER, "T", filter_servers=["10.0.0.1:1"])
     body = RegisterBrokerBody(data_version=DV1, topic_config_table=topic_configs("T"), filter_server_list=None)

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+import orjson
+
 from infra.services import RedisService, free_port
+from namesrv.config import load_config
+from namesrv.events.publisher import EventPublisher, PublisherSettings
 from namesrv.events.schema import (
     AdminOp,
     BrokerQueueInfo,
@@ -15,7 +19,11 @@ from namesrv.events.schema import (
     decode_event,
     encode_event,
 )
-from namesrv.protocol import bodies
+from namesrv.handlers import NameServerNode, dispatch
+from namesrv.kvconfig import KVConfigManager
+from namesrv.protocol import bodies, fastjson
+from namesrv.protocol.codes import RequestCode, ResponseCode
+from namesrv.protocol.command import request
 from namesrv.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig
 from namesrv.routes import RouteInfoManager, RouteSettings
 from streaming.alerts import Alert, AlertKind, AlertState, Severity
@@ -26,12 +34,16 @@ CLUSTER = "C1"
 
 
 def reg_event(name: str, addr: str, bid: int, topics: dict[str, tuple[int, int, int]], counter: int = 1,
-              t: int = T0, acting: bool | None = False) -> Event:
+              t: int = T0, acting: bool | None = False, filters: list[str] | None = None,
+              mappings: dict[str, dict] | None = None) -> Event:
     return Event(
         type=EventType.REGISTER, node="n1", event_time=t, seq=1, cluster_name=CLUSTER, broker_name=name,
         broker_id=bid, broker_addr=addr, ha_server_addr=addr, enable_acting_master=acting,
         heartbeat_timeout_millis=120_000, data_version=DataVersionInfo(counter, 0, 1),
-        topics={n: QueueInfo(r, w, p) for n, (r, w, p) in topics.items()},
+        topics={n: QueueInfo(r, w, p) for n, (r, w, p) in topics.items()}, filter_server_list=filters,
+        topic_queue_mapping_info_map=None if mappings is None else {
+            topic: fastjson.dumps_legacy(info).decode() for topic, info in mappings.items()
+        },
     )  # fmt: skip
 
 
@@ -44,7 +56,10 @@ def node_register(m: RouteInfoManager, e: Event) -> None:
         RegisterBrokerBody(
             DataVersion(dv.counter, dv.state_version, dv.timestamp),
             {n: TopicConfig(n, q.read_queue_nums, q.write_queue_nums, q.perm) for n, q in e.topics.items()},
-            filter_server_list=[],
+            filter_server_list=e.filter_server_list,
+            topic_queue_mapping_info_map={
+                t: fastjson.loads(text) for t, text in (e.topic_queue_mapping_info_map or {}).items()
+            },
         ),
     )  # fmt: skip
 
@@ -271,3 +286,123 @@ def test_namesrv_routes_cli_reads_what_the_job_wrote(store, redis_url):
     assert missing.returncode == 1 and b"no route for nope" in missing.stderr
     assert cli("topics").stdout.decode().split() == ["C1", "T1", "T2", "T3"]
     assert expired_alert().incident in cli("alerts").stdout.decode()
+
+
+# --------------------------------------------------------------------------- filter servers and static topics
+
+
+def mapping(topic: str, bname: str, queues: int, epoch: int = 1) -> dict:
+    """A TopicQueueMappingInfo; more than ten queues, so integer and text keys would sort differently."""
+    return {"topic": topic, "scope": "__global__", "totalQueues": queues, "bname": bname, "epoch": epoch,
+            "dirty": False, "currIdMap": {i: i for i in range(queues)}}  # fmt: skip
+
+
+class NodeAndJob:
+    """A node's handlers with the event publisher as observer, and the job's model fed what it publishes."""
+
+    def __init__(self, tmp_path) -> None:
+        config = load_config(None, {"kvConfigPath": str(tmp_path / "kv.json"), "configStorePath": str(tmp_path / "p")})
+        routes = RouteInfoManager(config)
+        self.publisher = EventPublisher(PublisherSettings("k:1", "events", "ns-1"), routes)
+        self.node = NameServerNode(config, routes, KVConfigManager(tmp_path / "kv.json"), lambda _: True,
+                                   observer=self.publisher)  # fmt: skip
+        self.model = RouteModel(RouteSettings(support_acting_master=config.support_acting_master))
+
+    def register(self, name: str, addr: str, bid: int, counter: int, topics: tuple[str, ...],
+                 filters: list[str], mappings: dict | None = None, compressed: bool = False) -> EventType:
+        """One REGISTER_BROKER through the handler; the job applies what the node published."""
+        body = RegisterBrokerBody(DataVersion(counter, 0, T0 + counter), {t: TopicConfig(t, 8, 8, 6) for t in topics},
+                                  filters, mappings or {})  # fmt: skip
+        ext = {"brokerName": name, "brokerAddr": addr, "clusterName": CLUSTER, "haServerAddr": addr,
+               "brokerId": str(bid), "enableActingMaster": "false", "compressed": str(compressed).lower()}  # fmt: skip
+        raw = bodies.encode_register_broker_body(body, compressed=compressed)
+        response = dispatch(self.node, request(RequestCode.REGISTER_BROKER, ext, raw), object())
+        assert response.code == ResponseCode.SUCCESS
+        (event,) = self.publisher.queue.take(10, 0)
+        if event.type is EventType.REGISTER:
+            self.model.apply_event(decode_event(encode_event(event)))  # through JSON, as the job sees it
+        return event.type
+
+    def answer(self, topic: str) -> bytes | None:
+        """GET_ROUTEINFO_BY_TOPIC as a client from 4.9.4 on asks it (standard JSON)."""
+        response = dispatch(self.node, request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}), None)
+        return response.body if response.code == ResponseCode.SUCCESS else None
+
+    def check(self, *topics: str) -> None:
+        for topic in (*topics, "nope"):
+            assert self.model.route(topic) == self.answer(topic), topic
+
+
+A0_ADDR, A1_ADDR, B0_ADDR = "10.0.0.1:1", "10.0.0.2:1", "10.0.0.3:1"
+
+
+def test_filter_servers_and_static_topic_mappings_reach_the_model_as_the_node_answers_them(tmp_path):
+    nj = NodeAndJob(tmp_path)
+    assert nj.register("a", A0_ADDR, 0, 1, ("T1", "T2"), ["10.0.1.1:1", "10.0.1.1:2"],
+                       {"T1": mapping("T1", "a", 12)}) is EventType.REGISTER  # fmt: skip
+    nj.register("a", A1_ADDR, 1, 1, ("T1", "T2"), ["10.0.1.2:1"])
+    nj.register("b", B0_ADDR, 0, 1, ("T1", "T3"), [], {"T1": mapping("T1", "b", 4)}, compressed=True)
+    nj.check("T1", "T2", "T3")
+    route = orjson.loads(nj.answer("T1"))
+    assert route["filterServerTable"] == {A0_ADDR: ["10.0.1.1:1", "10.0.1.1:2"], A1_ADDR: ["10.0.1.2:1"]}
+    assert set(route["topicQueueMappingByBroker"]) == {"a", "b"}
+    assert b'"currIdMap":{"0":0,"1":1,"2":2,' in nj.answer("T1")  # numeric key order, not "0","1","10"
+
+    # same DataVersion, empty list: the node drops a0's filter servers, and so does the model
+    assert nj.register("a", A0_ADDR, 0, 1, ("T1", "T2"), [], {"T1": mapping("T1", "a", 12)}) is EventType.REGISTER
+    nj.check("T1", "T2", "T3")
+    assert orjson.loads(nj.answer("T1"))["filterServerTable"] == {A1_ADDR: ["10.0.1.2:1"]}
+    assert nj.register("a", A0_ADDR, 0, 1, ("T1", "T2"), [], {"T1": mapping("T1", "a", 12)}) is EventType.HEARTBEAT
+
+    # a new DataVersion brings a new mapping epoch
+    nj.register("a", A0_ADDR, 0, 2, ("T1", "T2"), [], {"T1": mapping("T1", "a", 12, epoch=2)})
+    nj.check("T1", "T2", "T3")
+    assert orjson.loads(nj.answer("T1"))["topicQueueMappingByBroker"]["a"]["epoch"] == 2
+
+
+def test_a_registration_event_from_an_older_node_leaves_filter_servers_and_mappings_alone():
+    node, model = RouteInfoManager(RouteSettings()), RouteModel()
+    first = reg_event("a", A0_ADDR, 0, {"T1": (4, 4, 6), "T2": (4, 4, 6)}, filters=["10.0.1.1:1"],
+                      mappings={"T1": mapping("T1", "a", 2)})  # fmt: skip
+    node_register(node, first)
+    model.apply_event(decode_event(encode_event(first)))
+    wire = orjson.loads(encode_event(reg_event("a", A0_ADDR, 0, {"T1": (4, 4, 6), "T2": (4, 4, 6)}, counter=2)))
+    assert "filterServerList" not in wire and "topicQueueMappingInfoMap" not in wire
+    legacy = decode_event(wire)
+    node_register(node, legacy)  # a broker that sends no list at all: the node leaves the table alone too
+    model.apply_event(legacy)
+    same(model, node)
+    assert orjson.loads(model.route("T1"))["filterServerTable"] == {A0_ADDR: ["10.0.1.1:1"]}
+
+
+def test_a_restored_model_keeps_filter_servers_and_mappings():
+    node, model = RouteInfoManager(RouteSettings()), RouteModel()
+    events = [
+        reg_event("a", A0_ADDR, 0, {"T1": (4, 4, 6), "T2": (4, 4, 6)}, filters=["10.0.1.1:1"],
+                  mappings={"T1": mapping("T1", "a", 12)}),
+        reg_event("a", A1_ADDR, 1, {"T1": (4, 4, 6), "T2": (4, 4, 6)}, filters=["10.0.1.2:1"]),
+    ]  # fmt: skip
+    for e in events:
+        node_register(node, e)
+        model.apply_event(e)
+    # a deleted topic keeps its mapping (as on a node), so it must survive a restart without queue rows
+    node.delete_topic("T1")
+    model.apply_event(Event(type=EventType.ADMIN, node="n1", event_time=T0 + 1, seq=2, op=AdminOp.DELETE_TOPIC,
+                            topic="T1"))  # fmt: skip
+    written = model.changes(full=True)
+    entries = {t: e for t, e in written.model_topics.items() if e is not None}
+    assert b'"filterServers"' in written.model_brokers and b'"mappings"' in written.model_brokers
+
+    restored = RouteModel.restore(entries, written.model_brokers)
+    same(restored, node)
+    assert restored.changes().empty  # it knows what is already written
+
+    # after the restart: the topic comes back with its mapping, a1's filter servers go with it
+    node.register_topic("T1", [QueueData("a", 4, 4, 6, 0)])
+    restored.apply_event(Event(type=EventType.ADMIN, node="n1", event_time=T0 + 2, seq=3, op=AdminOp.REGISTER_TOPIC,
+                               topic="T1", queue_datas=[BrokerQueueInfo("a", QueueInfo(4, 4, 6))]))  # fmt: skip
+    node.unregister_brokers([node.build_unregister_request(CLUSTER, A1_ADDR)])
+    restored.apply_removal(CLUSTER, A1_ADDR, T0 + 3, unclean=True)
+    same(restored, node)
+    route = orjson.loads(restored.route("T1"))
+    assert route["filterServerTable"] == {A0_ADDR: ["10.0.1.1:1"]} and set(route["topicQueueMappingByBroker"]) == {"a"}
