@@ -59,8 +59,10 @@ def build_node(config: NamesrvConfig) -> tuple[NameServerNode, BatchUnregistrati
         started_at=time.monotonic(),
         now=time.monotonic,
     )
+    unregistration.on_min_broker_id_change = node.min_broker_id_changed
     expiry = ExpiryScan(routes, config.scan_not_active_broker_interval,
-                        on_expired=lambda r: node.observer.broker_unregistered(r, "expired"))
+                        on_expired=lambda r: node.observer.broker_unregistered(r, "expired"),
+                        on_min_broker_id_change=node.min_broker_id_changed)
     return node, unregistration, expiry
 
 
@@ -74,11 +76,13 @@ async def start_node(config: NamesrvConfig) -> RunningNode:
 
         kafka = KafkaLink.attach(config, node, expiry)
     server = NameServer(node)
+    node.notify_brokers = server.notify_min_broker_id_change
     await server.start(config.bind_address, config.listen_port)
     server.spawn(unregistration.run(), "batch-unregistration")
     server.spawn(expiry.run(), "expiry-scan")
     if warm is not None:
-        server.spawn(drop_unconfirmed(node.routes), "warm-start-deadlines")
+        server.spawn(drop_unconfirmed(node.routes, on_min_broker_id_change=node.min_broker_id_changed),
+                     "warm-start-deadlines")
     if kafka is not None:
         kafka.start(asyncio.get_running_loop(), server.spawn, config.node_name or default_node_name(server.port))
     running = RunningNode(server, node, unregistration, expiry, kafka, warm)

@@ -197,7 +197,8 @@ class NamesrvConfig:
     )
     notify_min_broker_id_changed: bool = _opt(
         False, "notifyMinBrokerIdChanged", "boolean", _N,
-        "tell a broker group when its smallest broker id changes",
+        "send NOTIFY_MIN_BROKER_ID_CHANGE (905) to a group's brokers when its smallest id changes"
+        " (on departures: acting-master groups only)",
     )
     enable_controller_in_namesrv: bool = _opt(
         False, "enableControllerInNamesrv", "boolean", _N,

@@ -27,7 +27,7 @@ from namesrv.protocol.codes import (
     ResponseCode,
     Version,
 )
-from namesrv.protocol.command import RemotingCommand
+from namesrv.protocol.command import RemotingCommand, request as new_request
 from namesrv.protocol.headers import (
     BrokerIdentityHeader,
     BrokerMemberGroupHeader,
@@ -35,12 +35,15 @@ from namesrv.protocol.headers import (
     ClusterHeader,
     HeaderError,
     KVConfigHeader,
+    NotifyMinBrokerIdChangeHeader,
     RegisterBrokerHeader,
     TopicHeader,
     decode_header,
+    encode_header,
 )
 from namesrv.protocol.types import BodyError, TopicRouteData
 from namesrv.routes.manager import RouteInfoManager, UnregisterRequest
+from namesrv.routes.model import MinBrokerIdChange
 
 log = logging.getLogger("namesrv.handlers")
 
@@ -61,7 +64,7 @@ class NodeObserver:
 
 @dataclass
 class NameServerNode:
-    """Everything a handler may touch: the tables, the KV store, the settings, and two outlets."""
+    """Everything a handler may touch: the tables, the KV store, the settings, and the outlets."""
 
     config: NamesrvConfig
     routes: RouteInfoManager
@@ -72,8 +75,16 @@ class NameServerNode:
     #: monotonic seconds at start, for needWaitForService
     started_at: float = 0.0
     now: Callable[[], float] = field(default=lambda: 0.0)
+    #: sends a NOTIFY_MIN_BROKER_ID_CHANGE to its targets without blocking; the server installs it
+    #: when it listens (None: nothing is sent, e.g. a node driven by tests without a server)
+    notify_brokers: Callable[[MinBrokerIdChange], None] | None = None
     _cache: dict[Any, bytes] = field(default_factory=dict)
     _cache_key: Any = None
+
+    def min_broker_id_changed(self, change: MinBrokerIdChange) -> None:
+        """Every path that changes a group's minimum id reports here (the route tables decide when)."""
+        if self.notify_brokers is not None:
+            self.notify_brokers(change)
 
     def cached(self, key: Any, build: Callable[[], bytes]) -> bytes:
         """Encoded answers stay valid until the route tables, the KV store or the settings change."""
@@ -119,6 +130,14 @@ def dispatch(node: NameServerNode, request: RemotingCommand, channel: object) ->
             log.exception("handler for code %s failed", request.code)
             response = request.response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
     return None if request.flag & _ONEWAY_FLAG else response
+
+
+def min_broker_id_change_request(change: MinBrokerIdChange, opaque: int) -> RemotingCommand:
+    """The oneway NOTIFY_MIN_BROKER_ID_CHANGE a member of ``change``'s group is sent (absent values omitted)."""
+    header = NotifyMinBrokerIdChangeHeader(
+        change.min_broker_id, change.min_broker_addr, change.offline_broker_addr, change.ha_broker_addr
+    )
+    return new_request(RequestCode.NOTIFY_MIN_BROKER_ID_CHANGE, encode_header(header), opaque=opaque, oneway=True)
 
 
 # --- KV config ------------------------------------------------------------------------------
@@ -185,6 +204,8 @@ def register_broker(node: NameServerNode, request: RemotingCommand, channel: obj
     if result is None:
         return request.response(ResponseCode.SYSTEM_ERROR, "register broker failed")
     node.observer.broker_registered(h, body, result)
+    if result.min_broker_id_change is not None:
+        node.min_broker_id_changed(result.min_broker_id_change)
     ext: dict[str, str] = {}
     if result.ha_server_addr is not None:
         ext["haServerAddr"] = result.ha_server_addr

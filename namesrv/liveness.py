@@ -18,16 +18,28 @@ import logging
 from collections.abc import Callable
 
 from namesrv.routes.manager import RouteInfoManager, UnregisterRequest
+from namesrv.routes.model import MinBrokerIdChange
+
+#: where an unregistration's NOTIFY_MIN_BROKER_ID_CHANGE goes (``NameServerNode.min_broker_id_changed``)
+MinIdOutlet = Callable[[MinBrokerIdChange], None]
 
 log = logging.getLogger("namesrv.liveness")
+
+
+def forward_min_broker_id_changes(changes: list[MinBrokerIdChange], outlet: MinIdOutlet | None) -> None:
+    if outlet is not None:
+        for change in changes:
+            outlet(change)
 
 
 class BatchUnregistration:
     """A bounded queue of unregistrations drained by one task, a batch at a time."""
 
-    def __init__(self, routes: RouteInfoManager, capacity: int) -> None:
+    def __init__(self, routes: RouteInfoManager, capacity: int,
+                 on_min_broker_id_change: MinIdOutlet | None = None) -> None:
         self.routes = routes
         self.queue: asyncio.Queue[UnregisterRequest] = asyncio.Queue(maxsize=capacity)
+        self.on_min_broker_id_change = on_min_broker_id_change
 
     def submit(self, requests: list[UnregisterRequest]) -> bool:
         """Queue requests; False if the queue is full (the caller answers SYSTEM_ERROR)."""
@@ -46,6 +58,7 @@ class BatchUnregistration:
         if batch:
             outcome = self.routes.unregister_brokers(batch)
             log.debug("applied %d unregistration(s): %s", len(batch), outcome)
+            forward_min_broker_id_changes(outcome.min_broker_id_changes, self.on_min_broker_id_change)
 
     async def run(self) -> None:
         while True:
@@ -61,10 +74,12 @@ class ExpiryScan:
     """
 
     def __init__(self, routes: RouteInfoManager, interval_ms: int,
-                 on_expired: Callable[[UnregisterRequest], None] | None = None) -> None:
+                 on_expired: Callable[[UnregisterRequest], None] | None = None,
+                 on_min_broker_id_change: MinIdOutlet | None = None) -> None:
         self.routes = routes
         self.interval_ms = interval_ms
         self.on_expired = on_expired
+        self.on_min_broker_id_change = on_min_broker_id_change
         #: False while the streaming monitor decides expiry for every node
         self.enabled = True
 
@@ -79,6 +94,7 @@ class ExpiryScan:
         if self.on_expired is not None:
             for r in outcome.applied:
                 self.on_expired(r)
+        forward_min_broker_id_changes(outcome.min_broker_id_changes, self.on_min_broker_id_change)
         return outcome.applied
 
     async def run(self) -> None:

@@ -9,25 +9,37 @@ A peer that sends requests but does not read the answers gets no more answers bu
 the transport's high-water mark: past it we stop reading from that peer until it catches up.  Java
 queues such requests in its executors and answers SYSTEM_BUSY once they are full; holding back
 lets TCP slow the peer down instead, and no request is refused or lost.
+
+The node's only outbound traffic is NOTIFY_MIN_BROKER_ID_CHANGE (``notifyMinBrokerIdChanged``):
+each one is a background task that connects to the broker's own address, writes the oneway frame
+and closes.  Java keeps a pooled client connection per broker instead; notifications are rare
+(a group's minimum id changes), so a connection each costs less than keeping them open.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Coroutine
 from typing import Any
 
-from namesrv.handlers import NameServerNode, dispatch
+from namesrv.client import parse_addr
+from namesrv.handlers import NameServerNode, dispatch, min_broker_id_change_request
 from namesrv.protocol.codec import FrameDecoder, RemoteProtocolError, encode
 from namesrv.protocol.codes import SerializeType
 from namesrv.protocol.command import RemotingCommand
+from namesrv.routes.model import MinBrokerIdChange
 
 log = logging.getLogger("namesrv.server")
 
 #: answers are written in batches of about this size, so one large read cannot queue without bound
 _WRITE_BATCH_BYTES = 64 * 1024
+#: how long Java's name-server client waits for a connection (NettyClientConfig.connectTimeoutMillis)
+NOTIFY_CONNECT_TIMEOUT_S = 3.0
+#: and for a oneway NOTIFY_MIN_BROKER_ID_CHANGE to be written (RouteInfoManager passes 300 ms)
+NOTIFY_SEND_TIMEOUT_S = 0.3
 
 
 class Connection(asyncio.Protocol):
@@ -112,6 +124,7 @@ class NameServer:
         mode = node.config.response_serialize_type.upper()
         self._echo_type = mode == "ECHO"
         self._response_type = SerializeType.ROCKETMQ if mode == "ROCKETMQ" else SerializeType.JSON
+        self._opaque = itertools.count(1)
 
     @property
     def port(self) -> int:
@@ -141,6 +154,30 @@ class NameServer:
             self.node.submit_unregister(requests)
             for r in requests:
                 self.node.observer.broker_unregistered(r, reason)
+
+    def notify_min_broker_id_change(self, change: MinBrokerIdChange) -> None:
+        """Send the change to each of its targets in the background; failures are logged, never raised."""
+        log.info("min broker id of %s is now %d (%s), offline %s: notifying %s", change.broker_name,
+                 change.min_broker_id, change.min_broker_addr, change.offline_broker_addr, list(change.notify_addrs))
+        for addr in change.notify_addrs:
+            cmd = min_broker_id_change_request(change, next(self._opaque))
+            cmd.serialize_type = self._response_type
+            self.spawn(self._send_oneway(addr, encode(cmd)), f"notify-{addr}")
+
+    async def _send_oneway(self, addr: str, frame: bytes) -> None:
+        try:
+            host, port = parse_addr(addr)
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), NOTIFY_CONNECT_TIMEOUT_S)
+        except (OSError, ValueError, asyncio.TimeoutError) as e:
+            log.info("could not connect to broker %s to notify it: %r", addr, e)
+            return
+        try:
+            writer.write(frame)
+            await asyncio.wait_for(writer.drain(), NOTIFY_SEND_TIMEOUT_S)
+        except (OSError, asyncio.TimeoutError) as e:
+            log.info("could not notify broker %s: %r", addr, e)
+        finally:
+            writer.close()  # flushes what is buffered, then closes
 
     async def start(self, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 from namesrv.events.schema import wall_ms
+from namesrv.liveness import MinIdOutlet, forward_min_broker_id_changes
 from namesrv.protocol.types import BrokerData, DataVersion, QueueData
 from namesrv.routes.manager import ProvisionalBroker, RouteInfoManager
 from namesrv.routes.model import BrokerAddrInfo
@@ -287,7 +288,9 @@ async def warm_start(
 
 
 async def drop_unconfirmed(
-    routes: RouteInfoManager, sleep: Callable[[float], Awaitable[object]] = asyncio.sleep
+    routes: RouteInfoManager,
+    sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    on_min_broker_id_change: MinIdOutlet | None = None,
 ) -> None:
     """Drop each provisional entry its broker did not confirm within its timeout; ends when none is left.
 
@@ -298,6 +301,7 @@ async def drop_unconfirmed(
         # an entry expires strictly after its deadline, as a heartbeat timeout does
         await sleep(max(0, deadline + 1 - routes.now_ms()) / 1000)
         outcome = routes.drop_unconfirmed_provisional()
+        forward_min_broker_id_changes(outcome.min_broker_id_changes, on_min_broker_id_change)
         if outcome.applied:
             log.warning(
                 "warm start: dropped %d provisional broker(s) no registration confirmed in time: %s",

@@ -146,3 +146,18 @@ class ClusterHeader:
 class BrokerMemberGroupHeader:
     cluster_name: str | None = _java("clusterName")
     broker_name: str | None = _java("brokerName", required=True)
+
+
+@dataclass(frozen=True, slots=True)
+class NotifyMinBrokerIdChangeHeader:
+    """NOTIFY_MIN_BROKER_ID_CHANGE, the one request the name server sends (to brokers, oneway).
+
+    Java's header also has ``brokerName``, which the name server never sets and brokers never read.
+    """
+
+    min_broker_id: int | None = _java("minBrokerId")
+    min_broker_addr: str | None = _java("minBrokerAddr")
+    #: the member whose departure changed the minimum; None for a registration
+    offline_broker_addr: str | None = _java("offlineBrokerAddr")
+    #: the registering member's HA address; None for a departure
+    ha_broker_addr: str | None = _java("haBrokerAddr")

@@ -124,11 +124,12 @@ def monotonic_ms() -> int:
 
 
 def _notify_targets(addrs: dict[int, str], offline_addr: str | None) -> tuple[str, ...]:
-    # a departure tells everyone left; an arrival tells everyone but the new minimum
-    if offline_addr is not None or len(addrs) == 1:
-        return tuple(addrs.values())
-    low = min(addrs)
-    return tuple(a for i, a in addrs.items() if i != low)
+    # a departure tells everyone left; an arrival tells everyone but the new minimum (a group of one
+    # is told anyway).  Ascending ids, the order Java's HashMap<Long, String> yields small ids in.
+    ids = sorted(addrs)
+    if offline_addr is None and len(ids) > 1:
+        ids = ids[1:]
+    return tuple(addrs[i] for i in ids)
 
 
 def _with_perm(qd: QueueData, perm: int) -> QueueData:

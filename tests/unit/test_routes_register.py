@@ -366,3 +366,31 @@ def test_thousand_topic_registrations_from_five_groups_all_land():
         broker = MASTER.but(name=f"b{round_}", addr=f"10.0.0.{round_}:10911")
         assert register(mgr, broker, configs=configs).register_first
     assert len(mgr.pickup_topic_route_data("topic-999").broker_datas) == 5
+
+
+def test_a_master_arriving_below_its_slaves_tells_every_slave_with_its_ha_address():
+    slave2 = SLAVE.but(id=2, addr="127.0.0.1:2")
+    # the registration path does not look at enableActingMaster (a 4.x group is told too)
+    for acting in (True, None):
+        mgr, _ = make_manager(notify_min_broker_id_changed=True)
+        register(mgr, slave2.but(acting=acting), "T")
+        register(mgr, SLAVE.but(acting=acting), "T")
+        change = register(mgr, MASTER.but(acting=acting), "T").min_broker_id_change
+        assert change is not None
+        assert (change.broker_name, change.min_broker_id, change.min_broker_addr) == (DEF_BROKER, 0, MASTER_ADDR)
+        assert (change.offline_broker_addr, change.ha_broker_addr) == (None, MASTER_HA)
+        assert change.notify_addrs == (SLAVE_ADDR, "127.0.0.1:2")  # ascending ids, the new minimum left out
+
+
+def test_a_member_taking_a_lower_id_alone_in_its_group_is_told_itself():
+    mgr, _ = make_manager(notify_min_broker_id_changed=True)
+    register(mgr, SLAVE, "T")
+    change = register(mgr, SLAVE.but(id=0), "T").min_broker_id_change  # role switch: same address, id 0
+    assert change is not None and (change.min_broker_id, change.notify_addrs) == (0, (SLAVE_ADDR,))
+
+
+def test_no_min_broker_id_change_for_a_registration_that_lowers_nothing():
+    mgr, _ = make_manager(notify_min_broker_id_changed=True)
+    assert register(mgr, MASTER, "T").min_broker_id_change is None  # a new group: the old minimum counts as 0
+    assert register(mgr, SLAVE, "T").min_broker_id_change is None
+    assert register(mgr, MASTER, "T").min_broker_id_change is None  # re-registration at the same id

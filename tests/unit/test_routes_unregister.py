@@ -311,3 +311,37 @@ def test_live_brokers_snapshot_is_a_copy():
     assert live.heartbeat_timeout_millis == 5_000 and live.last_update_timestamp == clock.now
     live.last_update_timestamp = 0
     assert mgr.last_seen(DEF_CLUSTER, MASTER_ADDR) == clock.now
+
+
+def test_min_broker_id_change_on_unregister_carries_the_offline_address_and_no_ha_address():
+    slave2 = SLAVE.but(id=2, addr="127.0.0.1:2")
+    mgr, _ = make_manager(notify_min_broker_id_changed=True)
+    for b in (MASTER, SLAVE, slave2):
+        register(mgr, b, "T")
+    (change,) = unregister(mgr, MASTER).min_broker_id_changes
+    assert change.broker_name == DEF_BROKER and change.ha_broker_addr is None
+    assert change.notify_addrs == (SLAVE_ADDR, "127.0.0.1:2")  # everyone left, ascending ids
+
+
+def test_no_min_broker_id_change_on_unregister_when_the_switch_is_off():
+    mgr, _ = make_manager()
+    register(mgr, MASTER, "T")
+    register(mgr, SLAVE, "T")
+    assert unregister(mgr, MASTER).min_broker_id_changes == []
+
+
+def test_a_batch_reports_one_change_per_group_after_all_its_departures():
+    slave2 = SLAVE.but(id=2, addr="127.0.0.1:2")
+    mgr, _ = make_manager(notify_min_broker_id_changed=True)
+    for b in (MASTER, SLAVE, slave2):
+        register(mgr, b, "T")
+    (change,) = mgr.unregister_brokers([request(mgr, MASTER), request(mgr, SLAVE)]).min_broker_id_changes
+    # the group as the batch left it; the offline address is the last departed minimum's
+    assert (change.min_broker_id, change.min_broker_addr, change.offline_broker_addr) == (2, "127.0.0.1:2", SLAVE_ADDR)
+    assert change.notify_addrs == ("127.0.0.1:2",)
+
+    mgr, _ = make_manager(notify_min_broker_id_changed=True)
+    register(mgr, MASTER, "T")
+    register(mgr, SLAVE, "T")
+    # the minimum left, then the group emptied: nobody is left to tell
+    assert mgr.unregister_brokers([request(mgr, MASTER), request(mgr, SLAVE)]).min_broker_id_changes == []
