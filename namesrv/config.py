@@ -292,6 +292,11 @@ class NamesrvConfig:
         30000, "monitorSilenceFallbackMillis", "long", _O,
         "after this long without actions, expire brokers with the local scan",
     )
+    event_queue_capacity: int = _opt(
+        10000, "eventQueueCapacity", "int", _O,
+        "events held while Kafka is slow or down; past it the oldest heartbeats are dropped first",
+        bounds=(1, 10_000_000),
+    )
     node_name: str = _opt("", "nodeName", "String", _O, "name of this node in events; empty = host:port")
     tick_interval_millis: int = _opt(
         5000, "tickIntervalMillis", "long", _O, "period (ms) of TICK events that move event time"

@@ -121,6 +121,7 @@ class PublisherSettings:
             topic=config.events_topic,
             node_name=config.node_name,
             tick_interval_ms=config.tick_interval_millis,
+            capacity=config.event_queue_capacity,
         )
 
 

@@ -265,3 +265,12 @@ def test_bad_bootstrap_servers_stop_the_node_before_it_listens():
     for bad in ("127.0.0.1:notaport", "a:1,,b:2", "a:70000", ":9092"):
         with pytest.raises(ConfigError, match="kafkaBootstrapServers: bad entry"):
             check_bootstrap_servers(bad)
+
+
+def test_the_event_queue_capacity_comes_from_the_node_config():
+    from namesrv.config import load_config
+
+    config = load_config(None, {"kafkaBootstrapServers": "127.0.0.1:9092", "eventQueueCapacity": "3"})
+    assert PublisherSettings.from_config(config).capacity == 3
+    with pytest.raises(ConfigError, match="eventQueueCapacity"):
+        load_config(None, {"eventQueueCapacity": "0"})
