@@ -7,6 +7,8 @@ next registration (up to 30 s; apache/rocketmq#9411).  With ``warmStartFromRedis
 reads, before it listens, the route model the streaming job materialises under
 ``redisKeyPrefix`` (``P:model:topics``, ``P:model:brokers`` and ``P:meta``; see
 ``docs/redis-keys.md``) in one MULTI/EXEC, so the three keys come from the same micro-batch.
+The snapshot's filter servers and static-topic mappings come with it, so a loaded route is the
+one the node answered before it restarted (snapshots older than those fields load without them).
 It loads them with :meth:`RouteInfoManager.load_provisional`: every live broker is
 *provisional* (no connection, last update = now, the broker's own heartbeat timeout or the
 default) until its own REGISTER_BROKER replaces it, and entries no registration confirms
@@ -33,6 +35,7 @@ import orjson
 
 from namesrv.events.schema import wall_ms
 from namesrv.liveness import MinIdOutlet, forward_min_broker_id_changes
+from namesrv.protocol import fastjson
 from namesrv.protocol.types import BrokerData, DataVersion, QueueData
 from namesrv.routes.manager import ProvisionalBroker, RouteInfoManager
 from namesrv.routes.model import BrokerAddrInfo
@@ -79,6 +82,8 @@ class RedisModel:
     groups: dict[str, BrokerData]
     clusters: dict[str, set[str]]
     live: dict[BrokerAddrInfo, ProvisionalBroker]
+    #: topic -> bname -> static-topic mapping, as the node that wrote it held them
+    mappings: dict[str, dict[str, Any]]
 
     @property
     def empty(self) -> bool:
@@ -139,23 +144,31 @@ def parse_model(
     groups: dict[str, BrokerData] = {}
     clusters: dict[str, set[str]] = {}
     live: dict[BrokerAddrInfo, ProvisionalBroker] = {}
+    mappings: dict[str, dict[str, Any]] = {}
     if brokers:
         try:
             snap = orjson.loads(brokers)
             groups = {name: BrokerData.from_wire(d) for name, d in snap.get("groups", {}).items()}
             clusters = {c: {str(n) for n in names} for c, names in snap.get("clusters", {}).items()}
+            # both absent from snapshots written before the job kept them; a consistent snapshot
+            # lists filter servers only for live brokers
+            filters = {_addr_key(k): _addresses(v) for k, v in snap.get("filterServers", {}).items()}
             for key, info in snap.get("live", {}).items():
-                cluster, sep, addr = key.partition("|")
-                if not sep or not addr:
-                    raise ValueError(f"live key {key!r} is not cluster|addr")
                 timeout = info.get("timeoutMillis")
-                live[BrokerAddrInfo(cluster, addr)] = ProvisionalBroker(
+                addr_info = _addr_key(key)
+                live[addr_info] = ProvisionalBroker(
                     None if timeout is None else int(timeout),
                     DataVersion.from_wire(info.get("dataVersion")),
                     info.get("haServerAddr"),
+                    filters.get(addr_info, ()),
                 )
+            # fastjson's dialect: integer keys (currIdMap) must stay integers to encode as the node did
+            mappings = {t: {b: fastjson.loads(text) for b, text in per.items()}
+                        for t, per in snap.get("mappings", {}).items()}  # fmt: skip
         except (orjson.JSONDecodeError, ValueError, AttributeError, TypeError) as exc:
-            raise WarmStartError(f"model:brokers is not the documented groups/clusters/live object: {exc}") from None
+            raise WarmStartError(
+                f"model:brokers is not the documented groups/clusters/live/filterServers/mappings object: {exc}"
+            ) from None
     batch_id = _optional_int(meta_text, "batchId")
     return RedisModel(
         batch_id=batch_id,
@@ -166,7 +179,21 @@ def parse_model(
         groups=groups,
         clusters=clusters,
         live=live,
+        mappings=mappings,
     )
+
+
+def _addr_key(key: str) -> BrokerAddrInfo:
+    cluster, sep, addr = key.partition("|")
+    if not sep or not addr:
+        raise ValueError(f"key {key!r} is not cluster|addr")
+    return BrokerAddrInfo(cluster, addr)
+
+
+def _addresses(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        raise ValueError(f"filter servers {value!r} are not a list of addresses")
+    return tuple(value)
 
 
 def read_model(client: redis.Redis, prefix: str) -> RedisModel:
@@ -213,7 +240,7 @@ def _read(url: str, prefix: str, timeout_s: float) -> RedisModel:
 
 def load_model(routes: RouteInfoManager, model: RedisModel, source: str, wall_ms: int) -> WarmStartReport:
     """Load ``model`` into the empty ``routes`` as provisional entries, and log what was loaded."""
-    brokers = routes.load_provisional(model.topics, model.groups, model.clusters, model.live)
+    brokers = routes.load_provisional(model.topics, model.groups, model.clusters, model.live, model.mappings)
     with routes.lock:
         groups, clusters, topics = (len(routes.broker_addr_table), len(routes.cluster_addr_table),
                                     len(routes.topic_queue_table))

@@ -53,6 +53,9 @@ The first registration of a group's master (or prime slave) rewrites that group'
 full and drops the copied rows its table no longer has, whatever the DataVersions say.  The expiry
 scan skips provisional entries: :meth:`drop_unconfirmed_provisional` removes those still
 unconfirmed one heartbeat timeout after loading, even while the monitor has the scan switched off.
+Copied filter servers belong to their entry: the broker's registration replaces them (an empty
+list removes them) and every drop removes them.  Copied static-topic mappings follow the ordinary
+rules: registrations overwrite them and nothing removes them (spec §3.4).
 """
 
 from __future__ import annotations
@@ -106,6 +109,8 @@ class ProvisionalBroker(NamedTuple):
     timeout_millis: int | None
     data_version: DataVersion
     ha_server_addr: str | None
+    #: the filter servers its last registration listed
+    filter_servers: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -323,6 +328,10 @@ class RouteInfoManager:
         if key in self._provisional:
             self._provisional.discard(key)
             self.provisional_stats.dropped += 1
+            # copied filter servers go with their entry on every drop path, as on unregistration;
+            # a registered broker's stay where Java leaves them (the stateVersion conflict)
+            if self.filter_server_table.pop(key, None) is not None:
+                self._changed()
         return live
 
     def _set_filter_servers(self, key: BrokerAddrInfo, servers: list[str]) -> bool:
@@ -594,16 +603,21 @@ class RouteInfoManager:
         groups: Mapping[str, BrokerData],
         clusters: Mapping[str, Iterable[str]],
         live: Mapping[BrokerAddrInfo, ProvisionalBroker],
+        mappings: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> int:
         """Fill the empty tables from a snapshot, every live entry provisional; returns how many.
 
         Each group member gets a live entry (the snapshot's, else the default timeout) whose
-        deadline is now + its timeout.  Rows of unknown groups and empty groups are skipped, since
-        nothing would ever remove them.  Raises RuntimeError unless the tables are empty: call it
-        before the node serves.
+        deadline is now + its timeout, and the snapshot's filter servers for it.  Rows of unknown
+        groups and empty groups are skipped, since nothing would ever remove them.  ``mappings``
+        (topic -> bname -> static-topic mapping) are loaded whole: a node never removes one, so the
+        node that wrote the snapshot held them all.  Raises RuntimeError unless the tables are
+        empty: call it before the node serves.
         """
         with self.lock:
-            if self.broker_addr_table or self.broker_live_table or self.topic_queue_table:
+            tables = (self.broker_addr_table, self.broker_live_table, self.topic_queue_table,
+                      self.filter_server_table, self.topic_queue_mapping_info_table)
+            if any(tables):
                 raise RuntimeError("load_provisional needs empty route tables; call it before the node serves")
             kept = {name: bd.copy() for name, bd in groups.items() if bd.broker_addrs}
             now = self.now_ms()
@@ -616,6 +630,8 @@ class RouteInfoManager:
 
             for key, info in live.items():
                 add(key, info.timeout_millis, info.data_version, info.ha_server_addr)
+                if info.filter_servers:
+                    self.filter_server_table[key] = list(info.filter_servers)
             live_addrs = {k.broker_addr for k in self.broker_live_table}
             for bd in kept.values():
                 for addr in bd.broker_addrs.values():
@@ -630,6 +646,7 @@ class RouteInfoManager:
                 rows = {name: qd for name, qd in qmap.items() if name in kept}
                 if rows:
                     self.topic_queue_table[topic] = rows
+            self.topic_queue_mapping_info_table = {t: dict(per) for t, per in (mappings or {}).items() if per}
             self._provisional_groups = set(kept)
             self.provisional_stats.loaded += len(self._provisional)
             self._changed()
