@@ -51,7 +51,7 @@ FAQ_SUFFIX = "\nSee https://rocketmq.apache.org/docs/bestPractice/06FAQ for furt
 
 
 class NodeObserver:
-    """What a node tells the outside world about brokers (the event publisher overrides these).
+    """What a node tells the outside world about brokers and routes (the event publisher overrides these).
 
     The default does nothing, which is a node that behaves exactly like Apache RocketMQ's.
     """
@@ -60,6 +60,8 @@ class NodeObserver:
     def broker_heartbeat(self, cluster_name: str, broker_addr: str, source: RequestCode) -> None: ...
     def broker_unregistered(self, request: UnregisterRequest, reason: str) -> None: ...
     def route_changed_by_admin(self, code: RequestCode, detail: dict[str, Any]) -> None: ...
+    # after PUT_KV_CONFIG (value as stored, possibly None) or DELETE_KV_CONFIG (value None)
+    def kv_config_changed(self, namespace: str, key: str, value: str | None) -> None: ...
 
 
 @dataclass
@@ -149,6 +151,7 @@ def put_kv_config(node: NameServerNode, request: RemotingCommand, channel: objec
     if h.namespace is None or h.key is None:
         return request.response(ResponseCode.SYSTEM_ERROR, "namespace or key is null")
     node.kv.put(h.namespace, h.key, h.value)
+    node.observer.kv_config_changed(h.namespace, h.key, h.value)
     return request.response()
 
 
@@ -168,6 +171,7 @@ def delete_kv_config(node: NameServerNode, request: RemotingCommand, channel: ob
     h = decode_header(KVConfigHeader, request.ext_fields)
     if h.namespace is not None and h.key is not None:
         node.kv.delete(h.namespace, h.key)
+        node.observer.kv_config_changed(h.namespace, h.key, None)
     return request.response()
 
 

@@ -77,6 +77,7 @@ class StreamingConfig:
     redis_prefix: str = "namesrv"
     support_acting_master: bool = False
     delete_topic_with_broker_registration: bool = False
+    order_message_enable: bool = False
 
     spark: Mapping[str, str] = field(default_factory=lambda: dict(SPARK_DEFAULTS))
 
@@ -206,6 +207,8 @@ OPTIONS: tuple[Option, ...] = (
            "as the nodes' supportActingMaster"),
     Option("routes.deleteTopicWithBrokerRegistration", "delete_topic_with_broker_registration", _bool,
            "true | false", "as the nodes' deleteTopicWithBrokerRegistration"),
+    Option("routes.orderMessageEnable", "order_message_enable", _bool, "true | false",
+           "as the nodes' orderMessageEnable: routes carry orderTopicConf"),
 )  # fmt: skip
 OPTIONS_BY_KEY = {o.key: o for o in OPTIONS}
 

@@ -9,8 +9,8 @@ stop the query.
 
 Every row gets a grouping ``key`` for the stateful step: one per broker (its cluster and
 address: the same address in two clusters is two brokers, as in the route tables), one per
-node for its TICKs, and one per node for its ADMIN events (they only need to reach the route
-materialisation, in order).
+node for its TICKs, and one per node for its ADMIN and ORDER_TOPIC_CONF events (they only need
+to reach the route materialisation, in order).
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ LIVENESS_FIELDS: tuple[str, ...] = (
     "heartbeatTimeoutMillis",
 )
 #: event types whose whole JSON travels on (the route materialisation replays them)
-RAW_TYPES = frozenset({EventType.REGISTER, EventType.ADMIN})
+RAW_TYPES = frozenset({EventType.REGISTER, EventType.ADMIN, EventType.ORDER_TOPIC_CONF})
+#: event types keyed by node that go to the route materialisation unchanged
+ROUTE_ONLY_TYPES = frozenset({EventType.ADMIN, EventType.ORDER_TOPIC_CONF})
 
 BROKER_KEY = "broker:"
 NODE_KEY = "node:"
@@ -61,10 +63,10 @@ def broker_key(cluster_name: str, broker_addr: str) -> str:
 
 
 def group_key(event: Event) -> str:
-    """Which state an event belongs to: its broker, or its node (TICK, ADMIN)."""
+    """Which state an event belongs to: its broker, or its node (TICK; ADMIN, ORDER_TOPIC_CONF)."""
     if event.type is EventType.TICK:
         return NODE_KEY + event.node
-    if event.type is EventType.ADMIN:
+    if event.type in ROUTE_ONLY_TYPES:
         return ADMIN_KEY + event.node
     # the schema requires clusterName and brokerAddr for every other type
     return broker_key(event.cluster_name or "", event.broker_addr or "")

@@ -243,7 +243,7 @@ class BatchSink:
             support_acting_master=cfg.support_acting_master,
             delete_topic_with_broker_registration=cfg.delete_topic_with_broker_registration,
         )
-        self.model = RouteModel(self.route_settings)
+        self.model = RouteModel(self.route_settings, order_message_enable=cfg.order_message_enable)
         self.book = AlertBook()
         self.lock = threading.Lock()
         self._lineage: str | None = None
@@ -259,7 +259,7 @@ class BatchSink:
             self._lineage = query_id
             if self.store is not None:
                 try:
-                    stored = self.store.load(self.route_settings)
+                    stored = self.store.load(self.route_settings, order_message_enable=self.cfg.order_message_enable)
                 except RedisError as exc:  # Redis down must not stop the liveness decisions
                     log.error("redis: cannot load the route model (%r); starting from an empty one", exc)
                 else:

@@ -24,9 +24,10 @@ are echoes and change nothing here.
 
 The processor also passes on what the route materialisation needs (rows of kind ROUTE):
 every REGISTER whose content differs from the last one passed (N nodes report each
-registration; one copy is enough), every ADMIN event, and the broker's last registration
-again when it comes back with a mere heartbeat after being expired or removed, or re-registers
-unchanged (a node then re-adds topics an admin deleted; at most once per 10 s of event time).
+registration; one copy is enough), every ADMIN and ORDER_TOPIC_CONF event, and the broker's
+last registration again when it comes back with a mere heartbeat after being expired or
+removed, or re-registers unchanged (a node then re-adds topics an admin deleted; at most once
+per 10 s of event time).
 
 Alerts opened and resolved here (kind ALERT): BROKER_EXPIRED and BROKER_REMOVED (open while
 the broker is gone), BROKER_FLAPPING (more than N expiries or comebacks within a window; a

@@ -8,15 +8,18 @@ operations (ADMIN events) and removals (the job's EXPIRE/REMOVE actions, applied
 applies them). So a route read from Redis is, byte for byte, what GET_ROUTEINFO_BY_TOPIC on a
 node answers in the standard dialect (``encode_route(route, standard=True)``), and the cluster
 info is the GET_BROKER_CLUSTER_INFO body. REGISTER events carry the registration's filter
-servers and static-topic mappings, so routes include those as well. One thing a node knows
-never reaches the event stream and so is not in Redis: ``orderTopicConf`` from the node's KV
-store.
+servers and static-topic mappings, so routes include those as well. ORDER_TOPIC_CONF events
+carry the nodes' changes of their KV namespace ORDER_TOPIC_CONFIG; with
+``order_message_enable`` (the nodes' ``orderMessageEnable``) a route carries its topic's
+``orderTopicConf`` as a node's does. When nodes disagree the newest event wins (see
+:meth:`RouteModel.apply_event`).
 
 After each micro-batch, :meth:`RouteModel.changes` compares the topics the batch could have
-touched (those served by a broker group it touched, plus the topics admin events named) with
-what was last written; :class:`RedisRouteStore` writes the differences, the model itself (so
-a restarted job carries on from it), the open alerts and the batch id in one MULTI/EXEC, so a
-reader never sees half a batch, and PUBLISHes the changed topic names in the same transaction.
+touched (those served by a broker group it touched, plus the topics admin and order-conf events
+named) with what was last written; :class:`RedisRouteStore` writes the differences, the model
+itself (so a restarted job carries on from it), the open alerts and the batch id in one
+MULTI/EXEC, so a reader never sees half a batch, and PUBLISHes the changed topic names in the
+same transaction.
 A batch whose id is not above the stored one for the same query lineage was already written
 and is skipped, which makes a replay after a crash change nothing. The key layout is in
 ``docs/redis-keys.md``.
@@ -116,6 +119,29 @@ class RouteChanges:
         return not (self.routes or self.model_topics or self.cluster is not None or self.model_brokers is not None)
 
 
+@dataclass(frozen=True, slots=True)
+class OrderConf:
+    """A topic's ORDER_TOPIC_CONFIG value as its newest ORDER_TOPIC_CONF event reported it."""
+
+    #: None: the entry was deleted (or put without a value)
+    conf: str | None
+    event_time: int
+    node: str
+    seq: int
+
+    @property
+    def stamp(self) -> tuple[int, str, int]:
+        """What decides which of two reports is newer: event time, then node name and seq."""
+        return (self.event_time, self.node, self.seq)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"conf": self.conf, "eventTime": self.event_time, "node": self.node, "seq": self.seq}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> OrderConf:
+        return cls(d.get("conf"), int(d["eventTime"]), str(d["node"]), int(d["seq"]))
+
+
 def _topic_entry(qmap: Mapping[str, QueueData]) -> bytes:
     return orjson.dumps({name: qd.to_wire() for name, qd in qmap.items()}, option=_JSON_OPTS)
 
@@ -161,9 +187,14 @@ def _mapping_texts(table: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str
 class RouteModel:
     """The node's route tables, driven by events and the job's removal actions."""
 
-    def __init__(self, settings: RouteSettings | None = None) -> None:
+    def __init__(self, settings: RouteSettings | None = None, *, order_message_enable: bool = False) -> None:
         self._event_time = 0
         self.manager = RouteInfoManager(settings or RouteSettings(), now_ms=lambda: self._event_time)
+        #: the nodes' orderMessageEnable: routes carry their topic's orderTopicConf
+        self.order_message_enable = order_message_enable
+        #: topic -> its newest ORDER_TOPIC_CONF, deletions included (so an older put cannot
+        #: bring a deleted entry back); kept whatever the switch, so turning it on needs no replay
+        self._order_confs: dict[str, OrderConf] = {}
         #: what was last written, to find differences
         self._routes: dict[str, bytes] = {}
         self._entries: dict[str, bytes] = {}
@@ -186,7 +217,13 @@ class RouteModel:
         }
 
     def apply_event(self, event: Event) -> None:
-        """A REGISTER or ADMIN event, as the node that reported it applied it."""
+        """A REGISTER, ADMIN or ORDER_TOPIC_CONF event, as the node that reported it applied it.
+
+        Nodes can disagree about a topic's order conf (one missed a PUT_KV_CONFIG while it was
+        down, or an admin changed one node only): the report with the newest event time wins,
+        ties going to the larger (node, seq), and a deletion is a report like any other. A
+        route in Redis then shows the value most recently set at any node.
+        """
         self._event_time = event.event_time
         m = self.manager
         if event.type is EventType.REGISTER:
@@ -228,8 +265,20 @@ class RouteModel:
                         for q in event.queue_datas or []
                     ],
                 )  # fmt: skip
+        elif event.type is EventType.ORDER_TOPIC_CONF:
+            assert event.topic is not None  # decode_event requires it
+            self._apply_order_conf(
+                event.topic, OrderConf(event.order_topic_conf, event.event_time, event.node, event.seq)
+            )
         else:
-            raise ValueError(f"the route model takes REGISTER and ADMIN events, not {event.type}")
+            raise ValueError(f"the route model takes REGISTER, ADMIN and ORDER_TOPIC_CONF events, not {event.type}")
+
+    def _apply_order_conf(self, topic: str, conf: OrderConf) -> None:
+        held = self._order_confs.get(topic)
+        if held is not None and held.stamp >= conf.stamp:
+            return  # an older report (another node's, or a late one), or the same one again
+        self._order_confs[topic] = conf
+        self._touched_topics.add(topic)
 
     def apply_removal(self, cluster_name: str, broker_addr: str, event_time: int, *, unclean: bool) -> bool:
         """An EXPIRE or REMOVE, as a node applies it; True when the broker was there to remove.
@@ -253,7 +302,16 @@ class RouteModel:
     def route(self, topic: str) -> bytes | None:
         """What GET_ROUTEINFO_BY_TOPIC answers for ``topic`` (standard dialect), None for TOPIC_NOT_EXIST."""
         route: TopicRouteData | None = self.manager.pickup_topic_route_data(topic)
-        return None if route is None else bodies.encode_route(route, standard=True)
+        if route is None:
+            return None
+        if self.order_message_enable:  # as the node's handler: only topics with a route
+            route.order_topic_conf = self.order_topic_conf(topic)
+        return bodies.encode_route(route, standard=True)
+
+    def order_topic_conf(self, topic: str) -> str | None:
+        """The topic's ORDER_TOPIC_CONFIG value as last reported, whatever the switch."""
+        held = self._order_confs.get(topic)
+        return None if held is None else held.conf
 
     def cluster_info(self) -> bytes:
         return bodies.encode_cluster_info(*self.manager.get_all_cluster_info())
@@ -278,6 +336,9 @@ class RouteModel:
                 },
                 "filterServers": {f"{k.cluster_name}|{k.broker_addr}": v for k, v in m.filter_server_table.items()},
                 "mappings": _mapping_texts(m.topic_queue_mapping_info_table),
+                "orderTopicConf": {t: c.to_json() for t, c in self._order_confs.items()},
+                # what the written routes were built with, so a restart with the switch flipped rewrites them
+                "orderMessageEnable": self.order_message_enable,
             },
             option=_JSON_OPTS,
         )
@@ -349,10 +410,15 @@ class RouteModel:
 
     @classmethod
     def restore(
-        cls, entries: Mapping[str, bytes], brokers: bytes | None, settings: RouteSettings | None = None
+        cls,
+        entries: Mapping[str, bytes],
+        brokers: bytes | None,
+        settings: RouteSettings | None = None,
+        *,
+        order_message_enable: bool = False,
     ) -> RouteModel:
         """The model as a store last wrote it (:attr:`RedisKeys.model_topics`, :attr:`RedisKeys.model_brokers`)."""
-        model = cls(settings)
+        model = cls(settings, order_message_enable=order_message_enable)
         m = model.manager
         for topic, entry in entries.items():
             m.topic_queue_table[topic] = {
@@ -378,12 +444,18 @@ class RouteModel:
             m.topic_queue_mapping_info_table = {
                 t: {b: fastjson.loads(text) for b, text in per.items()} for t, per in snap.get("mappings", {}).items()
             }
+            model._order_confs = {t: OrderConf.from_json(c) for t, c in snap.get("orderTopicConf", {}).items()}
+            model.order_message_enable = bool(snap.get("orderMessageEnable", False))
         # what the store holds is what was last written
         model._entries = {t: _topic_entry(q) for t, q in m.topic_queue_table.items()}
         model._entry_groups = {t: frozenset(q) for t, q in m.topic_queue_table.items()}
         model._routes = {t: r for t in m.topic_queue_table if (r := model.route(t)) is not None}
         model._cluster = model.cluster_info()
         model._brokers = model._brokers_snapshot()
+        if model.order_message_enable != order_message_enable:
+            # the stored routes were built with the other setting: their order confs come or go
+            model.order_message_enable = order_message_enable
+            model._touched_topics |= set(model._order_confs)
         return model
 
 
@@ -411,7 +483,7 @@ class RedisRouteStore:
 
         return cls(redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=10), RedisKeys(prefix))
 
-    def load(self, settings: RouteSettings | None = None) -> StoredState:
+    def load(self, settings: RouteSettings | None = None, *, order_message_enable: bool = False) -> StoredState:
         k = self.keys
         meta = {key.decode(): value.decode() for key, value in self.client.hgetall(k.meta).items()}
         entries = {t.decode(): e for t, e in self.client.hgetall(k.model_topics).items()}
@@ -421,7 +493,9 @@ class RedisRouteStore:
                 alerts[incident.decode()] = decode_alert(raw)
             except ValueError:
                 log.warning("redis: ignoring malformed alert %r", incident)
-        model = RouteModel.restore(entries, self.client.get(k.model_brokers), settings)
+        model = RouteModel.restore(
+            entries, self.client.get(k.model_brokers), settings, order_message_enable=order_message_enable
+        )
         return StoredState(meta.get("lineage"), int(meta.get("batchId", -1)), model, alerts)
 
     def _delete_all(self, pipe: Any) -> None:

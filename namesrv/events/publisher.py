@@ -12,7 +12,8 @@ A daemon thread drains the queue into a kafka-python ``KafkaProducer``.  It neve
 pile up in *our* bounded queue, where the drop policy applies:
 
 * the queue has two lanes, light (HEARTBEAT, TICK: the next one supersedes them) and heavy
-  (REGISTER, UNREGISTER, CHANNEL_CLOSED, ADMIN); the sender merges them back in ``seq`` order;
+  (REGISTER, UNREGISTER, CHANNEL_CLOSED, ADMIN, ORDER_TOPIC_CONF); the sender merges them back
+  in ``seq`` order;
 * when it is full the oldest light event goes; a heavy one goes only when no light one is left;
   both are counted (:class:`PublisherStats`);
 * a heavy event whose delivery failed goes back into the queue (up to ``MAX_REDELIVERIES`` times,
@@ -65,7 +66,7 @@ from namesrv.events.schema import (
 )
 from namesrv.handlers import NodeObserver
 from namesrv.protocol import fastjson
-from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS, RequestCode
+from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS, ORDER_TOPIC_CONFIG, RequestCode
 from namesrv.protocol.headers import RegisterBrokerHeader
 from namesrv.protocol.types import RegisterBrokerBody
 from namesrv.routes.manager import RouteInfoManager
@@ -134,7 +135,7 @@ class PublisherStats:
     sent: int
     #: heartbeats and ticks dropped because the queue was full
     dropped_light: int
-    #: registrations, unregistrations, closes, admin events dropped (the queue held nothing else)
+    #: registrations, unregistrations, closes, admin and order-conf events dropped (the queue held nothing else)
     dropped_heavy: int
     #: not acknowledged by Kafka and not retried (light events, non-retriable errors)
     failed: int
@@ -326,9 +327,10 @@ class EventPublisher(NodeObserver):
             heartbeat_timeout_millis=timeout,
             data_version=DataVersionInfo(dv.counter, dv.state_version, dv.timestamp),
         )  # fmt: skip
-        # a changed filter-server list needs the whole registration too: the route model only
-        # replays REGISTER events, and a broker changes filters without bumping its DataVersion
-        if result.topic_config_changed or result.filter_servers_changed:
+        # a changed filter-server list, zone or acting-master flag needs the whole registration
+        # too: the route model only replays REGISTER events, and a broker changes those without
+        # bumping its DataVersion
+        if result.topic_config_changed or result.filter_servers_changed or result.broker_data_changed:
             mappings = body.topic_queue_mapping_info_map
             filters = body.filter_server_list
             event = self._emit(
@@ -398,6 +400,12 @@ class EventPublisher(NodeObserver):
             topic_count=detail.get("topics"),
             queue_datas=queue_datas,
         )
+
+    @_never_raises
+    def kv_config_changed(self, namespace: str, key: str, value: str | None) -> None:
+        if namespace != ORDER_TOPIC_CONFIG:  # the only namespace that shows in routes
+            return
+        self._emit(EventType.ORDER_TOPIC_CONF, topic=key, order_topic_conf=value)
 
     def tick(self) -> Event:
         return self._emit(EventType.TICK)

@@ -81,7 +81,8 @@ class SchemaError(ValueError):
 
 
 class EventType(enum.StrEnum):
-    #: a registration that carries the broker's topic table (first sight, or DataVersion changed)
+    #: a registration that carries the broker's topic table (first sight, DataVersion changed, or it
+    #: changed the broker's filter servers or its group's zone / acting-master flag / members)
     REGISTER = "REGISTER"
     #: proof of life: an unchanged registration, QUERY_DATA_VERSION or BROKER_HEARTBEAT
     HEARTBEAT = "HEARTBEAT"
@@ -93,6 +94,8 @@ class EventType(enum.StrEnum):
     ADMIN = "ADMIN"
     #: the node's clock, so event time moves while every broker is silent
     TICK = "TICK"
+    #: a PUT_KV_CONFIG / DELETE_KV_CONFIG of namespace ORDER_TOPIC_CONFIG (a topic's orderTopicConf)
+    ORDER_TOPIC_CONF = "ORDER_TOPIC_CONF"
 
 
 class HeartbeatSource(enum.StrEnum):
@@ -232,9 +235,12 @@ class Event:
     topic_queue_mapping_info_map: dict[str, str] | None = None
     #: ADMIN only
     op: AdminOp | None = None
+    #: ADMIN; ORDER_TOPIC_CONF: the KV key, i.e. the topic
     topic: str | None = None
     topic_count: int | None = None
     queue_datas: list[BrokerQueueInfo] | None = None
+    #: ORDER_TOPIC_CONF only: the topic's new value in ORDER_TOPIC_CONFIG; None: it has none (deleted)
+    order_topic_conf: str | None = None
     v: int = VERSION
 
 
@@ -359,6 +365,7 @@ EVENT_FIELDS: tuple[Field, ...] = (
         "queueDatas", "queue_datas", f"ARRAY<STRUCT<brokerName: STRING, {_QUEUE_DDL}>>",
         _read_queue_datas, lambda qs: [q.to_json() for q in qs],
     ),
+    Field("orderTopicConf", "order_topic_conf", "STRING", _read_str),
 )  # fmt: skip
 
 ACTION_FIELDS: tuple[Field, ...] = (
@@ -384,6 +391,7 @@ EVENT_REQUIRED: Mapping[EventType, tuple[str, ...]] = {
     EventType.CHANNEL_CLOSED: _BROKER,
     EventType.ADMIN: ("op",),
     EventType.TICK: (),
+    EventType.ORDER_TOPIC_CONF: ("topic",),
 }
 ADMIN_REQUIRED: Mapping[AdminOp, tuple[str, ...]] = {
     AdminOp.WIPE_WRITE_PERM: ("brokerName", "topicCount"),
@@ -476,7 +484,10 @@ def decode_event(data: bytes | str | Mapping[str, Any]) -> Event:
 
 
 def event_key(event: Event) -> bytes:
-    """Kafka key: the broker address, so one broker's events stay in order; TICK/ADMIN: the node."""
+    """Kafka key: the broker address, so one broker's events stay in order; TICK/ADMIN: the node;
+    ORDER_TOPIC_CONF: the topic, so every node's changes of one topic share a partition."""
+    if event.type is EventType.ORDER_TOPIC_CONF and event.topic is not None:
+        return event.topic.encode()
     return (event.broker_addr or event.node).encode()
 
 

@@ -238,6 +238,7 @@ class RouteInfoManager:
 
             addrs[broker_id] = broker_addr
             changed |= old_addr != broker_addr
+            broker_data_changed = changed  # so far only the group and its cluster listing changed
             register_first = register_first or fresh
             is_master = broker_id == MASTER_ID
             is_prime_slave = not old_version_broker and not is_master and broker_id == min(addrs)
@@ -272,6 +273,7 @@ class RouteInfoManager:
                 data_version_changed=dv_changed,
                 routes_changed=changed,
                 filter_servers_changed=filters_changed,
+                broker_data_changed=broker_data_changed,
                 registered_seq=self._seq,
             )
             if not is_master:

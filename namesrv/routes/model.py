@@ -106,6 +106,9 @@ class RegisterBrokerResult:
     routes_changed: bool = False
     #: the registration's filterServerList changed this address's filter servers (§3.2 step 11)
     filter_servers_changed: bool = False
+    #: the group's BrokerData (zone, acting-master flag, member addresses) or its cluster's group
+    #: list changed; a broker may change its zone or flag without changing its DataVersion
+    broker_data_changed: bool = False
     #: the registration lost the stateVersion conflict check and was ignored (§3.2 step 6)
     conflict: bool = False
     registered_seq: int | None = None

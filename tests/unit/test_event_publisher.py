@@ -12,7 +12,16 @@ from kafka.future import Future
 from namesrv.config import ConfigError
 from namesrv.events import check_bootstrap_servers
 from namesrv.events.publisher import EventPublisher, EventQueue, PublisherSettings
-from namesrv.events.schema import AdminOp, DataVersionInfo, Event, EventType, QueueInfo, decode_event, encode_event
+from namesrv.events.schema import (
+    AdminOp,
+    DataVersionInfo,
+    Event,
+    EventType,
+    QueueInfo,
+    decode_event,
+    encode_event,
+    event_key,
+)
 from namesrv.protocol import fastjson
 from namesrv.protocol.codes import RequestCode
 from namesrv.protocol.headers import RegisterBrokerHeader
@@ -75,14 +84,15 @@ def make_publisher(**settings) -> tuple[EventPublisher, RouteInfoManager]:
     return publisher, routes
 
 
-def register(publisher, routes, dv=DataVersion(1, 0, 5), timeout=None, zone=None, filters=None, mappings=None):
+def register(publisher, routes, dv=DataVersion(1, 0, 5), timeout=None, zone=None, filters=None, mappings=None,
+             acting=True):
     header = RegisterBrokerHeader(
         broker_name=NAME, broker_addr=ADDR, cluster_name=CLUSTER, ha_server_addr="127.0.0.1:10912",
-        broker_id=0, heartbeat_timeout_millis=timeout, enable_acting_master=True,
+        broker_id=0, heartbeat_timeout_millis=timeout, enable_acting_master=acting,
     )  # fmt: skip
     topics = {"T1": TopicConfig("T1", 4, 2, 6), "T2": TopicConfig("T2", 1, 1, 4, topic_sys_flag=1)}
     body = RegisterBrokerBody(dv, topics, filter_server_list=filters, topic_queue_mapping_info_map=mappings or {})
-    result = routes.register_broker(CLUSTER, ADDR, NAME, 0, "127.0.0.1:10912", zone, timeout, True, body, None)
+    result = routes.register_broker(CLUSTER, ADDR, NAME, 0, "127.0.0.1:10912", zone, timeout, acting, body, None)
     publisher.broker_registered(header, body, result)
 
 
@@ -93,8 +103,8 @@ def drain(publisher) -> list[Event]:
 def test_first_registration_carries_the_topic_table_then_unchanged_ones_are_heartbeats():
     p, routes = make_publisher()
     register(p, routes, zone="z1")
-    register(p, routes)
-    register(p, routes, dv=DataVersion(2, 0, 6), timeout=30000)
+    register(p, routes, zone="z1")
+    register(p, routes, zone="z1", dv=DataVersion(2, 0, 6), timeout=30000)
     first, again, changed = drain(p)
     assert first.type is EventType.REGISTER and first.seq == 1 and first.node == "ns-1"
     assert (first.cluster_name, first.broker_name, first.broker_id, first.broker_addr) == (CLUSTER, NAME, 0, ADDR)
@@ -135,6 +145,33 @@ def test_registrations_carry_filter_servers_and_mappings_and_a_filter_change_is_
     assert wire["filterServerList"] == [] and wire["topicQueueMappingInfoMap"] == {"T1": text}
     for e in (first, cleared, changed, ancient):
         assert decode_event(encode_event(e)) == e
+
+
+def test_a_zone_or_acting_master_change_with_the_same_data_version_is_a_registration():
+    p, routes = make_publisher()
+    register(p, routes, zone="z1")
+    register(p, routes, zone="z2")
+    register(p, routes, zone="z2", acting=False)
+    register(p, routes, zone="z2", acting=False)
+    first, moved, flag, unchanged = drain(p)
+    assert moved.type is EventType.REGISTER and moved.zone_name == "z2" and moved.topics == first.topics
+    assert moved.data_version == first.data_version
+    assert flag.type is EventType.REGISTER and flag.enable_acting_master is False
+    assert unchanged.type is EventType.HEARTBEAT
+
+
+def test_order_topic_config_changes_are_published_and_other_namespaces_are_not():
+    p, _ = make_publisher()
+    p.kv_config_changed("ORDER_TOPIC_CONFIG", "TopicOrder", "broker-a:4;broker-b:4")
+    p.kv_config_changed("OTHER", "TopicOrder", "x")
+    p.kv_config_changed("ORDER_TOPIC_CONFIG", "TopicOrder", None)
+    put, delete = drain(p)
+    assert (put.type, put.topic, put.order_topic_conf) == (EventType.ORDER_TOPIC_CONF, "TopicOrder", "broker-a:4;broker-b:4")
+    assert (delete.type, delete.topic, delete.order_topic_conf) == (EventType.ORDER_TOPIC_CONF, "TopicOrder", None)
+    assert delete.seq == put.seq + 1 and delete.event_time > put.event_time
+    for e in (put, delete):
+        assert decode_event(encode_event(e)) == e and event_key(e) == b"TopicOrder"
+    assert p.stats().emitted == 2
 
 
 def test_heartbeats_name_the_broker_and_skip_brokers_the_node_does_not_hold():

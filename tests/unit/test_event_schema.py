@@ -80,6 +80,8 @@ EVENTS = [
     Event(EventType.ADMIN, "ns-1", 5, 14, op=AdminOp.REGISTER_TOPIC, topic="T",
           queue_datas=[BrokerQueueInfo("b", QueueInfo(8, 8, 6, 0))]),
     Event(EventType.TICK, "ns-1", 5, 15),
+    Event(EventType.ORDER_TOPIC_CONF, "ns-1", 5, 16, topic="TopicOrder", order_topic_conf="broker-a:4;broker-b:4"),
+    Event(EventType.ORDER_TOPIC_CONF, "ns-1", 5, 17, topic="TopicOrder"),  # deleted
 ]  # fmt: skip
 
 
@@ -92,6 +94,19 @@ def test_absent_fields_are_not_written_and_ticks_are_keyed_by_node():
     tick = Event(EventType.TICK, "ns-1", 5, 15)
     assert json.loads(encode_event(tick)) == {"v": 1, "type": "TICK", "node": "ns-1", "eventTime": 5, "seq": 15}
     assert event_key(tick) == b"ns-1"
+
+
+def test_an_order_topic_conf_event_is_keyed_by_topic_and_a_deletion_carries_no_value():
+    put, delete = EVENTS[-2:]
+    assert encode_event(put) == (
+        b'{"v":1,"type":"ORDER_TOPIC_CONF","node":"ns-1","eventTime":5,"seq":16,"topic":"TopicOrder",'
+        b'"orderTopicConf":"broker-a:4;broker-b:4"}'
+    )
+    assert encode_event(delete) == b'{"v":1,"type":"ORDER_TOPIC_CONF","node":"ns-1","eventTime":5,"seq":17,"topic":"TopicOrder"}'
+    assert event_key(put) == event_key(delete) == b"TopicOrder"
+    # an empty value is a value, not a deletion
+    empty = replace(put, order_topic_conf="")
+    assert decode_event(encode_event(empty)).order_topic_conf == ""
 
 
 def test_actions_round_trip_and_key_by_broker():
@@ -172,6 +187,14 @@ def _register(**changes):
         (b'{"v":1,"type":"ADMIN","node":"n","eventTime":1,"seq":1,"op":"REGISTER_TOPIC","topic":"T",'
          b'"queueDatas":[{"readQueueNums":1,"writeQueueNums":1,"perm":6}]}',
          "event.queueDatas[0].brokerName: expected a non-empty string"),
+        (b'{"v":1,"type":"ORDER_TOPIC_CONF","node":"n","eventTime":1,"seq":1,"orderTopicConf":"a:4"}',
+         "ORDER_TOPIC_CONF event: missing required field(s) topic"),
+        (b'{"v":1,"type":"ORDER_TOPIC_CONF","node":"n","eventTime":1,"seq":1,"topic":"T","orderTopicConf":4}',
+         "event.orderTopicConf: expected a string, got int"),
+        (b'{"v":1,"type":"ORDER_TOPIC_CONF","node":"n","eventTime":1,"seq":1,"topic":["T"]}',
+         "event.topic: expected a string, got list"),
+        (b'{"v":1,"type":"ORDER_TOPIC_CONF","node":"n","eventTime":-1,"seq":1,"topic":"T"}',
+         "ORDER_TOPIC_CONF event: eventTime and seq must not be negative"),
     ],
 )  # fmt: skip
 def test_bad_events_raise_one_schema_error_naming_the_field(data, message):
@@ -210,6 +233,7 @@ def test_spark_ddl_names_every_field_once_in_schema_order():
     assert types["topics"].startswith("MAP<STRING, STRUCT<readQueueNums: INT")
     assert types["filterServerList"] == "ARRAY<STRING>"
     assert types["topicQueueMappingInfoMap"] == "MAP<STRING, STRING>"
+    assert types["orderTopicConf"] == "STRING" and list(types)[-1] == "orderTopicConf"  # appended: old columns keep their place
     ddl = event_ddl()
     assert ddl.startswith("`v` INT, `type` STRING, `node` STRING, `eventTime` BIGINT, `seq` BIGINT")
     assert ddl.count("`") == 2 * len(types)

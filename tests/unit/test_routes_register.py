@@ -328,6 +328,20 @@ def test_zone_and_acting_flag_follow_the_latest_registration():
     assert mgr.version > v
 
 
+def test_a_zone_or_acting_flag_change_with_the_same_data_version_reports_changed_broker_data():
+    mgr, _ = make_manager()
+    assert register(mgr, MASTER, "T", zone="zone1").broker_data_changed  # a new group
+    same = register(mgr, MASTER, "T", zone="zone1")
+    assert not same.broker_data_changed and not same.topic_config_changed
+    moved = register(mgr, MASTER, "T", zone="zone2")
+    assert moved.broker_data_changed and not moved.topic_config_changed
+    flag = register(mgr, MASTER.but(acting=False), "T", zone="zone2")
+    assert flag.broker_data_changed and not flag.topic_config_changed
+    assert mgr.pickup_topic_route_data("T").broker_datas[0].enable_acting_master is False
+    # a filter-server change alone is not a BrokerData change
+    assert not register(mgr, MASTER.but(acting=False), "T", zone="zone2", filter_servers=["f:1"]).broker_data_changed
+
+
 def test_broker_data_cluster_is_fixed_at_creation():
     mgr, _ = make_manager()
     register(mgr, MASTER, "T")

@@ -31,6 +31,8 @@ def test_overrides_win_and_spark_keys_pass_through(tmp_path):
     assert cfg.spark["spark.master"] == "local[2]"
     assert cfg.spark["spark.sql.session.timeZone"] == "UTC"  # defaults kept
     assert cfg.redis_url == ""
+    assert not cfg.order_message_enable  # as on a node
+    assert load_config(None, {"routes.orderMessageEnable": "true"}, base_dir=tmp_path).order_message_enable
     assert cfg.source_options()["subscribe"] == "namesrv-events"
 
 

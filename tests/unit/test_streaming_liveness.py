@@ -199,6 +199,18 @@ def test_admin_events_pass_through_in_order():
     assert [(r["kind"], r["seq"]) for r in out] == [(KIND_ROUTE, 6), (KIND_ROUTE, 7)]
 
 
+def test_order_topic_conf_events_pass_through_in_order_keyed_by_node():
+    t = make_tester()
+    put = Event(type=EventType.ORDER_TOPIC_CONF, node="n1", event_time=T0 + 1, seq=3, topic="T", order_topic_conf="a:4")
+    delete = Event(type=EventType.ORDER_TOPIC_CONF, node="n1", event_time=T0 + 2, seq=4, topic="T")
+    assert group_key(put) == group_key(ev(EventType.ADMIN, T0, "n1", op="DELETE_TOPIC", topic="T")) == "admin:n1"
+    out = feed(t, delete, put, key=group_key(put))
+    assert [(r["kind"], r["type"], r["seq"]) for r in out] == [
+        (KIND_ROUTE, "ORDER_TOPIC_CONF", 3), (KIND_ROUTE, "ORDER_TOPIC_CONF", 4)
+    ]  # fmt: skip
+    assert out[0]["raw"] == encode_event(put).decode()
+
+
 def test_an_unchanged_re_registration_passes_the_last_registration_once_per_cycle():
     t = make_tester()
     feed(t, register(T0))

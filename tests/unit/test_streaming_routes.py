@@ -22,7 +22,7 @@ from namesrv.events.schema import (
 from namesrv.handlers import NameServerNode, dispatch
 from namesrv.kvconfig import KVConfigManager
 from namesrv.protocol import bodies, fastjson
-from namesrv.protocol.codes import RequestCode, ResponseCode
+from namesrv.protocol.codes import ORDER_TOPIC_CONFIG, ZONE_NAME_EXT, RequestCode, ResponseCode
 from namesrv.protocol.command import request
 from namesrv.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig
 from namesrv.routes import RouteInfoManager, RouteSettings
@@ -300,28 +300,46 @@ def mapping(topic: str, bname: str, queues: int, epoch: int = 1) -> dict:
 class NodeAndJob:
     """A node's handlers with the event publisher as observer, and the job's model fed what it publishes."""
 
-    def __init__(self, tmp_path) -> None:
-        config = load_config(None, {"kvConfigPath": str(tmp_path / "kv.json"), "configStorePath": str(tmp_path / "p")})
+    def __init__(self, tmp_path, **node_config: str) -> None:
+        config = load_config(None, {"kvConfigPath": str(tmp_path / "kv.json"), "configStorePath": str(tmp_path / "p"),
+                                    **node_config})  # fmt: skip
         routes = RouteInfoManager(config)
         self.publisher = EventPublisher(PublisherSettings("k:1", "events", "ns-1"), routes)
         self.node = NameServerNode(config, routes, KVConfigManager(tmp_path / "kv.json"), lambda _: True,
                                    observer=self.publisher)  # fmt: skip
-        self.model = RouteModel(RouteSettings(support_acting_master=config.support_acting_master))
+        # the job's switch set as on the node, as conf/streaming.properties tells operators to
+        self.model = RouteModel(RouteSettings(support_acting_master=config.support_acting_master),
+                                order_message_enable=config.order_message_enable)  # fmt: skip
+
+    def forward(self) -> list[Event]:
+        """The job applies the route events the node published since the last call."""
+        events = self.publisher.queue.take(100, 0)
+        for event in events:
+            if event.type in (EventType.REGISTER, EventType.ORDER_TOPIC_CONF):
+                self.model.apply_event(decode_event(encode_event(event)))  # through JSON, as the job sees it
+        return events
 
     def register(self, name: str, addr: str, bid: int, counter: int, topics: tuple[str, ...],
-                 filters: list[str], mappings: dict | None = None, compressed: bool = False) -> EventType:
+                 filters: list[str], mappings: dict | None = None, compressed: bool = False,
+                 zone: str | None = None, acting: bool = False) -> EventType:
         """One REGISTER_BROKER through the handler; the job applies what the node published."""
         body = RegisterBrokerBody(DataVersion(counter, 0, T0 + counter), {t: TopicConfig(t, 8, 8, 6) for t in topics},
                                   filters, mappings or {})  # fmt: skip
         ext = {"brokerName": name, "brokerAddr": addr, "clusterName": CLUSTER, "haServerAddr": addr,
-               "brokerId": str(bid), "enableActingMaster": "false", "compressed": str(compressed).lower()}  # fmt: skip
+               "brokerId": str(bid), "enableActingMaster": str(acting).lower(), "compressed": str(compressed).lower()}  # fmt: skip
+        if zone is not None:
+            ext[ZONE_NAME_EXT] = zone
         raw = bodies.encode_register_broker_body(body, compressed=compressed)
         response = dispatch(self.node, request(RequestCode.REGISTER_BROKER, ext, raw), object())
         assert response.code == ResponseCode.SUCCESS
-        (event,) = self.publisher.queue.take(10, 0)
-        if event.type is EventType.REGISTER:
-            self.model.apply_event(decode_event(encode_event(event)))  # through JSON, as the job sees it
+        (event,) = self.forward()
         return event.type
+
+    def kv(self, code: RequestCode, key: str, value: str | None = None, namespace: str = ORDER_TOPIC_CONFIG) -> list[Event]:
+        """PUT_KV_CONFIG / DELETE_KV_CONFIG through the handler; the job applies what the node published."""
+        ext = {"namespace": namespace, "key": key, **({} if value is None else {"value": value})}
+        assert dispatch(self.node, request(code, ext), object()).code == ResponseCode.SUCCESS
+        return self.forward()
 
     def answer(self, topic: str) -> bytes | None:
         """GET_ROUTEINFO_BY_TOPIC as a client from 4.9.4 on asks it (standard JSON)."""
@@ -331,6 +349,8 @@ class NodeAndJob:
     def check(self, *topics: str) -> None:
         for topic in (*topics, "nope"):
             assert self.model.route(topic) == self.answer(topic), topic
+        cluster = dispatch(self.node, request(RequestCode.GET_BROKER_CLUSTER_INFO, {}), None)
+        assert self.model.cluster_info() == cluster.body
 
 
 A0_ADDR, A1_ADDR, B0_ADDR = "10.0.0.1:1", "10.0.0.2:1", "10.0.0.3:1"
@@ -406,3 +426,134 @@ def test_a_restored_model_keeps_filter_servers_and_mappings():
     same(restored, node)
     route = orjson.loads(restored.route("T1"))
     assert route["filterServerTable"] == {A0_ADDR: ["10.0.1.1:1"]} and set(route["topicQueueMappingByBroker"]) == {"a"}
+
+
+# --------------------------------------------------------------------------- orderTopicConf and BrokerData changes
+
+PUT, DELETE = RequestCode.PUT_KV_CONFIG, RequestCode.DELETE_KV_CONFIG
+
+
+def test_order_topic_conf_put_changed_and_deleted_reaches_the_routes_as_the_node_answers_them(tmp_path):
+    nj = NodeAndJob(tmp_path, orderMessageEnable="true")
+    nj.register("a", A0_ADDR, 0, 1, ("T1", "T2"), [])
+    nj.model.changes()
+
+    (put,) = nj.kv(PUT, "T1", "a:8")
+    assert (put.type, put.topic, put.order_topic_conf) == (EventType.ORDER_TOPIC_CONF, "T1", "a:8")
+    nj.check("T1", "T2")
+    assert orjson.loads(nj.answer("T1"))["orderTopicConf"] == "a:8"
+    assert set(nj.model.changes().routes) == {"T1"}  # written to Redis and announced
+
+    nj.kv(PUT, "T1", "a:4;b:4")
+    nj.check("T1", "T2")
+    assert orjson.loads(nj.answer("T1"))["orderTopicConf"] == "a:4;b:4"
+    assert set(nj.model.changes().routes) == {"T1"}
+
+    (delete,) = nj.kv(DELETE, "T1")
+    assert (delete.type, delete.topic, delete.order_topic_conf) == (EventType.ORDER_TOPIC_CONF, "T1", None)
+    nj.check("T1", "T2")
+    assert "orderTopicConf" not in orjson.loads(nj.answer("T1"))
+    assert set(nj.model.changes().routes) == {"T1"}
+
+    # a put without a value: the node stores null, which no route shows
+    nj.kv(PUT, "T2", "a:1")
+    nj.kv(PUT, "T2")
+    nj.check("T1", "T2")
+    assert "orderTopicConf" not in orjson.loads(nj.answer("T2"))
+    # another namespace never shows in routes and is not published
+    assert nj.kv(PUT, "T1", "x", namespace="OTHER") == []
+    nj.model.changes()
+
+    # a conf put before its topic has a route: it comes with the route
+    nj.kv(PUT, "T9", "b:2")
+    nj.check("T9")
+    assert nj.model.changes().routes == {}
+    nj.register("b", B0_ADDR, 0, 1, ("T9", "T3"), [])
+    nj.check("T1", "T2", "T3", "T9")
+    assert orjson.loads(nj.answer("T9"))["orderTopicConf"] == "b:2"
+
+
+def test_with_order_messages_off_neither_the_node_nor_the_model_shows_order_conf(tmp_path):
+    nj = NodeAndJob(tmp_path)  # orderMessageEnable defaults to false, on the node and in the job
+    assert not nj.model.order_message_enable
+    nj.register("a", A0_ADDR, 0, 1, ("T1", "T2"), [])
+    nj.model.changes()
+    # still published: the job may run with its switch on for nodes that have theirs on
+    assert [e.type for e in nj.kv(PUT, "T1", "a:8")] == [EventType.ORDER_TOPIC_CONF]
+    nj.check("T1", "T2")
+    assert "orderTopicConf" not in orjson.loads(nj.answer("T1"))
+    changes = nj.model.changes()
+    assert changes.routes == {} and b'"T1":{"conf":"a:8"' in changes.model_brokers  # kept, not shown
+
+
+def test_when_nodes_disagree_the_newest_report_wins_and_a_deletion_counts():
+    model = RouteModel(order_message_enable=True)
+    model.apply_event(A0)
+    model.changes()
+
+    def report(node: str, t: int, seq: int, conf: str | None = None) -> Event:
+        return Event(type=EventType.ORDER_TOPIC_CONF, node=node, event_time=t, seq=seq, topic="T1",
+                     order_topic_conf=conf)  # fmt: skip
+
+    model.apply_event(report("n2", T0 + 10, 5, "a:4"))
+    model.apply_event(report("n1", T0 + 5, 9, "a:8"))  # older, read later (n1 lagged or missed a change)
+    assert model.order_topic_conf("T1") == "a:4"
+    model.apply_event(report("n1", T0 + 10, 1, "a:8"))  # same time: the larger (node, seq) wins
+    assert model.order_topic_conf("T1") == "a:4"
+    assert set(model.changes().routes) == {"T1"}
+    model.apply_event(report("n1", T0 + 20, 10))  # a deletion is a report too
+    model.apply_event(report("n2", T0 + 15, 6, "a:4"))  # older than the deletion: does not bring it back
+    assert model.order_topic_conf("T1") is None
+    assert "orderTopicConf" not in orjson.loads(model.changes().routes["T1"])
+
+
+def test_a_zone_or_acting_master_change_on_an_unchanged_data_version_reaches_the_model(tmp_path):
+    nj = NodeAndJob(tmp_path)
+    assert nj.register("a", A0_ADDR, 0, 1, ("T1", "T2"), [], zone="z1") is EventType.REGISTER
+    assert nj.register("a", A0_ADDR, 0, 1, ("T1", "T2"), [], zone="z1") is EventType.HEARTBEAT
+    nj.model.changes()
+
+    assert nj.register("a", A0_ADDR, 0, 1, ("T1", "T2"), [], zone="z2") is EventType.REGISTER
+    nj.check("T1", "T2")
+    assert orjson.loads(nj.answer("T1"))["brokerDatas"][0]["zoneName"] == "z2"
+    changes = nj.model.changes()
+    assert set(changes.routes) == {"T1", "T2"} and changes.cluster is not None
+
+    assert nj.register("a", A0_ADDR, 0, 1, ("T1", "T2"), [], zone="z2", acting=True) is EventType.REGISTER
+    nj.check("T1", "T2")
+    assert orjson.loads(nj.answer("T1"))["brokerDatas"][0]["enableActingMaster"] is True
+    assert set(nj.model.changes().routes) == {"T1", "T2"}
+
+
+def test_a_restored_model_keeps_order_conf_and_a_flipped_switch_rewrites_the_routes(tmp_path):
+    nj = NodeAndJob(tmp_path, orderMessageEnable="true")
+    nj.register("a", A0_ADDR, 0, 1, ("T1", "T2"), [])
+    nj.kv(PUT, "T1", "a:8")
+    nj.kv(PUT, "T2", "a:2")
+    (deleted,) = nj.kv(DELETE, "T2")
+    written = nj.model.changes(full=True)
+    entries = {t: e for t, e in written.model_topics.items() if e is not None}
+
+    restored = RouteModel.restore(entries, written.model_brokers, order_message_enable=True)
+    assert restored.changes().empty  # it knows what is already written
+    nj.model = restored
+    nj.check("T1", "T2")
+    assert orjson.loads(restored.route("T1"))["orderTopicConf"] == "a:8"
+    # the deletion survived the restart: a late, older put does not bring T2's conf back
+    restored.apply_event(Event(type=EventType.ORDER_TOPIC_CONF, node=deleted.node, event_time=deleted.event_time - 1,
+                               seq=1, topic="T2", order_topic_conf="stale"))  # fmt: skip
+    nj.check("T1", "T2")
+    assert restored.changes().routes == {}
+    # and it carries on with the node's next change
+    nj.kv(PUT, "T1", "a:4")
+    nj.check("T1", "T2")
+    changes = restored.changes()
+    assert set(changes.routes) == {"T1"} and changes.model_brokers is not None
+
+    # restarted with the switch off: the next batch rewrites T1 without its conf
+    off = RouteModel.restore(entries, changes.model_brokers, order_message_enable=False)
+    changes = off.changes()
+    assert set(changes.routes) == {"T1"} and "orderTopicConf" not in orjson.loads(changes.routes["T1"])
+    # and back on: the conf comes back, though no ORDER_TOPIC_CONF event arrived meanwhile
+    on = RouteModel.restore(entries, changes.model_brokers, order_message_enable=True)
+    assert orjson.loads(on.changes().routes["T1"])["orderTopicConf"] == "a:4"

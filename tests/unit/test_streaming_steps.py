@@ -166,6 +166,29 @@ def test_the_sink_publishes_actions_then_writes_routes_and_skips_a_replayed_batc
     assert lookup.get("T") is not None and lookup.alerts() == []
 
 
+def test_the_sink_applies_order_conf_when_configured_and_a_restart_keeps_it(redis_url):
+    conf = Event(type=EventType.ORDER_TOPIC_CONF, node="n1", event_time=T0 + 1, seq=2, topic="T",
+                 order_topic_conf="a:4")  # fmt: skip
+    conf_row = out_row(KIND_ROUTE, conf.event_time, node="n1", seq=2, type="ORDER_TOPIC_CONF",
+                       raw=encode_event(conf).decode())  # fmt: skip
+    lookup = RouteLookup(redis_url, prefix="s5")
+    sink, _ = make_sink(redis_url, "s5", **{"routes.orderMessageEnable": "true"})
+    sink.set_lineage("q")
+    sink.process([route_row(register()), conf_row], 0)
+    assert lookup.get("T").order_topic_conf == "a:4" and lookup.get("C").order_topic_conf is None
+
+    again, _ = make_sink(redis_url, "s5", **{"routes.orderMessageEnable": "true"})
+    again.set_lineage("q")
+    assert again.model.order_topic_conf("T") == "a:4"
+    again.process([route_row(register(t=T0 + 20_000, seq=3))], 1)  # the group changes nothing here
+    assert lookup.get("T").order_topic_conf == "a:4"
+
+    off, _ = make_sink(redis_url, "s6")  # the default, as on a node
+    off.set_lineage("q")
+    off.process([route_row(register()), conf_row], 0)
+    assert RouteLookup(redis_url, prefix="s6").get("T").order_topic_conf is None
+
+
 def test_a_new_query_lineage_replaces_what_redis_held(redis_url):
     old, _ = make_sink(redis_url, "s2")
     old.set_lineage("old")
