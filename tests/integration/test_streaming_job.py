@@ -8,7 +8,8 @@ The job runs with a 200 ms trigger; ``until`` waits for what the job publishes.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -192,8 +193,15 @@ def settle(monitor: job.MonitorJob, seconds: float = 1.5) -> None:
         time.sleep(0.2)
 
 
-def start(spark, world: World) -> job.MonitorJob:
-    return job.start(spark, world.cfg, trigger_ms=200)
+@contextmanager
+def running(spark, world: World) -> Iterator[job.MonitorJob]:
+    """The job on ``world``, stopped afterwards; a query that failed on its own fails the test."""
+    monitor = job.start(spark, world.cfg, trigger_ms=200)
+    try:
+        yield monitor
+    finally:
+        monitor.stop()
+    assert monitor.query.exception() is None
 
 
 # --------------------------------------------------------------------------- the scenario
@@ -201,8 +209,7 @@ def start(spark, world: World) -> job.MonitorJob:
 
 def test_expire_once_remove_once_keep_the_live_one_and_ticks_expire_the_silent(spark, world):
     w = world
-    monitor = start(spark, w)
-    try:
+    with running(spark, w) as monitor:
         t_start = time.monotonic()
         # t=0: three brokers register through both nodes
         for b in (A, B, C):
@@ -275,15 +282,11 @@ def test_expire_once_remove_once_keep_the_live_one_and_ticks_expire_the_silent(s
         durations = monitor.status.batch_durations_ms
         print(f"\nscenario: {len(durations)} batches, median {sorted(durations)[len(durations) // 2]} ms, "
               f"max {max(durations)} ms; first routes visible after {route_latency:.1f} s")
-    finally:
-        monitor.stop()
-    assert monitor.query.exception() is None
 
 
 def test_a_restart_from_the_checkpoint_keeps_offsets_state_and_pending_expiries(spark, world):
     w = world
-    monitor = start(spark, w)
-    try:
+    with running(spark, w) as monitor:
         w.register(A, 0)
         w.register(B, 0)
         w.tick(0)
@@ -296,16 +299,12 @@ def test_a_restart_from_the_checkpoint_keeps_offsets_state_and_pending_expiries(
         w.flush()
         settle(monitor, 1.0)
         assert w.decisions() == []
-    finally:
-        monitor.stop()
-    assert monitor.query.exception() is None
     first_query = str(monitor.query.id)
 
     # events arrive while the job is down; B's expiry (deadline 10 s) is pending in the state
     w.tick(14_000)
     w.flush()
-    monitor = start(spark, w)
-    try:
+    with running(spark, w) as monitor:
         assert str(monitor.query.id) == first_query
         until(monitor, lambda: w.decisions() == [("EXPIRE", B[1], 0)], what="B expired after the restart")
         until(monitor, lambda: w.route_brokers("TS") == {"broker-a"}, what="TS without B")
@@ -313,15 +312,11 @@ def test_a_restart_from_the_checkpoint_keeps_offsets_state_and_pending_expiries(
         settle(monitor, 1.0)
         assert w.decisions() == [("EXPIRE", B[1], 0)]
         assert int(w.lookup.status()["batchId"]) > 0
-    finally:
-        monitor.stop()
-    assert monitor.query.exception() is None
 
 
 def test_malformed_events_are_counted_and_skipped(spark, world):
     w = world
-    monitor = start(spark, w)
-    try:
+    with running(spark, w) as monitor:
         bad = [b"not json", b'{"v": 2, "type": "TICK"}', b'{"v": 1, "type": "REGISTER", "node": "n1"}',
                b'{"v": 1, "type": "TICK", "node": "n1", "eventTime": "soon", "seq": 1}', None]  # fmt: skip
         for value in bad:
@@ -331,9 +326,6 @@ def test_malformed_events_are_counted_and_skipped(spark, world):
         until(monitor, lambda: w.route_brokers("TA") == {"broker-a"}, what="the good event's route")
         until(monitor, lambda: monitor.status.bad_events == len(bad), what="bad events counted")
         assert monitor.query.isActive
-    finally:
-        monitor.stop()
-    assert monitor.query.exception() is None
 
 
 def test_redis_routes_are_the_bytes_two_real_nodes_answer(spark, world, tmp_path):
@@ -346,8 +338,7 @@ def test_redis_routes_are_the_bytes_two_real_nodes_answer(spark, world, tmp_path
     w = world
     node_conf = dict(kafkaBootstrapServers=w.bootstrap, eventsTopic=w.events_topic, actionsTopic=w.actions_topic,
                      tickIntervalMillis="1000")  # fmt: skip
-    monitor = start(spark, w)
-    try:
+    with running(spark, w) as monitor:
         with (
             running_node(tmp_path / "n1", nodeName="n1", **node_conf) as n1,
             running_node(tmp_path / "n2", nodeName="n2", **node_conf) as n2,
@@ -369,9 +360,6 @@ def test_redis_routes_are_the_bytes_two_real_nodes_answer(spark, world, tmp_path
                 cluster = q1.call(RequestCode.GET_BROKER_CLUSTER_INFO).body
             until(monitor, lambda: w.lookup.client.get(f"{w.lookup.keys.prefix}:cluster") == cluster,
                   what="cluster info", drain=False)
-    finally:
-        monitor.stop()
-    assert monitor.query.exception() is None
 
 
 @pytest.fixture(scope="module")
@@ -386,21 +374,19 @@ def tansu_services(services, tmp_path_factory):
 def test_on_tansu_a_silent_broker_expires_once(spark, tansu_services, tmp_path):
     """Tansu answers ListOffsets wrongly and joins groups slowly; the source uses neither."""
     w = World("tansu-expire", tansu_services, tmp_path)
-    monitor = start(spark, w)
     try:
-        w.register(A, 0)
-        w.register(B, 0)
-        w.tick(0)
-        w.flush()
-        until(monitor, lambda: w.route_brokers("TS") == {"broker-a", "broker-b"}, what="routes")
-        w.heartbeat(A, 9_000)
-        w.tick(13_000)
-        w.flush()
-        until(monitor, lambda: w.decisions() == [("EXPIRE", B[1], 0)], what="B expired")
-        until(monitor, lambda: w.route_brokers("TS") == {"broker-a"}, what="TS without B")
-        settle(monitor, 1.0)
-        assert w.decisions() == [("EXPIRE", B[1], 0)]
+        with running(spark, w) as monitor:
+            w.register(A, 0)
+            w.register(B, 0)
+            w.tick(0)
+            w.flush()
+            until(monitor, lambda: w.route_brokers("TS") == {"broker-a", "broker-b"}, what="routes")
+            w.heartbeat(A, 9_000)
+            w.tick(13_000)
+            w.flush()
+            until(monitor, lambda: w.decisions() == [("EXPIRE", B[1], 0)], what="B expired")
+            until(monitor, lambda: w.route_brokers("TS") == {"broker-a"}, what="TS without B")
+            settle(monitor, 1.0)
+            assert w.decisions() == [("EXPIRE", B[1], 0)]
     finally:
-        monitor.stop()
         w.close()
-    assert monitor.query.exception() is None
