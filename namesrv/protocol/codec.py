@@ -312,13 +312,48 @@ def _decode_json_header(buf: bytearray, start: int, end: int) -> RemotingCommand
         digits = m.group(1)
         opaque = int(digits)
         if _INT32_MIN <= opaque <= _INT32_MAX and b"%d" % opaque == digits:
-            shape = _json_shape(bytes(buf[start : m.start(1)]), bytes(buf[m.end(1) : end]))
+            shape = _JSON_SHAPES.lookup(bytes(buf[start : m.start(1)]), bytes(buf[m.end(1) : end]))
             if shape is not None:
                 return _with_opaque(shape, opaque)
     return _parse_json_header(buf[start:end])
 
 
-@functools.lru_cache(maxsize=_SHAPE_CACHE_SIZE)
+class _JsonShapes:
+    """A bounded memo of JSON header shapes, keyed by the bytes around the opaque's digits.
+
+    A shape is worked out (two parses) only when it comes back, so headers that never repeat, such
+    as route lookups spread over more topics than the memo holds, cost one parse as without it.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._shapes: dict[tuple[bytes, bytes], RemotingCommand | None] = {}
+        self._seen_once: dict[tuple[bytes, bytes], None] = {}
+
+    def lookup(self, head: bytes, tail: bytes) -> RemotingCommand | None:
+        """The remembered shape, or None: parse this header in full."""
+        key = (head, tail)
+        try:
+            return self._shapes[key]
+        except KeyError:
+            pass
+        if key not in self._seen_once:
+            self._remember(self._seen_once, key, None)
+            return None
+        del self._seen_once[key]
+        shape = _json_shape(head, tail)
+        self._remember(self._shapes, key, shape)
+        return shape
+
+    def _remember(self, table: dict, key: tuple[bytes, bytes], value: RemotingCommand | None) -> None:
+        if len(table) >= self.size:
+            del table[next(iter(table))]  # the oldest; a shape in use comes back within seconds anyway
+        table[key] = value
+
+
+_JSON_SHAPES = _JsonShapes(_SHAPE_CACHE_SIZE)
+
+
 def _json_shape(head: bytes, tail: bytes) -> RemotingCommand | None:
     """The header ``head + digits + tail`` with opaque 0; None when those digits are not (only) the opaque.
 
