@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
@@ -57,7 +58,15 @@ from streaming.alerts import (
 )
 from streaming.config import StreamingConfig
 from streaming.events import count_events, parse_events, valid_events
-from streaming.liveness import KIND_ACTION, KIND_ALERT, KIND_ROUTE, OUTPUT_DDL, LivenessProcessor, LivenessSettings
+from streaming.liveness import (
+    KIND_ACTION,
+    KIND_ALERT,
+    KIND_ROUTE,
+    OUTPUT_DDL,
+    LivenessProcessor,
+    LivenessSettings,
+    state_layout,
+)
 from streaming.routes import RedisRouteStore, RouteModel
 
 if TYPE_CHECKING:
@@ -481,6 +490,26 @@ class MonitorJob:
             self.sink.close()
 
 
+def checkpoint_location(checkpoint_dir: Path) -> Path:
+    """This job version's checkpoint: ``checkpoint_dir/state-<layout>``, created if missing.
+
+    Checkpoints of other state layouts (older versions of the job) are left alone and named in
+    a warning: a new layout starts from ``kafka.startingOffsets`` and rebuilds its state from
+    the events still in the topic, while the nodes' fallback scan covers the start-up.
+    """
+    location = checkpoint_dir / f"state-{state_layout()}"
+    if not location.exists():
+        others = sorted(p.name for p in checkpoint_dir.glob("state-*")) if checkpoint_dir.is_dir() else []
+        if checkpoint_dir.joinpath("offsets").is_dir():
+            others.append("(an unversioned checkpoint in the directory itself)")
+        if others:
+            log.warning("checkpoint %s: starting a new state layout %s; the state of %s was written by another "
+                        "version of the job and is not read (delete it once the new one runs)",
+                        checkpoint_dir, location.name, ", ".join(others))
+    location.mkdir(parents=True, exist_ok=True)
+    return location
+
+
 def start(spark: SparkSession, cfg: StreamingConfig, *, trigger_ms: int | None = None) -> MonitorJob:
     """Start the monitor on ``spark`` (see :func:`build_spark`); returns at once."""
     store = RedisRouteStore.from_url(cfg.redis_url, cfg.redis_prefix) if cfg.redis_url else None
@@ -489,12 +518,12 @@ def start(spark: SparkSession, cfg: StreamingConfig, *, trigger_ms: int | None =
     query_id: list[str | None] = [None]
     listener = _make_listener_class()(status, cfg.watermark_delay_millis, lambda: query_id[0])
     spark.streams.addListener(listener)
-    cfg.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint = checkpoint_location(cfg.checkpoint_dir)
     query = (
         build_pipeline(spark, cfg)
         .writeStream.foreachBatch(sink)
         .outputMode("append")
-        .option("checkpointLocation", str(cfg.checkpoint_dir))
+        .option("checkpointLocation", str(checkpoint))
         .trigger(processingTime=f"{trigger_ms or cfg.trigger_interval_millis} milliseconds")
         .queryName("namesrv-liveness")
         .start()
@@ -504,5 +533,5 @@ def start(spark: SparkSession, cfg: StreamingConfig, *, trigger_ms: int | None =
     heartbeat = MonitorHeartbeat(sink, cfg.monitor_heartbeat_interval_millis / 1000)
     heartbeat.start()
     log.info("monitor %s started: events %s on %s, checkpoint %s, redis %s", cfg.monitor_name, cfg.events_topic,
-             cfg.kafka_bootstrap, cfg.checkpoint_dir, cfg.redis_url or "-")
+             cfg.kafka_bootstrap, checkpoint, cfg.redis_url or "-")
     return MonitorJob(spark, query, sink, status, listener, heartbeat)

@@ -190,6 +190,26 @@ def _none_if_na(value: Any) -> Any:
     return None if value is None or (not isinstance(value, str) and pd.isna(value)) else value
 
 
+#: the processor's state variables and their schemas, as the checkpoint stores them
+STATE_DDL = {
+    "broker": _ddl_of(BrokerState),
+    "registration": "raw STRING",
+    "flaps": "at BIGINT",
+    "node": _ddl_of(NodeState),
+}
+
+
+def state_layout() -> str:
+    """A short name for the state and output schemas: a checkpoint written under another name cannot be read.
+
+    Spark refuses to start a stateful query on a checkpoint whose state schema differs
+    (STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE), so the job keeps each layout's checkpoint apart and a
+    new version of it starts afresh by itself instead of failing after an upgrade.
+    """
+    text = repr((sorted(STATE_DDL.items()), OUTPUT_DDL))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
 class LivenessProcessor(StatefulProcessor):
     """EXPIRE/REMOVE decisions, route pass-through and per-broker/per-node alerts (see module doc)."""
 
@@ -198,10 +218,10 @@ class LivenessProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.broker = handle.getValueState("broker", _ddl_of(BrokerState))
-        self.last_registration = handle.getValueState("registration", "raw STRING")
-        self.flaps = handle.getListState("flaps", "at BIGINT")
-        self.node = handle.getValueState("node", _ddl_of(NodeState))
+        self.broker = handle.getValueState("broker", STATE_DDL["broker"])
+        self.last_registration = handle.getValueState("registration", STATE_DDL["registration"])
+        self.flaps = handle.getListState("flaps", STATE_DDL["flaps"])
+        self.node = handle.getValueState("node", STATE_DDL["node"])
 
     # ------------------------------------------------------------------ input
 

@@ -244,3 +244,23 @@ def test_order_applies_a_removal_before_a_later_comeback():
 def test_parse_record_flags_what_it_cannot_read():
     assert parse_record(None)["error"] == "record without a value"
     assert "missing required" in parse_record(b'{"v":1,"type":"HEARTBEAT","node":"n","eventTime":1,"seq":1}')["error"]
+
+
+def test_each_state_layout_has_its_own_checkpoint_and_an_old_one_is_named(tmp_path, caplog, monkeypatch):
+    from streaming import liveness
+
+    root = tmp_path / "checkpoint"
+    (root / "offsets").mkdir(parents=True)  # a checkpoint from before layouts were kept apart
+    with caplog.at_level(logging.WARNING, logger="streaming.job"):
+        first = job.checkpoint_location(root)
+    assert first.parent == root and first.name == f"state-{liveness.state_layout()}" and first.is_dir()
+    assert "unversioned" in caplog.text
+    caplog.clear()
+    assert job.checkpoint_location(root) == first and caplog.text == ""  # a restart reuses it quietly
+
+    # a version of the job whose state schema changed gets a checkpoint of its own
+    monkeypatch.setitem(liveness.STATE_DDL, "broker", liveness.STATE_DDL["broker"] + ", extra STRING")
+    with caplog.at_level(logging.WARNING, logger="streaming.job"):
+        second = job.checkpoint_location(root)
+    assert second != first and second.is_dir()
+    assert first.name in caplog.text
