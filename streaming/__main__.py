@@ -10,6 +10,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from namesrv.logs import setup_logging
 from streaming.config import DEFAULT_CONFIG_PATH, ConfigError, load_config, parse_overrides
 
 
@@ -33,13 +34,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    setup_logging("INFO" if args.verbose else "WARNING")  # logfmt lines, as the nodes write them
     # alerts and actions are what an operator watches, even without -v
     logging.getLogger("streaming.alerts").setLevel(logging.INFO)
-    logging.getLogger("kafka").setLevel(logging.WARNING)
     try:
         cfg = load_config(args.config, parse_overrides(args.overrides))
     except ConfigError as exc:
