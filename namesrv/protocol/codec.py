@@ -16,7 +16,8 @@ then closes the connection, exactly as Java's ``NettyDecoder`` does.
 A peer sends the same header over and over with only the opaque changed (a broker's heartbeat, a
 client's route lookup), and we answer with the same few headers.  So both directions remember
 headers by *shape*, everything but the opaque: a header is parsed or written once per shape and
-afterwards only the opaque is spliced in.  The shape tables are bounded LRU caches; a header that
+afterwards only the opaque is spliced in.  The shape tables are bounded; a received shape is
+remembered when it comes back, so headers that never repeat cost no more than before; a header that
 is too large, or whose opaque cannot be located unambiguously, takes the full path every time.
 """
 
