@@ -482,6 +482,10 @@ class ProcessService:
     def _after_ready(self) -> None:
         """Work to do once the server answers (e.g. create topics)."""
 
+    def _environment(self) -> dict[str, str] | None:
+        """The child's environment; None inherits ours."""
+        return None
+
     def _status_extra(self) -> dict[str, str]:
         return {}
 
@@ -559,6 +563,7 @@ class ProcessService:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
+                env=self._environment(),
             )
         _write_pidfile(self.pidfile, self._proc.pid)
         if not self._wait_ready(self._proc.pid, self.start_timeout):

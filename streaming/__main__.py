@@ -1,4 +1,10 @@
-"""``python -m streaming``: run the liveness monitor until interrupted (or ``spark-submit streaming/__main__.py``)."""
+"""``python -m streaming``: run the liveness monitor until interrupted.
+
+``spark-submit streaming/__main__.py`` runs it too, from the activated venv or with
+``PYSPARK_DRIVER_PYTHON`` set to its python; the job's ``spark.master`` (``-D spark.master=…``, default
+``local[*]``) overrides spark-submit's ``--master``.  SIGTERM (or Ctrl-C) to this process, the driver, stops
+the query and the session; spark-submit's JVM then exits with its code.
+"""
 
 from __future__ import annotations
 
