@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import re
 import struct
+import threading
 from typing import Any
 
 import orjson
@@ -330,20 +331,21 @@ class _JsonShapes:
         self.size = size
         self._shapes: dict[tuple[bytes, bytes], RemotingCommand | None] = {}
         self._seen_once: dict[tuple[bytes, bytes], None] = {}
+        self._lock = threading.Lock()
 
     def lookup(self, head: bytes, tail: bytes) -> RemotingCommand | None:
         """The remembered shape, or None: parse this header in full."""
         key = (head, tail)
-        try:
-            return self._shapes[key]
-        except KeyError:
-            pass
-        if key not in self._seen_once:
-            self._remember(self._seen_once, key, None)
-            return None
-        del self._seen_once[key]
+        shape = self._shapes.get(key, _UNSEEN)
+        if shape is not _UNSEEN:
+            return shape
+        with self._lock:  # decoders in several threads (a node and its clients in one process) share it
+            if self._seen_once.pop(key, _UNSEEN) is _UNSEEN:
+                self._remember(self._seen_once, key, None)
+                return None
         shape = _json_shape(head, tail)
-        self._remember(self._shapes, key, shape)
+        with self._lock:
+            self._remember(self._shapes, key, shape)
         return shape
 
     def _remember(self, table: dict, key: tuple[bytes, bytes], value: RemotingCommand | None) -> None:
@@ -352,6 +354,7 @@ class _JsonShapes:
         table[key] = value
 
 
+_UNSEEN = object()
 _JSON_SHAPES = _JsonShapes(_SHAPE_CACHE_SIZE)
 
 
