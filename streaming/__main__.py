@@ -51,10 +51,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from streaming import job
 
-    spark = job.build_spark(cfg)
-    spark.sparkContext.setLogLevel("WARN")
-    monitor = job.start(spark, cfg)
-
     stopping = threading.Event()
 
     def _stop(signum: int, _frame: object) -> None:
@@ -64,7 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    spark = job.build_spark(cfg)
+    spark.sparkContext.setLogLevel("WARN")
     try:
+        monitor = job.start(spark, cfg, stopping=stopping)  # waits for Kafka
+        if monitor is None:
+            return 0
         while not stopping.wait(1.0) and monitor.query.isActive:
             pass
         monitor.stop()

@@ -40,6 +40,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import tenacity
 from redis.exceptions import RedisError
 
 from namesrv.events.schema import Action, ActionType, SchemaError, action_key, decode_event, encode_action, wall_ms
@@ -157,18 +158,50 @@ def build_pipeline(spark: SparkSession, cfg: StreamingConfig) -> DataFrame:
 # --------------------------------------------------------------------------- sinks
 
 
+#: one attempt to reach Kafka at start-up; short, so a stop request is answered within it
+_BOOTSTRAP_ATTEMPT_MS = 5_000
+
+
 class KafkaPublisher:
     """The driver's producer for actions and alerts; ``flush`` raises if the broker refused any."""
 
-    def __init__(self, bootstrap_servers: str, producer: KafkaProducer | None = None) -> None:
-        if producer is None:
-            from kafka import KafkaProducer
-
-            producer = KafkaProducer(
-                bootstrap_servers=bootstrap_servers.split(","), acks=1, linger_ms=2, enable_idempotence=False
-            )
+    def __init__(self, producer: KafkaProducer) -> None:
         self.producer = producer
         self._errors: list[BaseException] = []
+
+    @classmethod
+    def connect(cls, bootstrap_servers: str, stopping: threading.Event | None = None) -> KafkaPublisher | None:
+        """A publisher once Kafka answers, retrying with back-off meanwhile; None if ``stopping`` is set first.
+
+        The job may start before Kafka does (a reboot, a deployment's start order): it waits rather
+        than dies, and says once what it is waiting for.
+        """
+        from kafka import KafkaProducer
+        from kafka.errors import KafkaError
+
+        def producer() -> KafkaProducer:
+            return KafkaProducer(
+                bootstrap_servers=bootstrap_servers.split(","), acks=1, linger_ms=2, enable_idempotence=False,
+                bootstrap_timeout_ms=_BOOTSTRAP_ATTEMPT_MS,
+            )
+
+        def warn(state: tenacity.RetryCallState) -> None:
+            e = state.outcome.exception() if state.outcome else None
+            log_at = logging.WARNING if state.attempt_number == 1 else logging.DEBUG
+            log.log(log_at, "Kafka at %s does not answer yet (%s); retrying until it does: is it up, and is "
+                    "kafka.bootstrap right?", bootstrap_servers, e)
+
+        stopping = stopping or threading.Event()
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(KafkaError),
+            wait=tenacity.wait_exponential(multiplier=0.5, max=10.0),
+            stop=tenacity.stop_when_event_set(stopping),
+            sleep=stopping.wait,
+            after=warn,  # after every failed attempt, so a stop during the first one still says why
+            retry_error_callback=lambda _state: None,
+        )
+        made = retrying(producer)
+        return None if made is None else cls(made)
 
     def send(self, topic: str, key: bytes, value: bytes) -> None:
         self.producer.send(topic, key=key, value=value).add_errback(self._errors.append)
@@ -510,11 +543,16 @@ def checkpoint_location(checkpoint_dir: Path) -> Path:
     return location
 
 
-def start(spark: SparkSession, cfg: StreamingConfig, *, trigger_ms: int | None = None) -> MonitorJob:
-    """Start the monitor on ``spark`` (see :func:`build_spark`); returns at once."""
+def start(
+    spark: SparkSession, cfg: StreamingConfig, *, trigger_ms: int | None = None, stopping: threading.Event | None = None
+) -> MonitorJob | None:
+    """Start the monitor on ``spark`` (see :func:`build_spark`) once Kafka answers; None if ``stopping`` is set first."""
+    publisher = KafkaPublisher.connect(cfg.kafka_bootstrap, stopping)
+    if publisher is None:
+        return None
     store = RedisRouteStore.from_url(cfg.redis_url, cfg.redis_prefix) if cfg.redis_url else None
     status = MonitorStatus()
-    sink = BatchSink(cfg, KafkaPublisher(cfg.kafka_bootstrap), store, status)
+    sink = BatchSink(cfg, publisher, store, status)
     query_id: list[str | None] = [None]
     listener = _make_listener_class()(status, cfg.watermark_delay_millis, lambda: query_id[0])
     spark.streams.addListener(listener)

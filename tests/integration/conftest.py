@@ -13,7 +13,8 @@ Images: ``--kafka-image`` / ``$NAMESRV_IT_KAFKA_IMAGE`` and ``--redis-image`` /
 ``$NAMESRV_IT_REDIS_IMAGE``; the defaults are built locally from this machine's binaries when
 missing (:mod:`tests.integration.images.build`).
 
-The other modules of this folder start their own services and use none of this.
+The modules that drive the streaming job directly use ``services`` instead: a local noida-db and
+Redis on free loopback ports, per module.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from infra.services import KafkaService, RedisService, free_port
 from tests.integration.backends import (
     BACKENDS,
     ENV_BACKEND,
@@ -141,3 +143,16 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.section("integration: measured")
         for line in SUMMARY:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaService, RedisService]]:
+    """A noida-db Kafka broker and a Redis for one module, stopped by PID afterwards."""
+    run = tmp_path_factory.mktemp("services")
+    kafka = KafkaService(port=free_port(), run_dir=run, data_dir=run / "kafka")
+    redis = RedisService(port=free_port(), run_dir=run)
+    kafka.start()
+    redis.start()
+    yield kafka, redis
+    kafka.stop()
+    redis.stop()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from infra.services import KafkaService, RedisService, TopicSpec, free_port
+from infra.services import KafkaService, TopicSpec, free_port
 from namesrv.events.schema import (
     ActionType,
     DataVersionInfo,
@@ -44,18 +44,6 @@ TOPICS = {A: ["TA", "TS"], B: ["TB", "TS"], C: ["TC"]}
 
 
 # --------------------------------------------------------------------------- services
-
-
-@pytest.fixture(scope="module")
-def services(tmp_path_factory):
-    run = tmp_path_factory.mktemp("services")
-    kafka = KafkaService(port=free_port(), run_dir=run, data_dir=run / "kafka")
-    redis = RedisService(port=free_port(), run_dir=run)
-    kafka.start()
-    redis.start()
-    yield kafka, redis
-    kafka.stop()
-    redis.stop()
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaProducer
 
-from infra.services import KafkaService, RedisService, TopicSpec, free_port, pid_alive
+from infra.services import TopicSpec, pid_alive
 from infra.stack import REPO, StreamingJob
 from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo, encode_event, event_key
 from streaming.routes import RouteLookup
@@ -31,18 +31,6 @@ CLUSTER = "DefaultCluster"
 BROKER = ("broker-s", "10.0.0.9:10911")
 TOPIC = "TSubmit"
 START_TIMEOUT = 180.0  # Spark's start-up and first batches, on a shared 2-core machine
-
-
-@pytest.fixture(scope="module")
-def services(tmp_path_factory):
-    run = tmp_path_factory.mktemp("services")
-    kafka = KafkaService(port=free_port(), run_dir=run, data_dir=run / "kafka")
-    redis = RedisService(port=free_port(), run_dir=run)
-    kafka.start()
-    redis.start()
-    yield kafka, redis
-    kafka.stop()
-    redis.stop()
 
 
 @pytest.fixture

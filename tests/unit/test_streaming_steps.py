@@ -264,3 +264,15 @@ def test_each_state_layout_has_its_own_checkpoint_and_an_old_one_is_named(tmp_pa
         second = job.checkpoint_location(root)
     assert second != first and second.is_dir()
     assert first.name in caplog.text
+
+
+def test_the_monitor_waits_for_kafka_at_start_and_can_be_stopped_meanwhile(caplog):
+    """Kafka down at start-up is a wait with one warning, not a crash; a stop request ends the wait."""
+    import threading
+
+    stopping = threading.Event()
+    threading.Timer(1.0, stopping.set).start()
+    with caplog.at_level(logging.WARNING, logger="streaming.job"):
+        assert job.KafkaPublisher.connect(f"127.0.0.1:{free_port()}", stopping) is None
+    warnings = [r.getMessage() for r in caplog.records if r.name == "streaming.job"]
+    assert len(warnings) == 1 and "does not answer yet" in warnings[0] and "kafka.bootstrap" in warnings[0]
