@@ -177,7 +177,8 @@ class StreamingJob(ProcessService):
 
     def _tracked_pid(self) -> int | None:
         pid = super()._tracked_pid()
-        if pid is not None and not _runs_streaming(pid):
+        ours = self._proc is not None and self._proc.pid == pid and self._proc.poll() is None
+        if pid is not None and not ours and not _runs_streaming(pid):
             # java and bash are common binaries: a reused PID must not be taken for the job
             log.info("%s: removing stale pidfile %s (pid %d is not the job)", self.name, self.pidfile, pid)
             self.pidfile.unlink(missing_ok=True)
@@ -239,9 +240,10 @@ def _cmdline(pid: int) -> list[str] | None:
 
 def _runs_streaming(pid: int) -> bool:
     """True when ``pid`` runs the job: ``-m streaming``, or ``streaming/__main__.py`` (spark-submit's
-    bash and java, the driver); an unreadable command line is trusted, as an unreadable exe is."""
+    bash and java, the driver).  An unreadable command line is trusted, as an unreadable exe is, and
+    so is an empty one: a process just past exec shows none for a moment, and ``start`` looks then."""
     args = _cmdline(pid)
-    if args is None:
+    if not args:
         return True
     return "streaming" in args or any(a.endswith(f"streaming{os.sep}__main__.py") for a in args)
 

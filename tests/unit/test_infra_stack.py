@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,8 @@ def test_a_live_pid_counts_as_the_job_only_if_it_runs_the_job(tmp_path, extra, i
     # same binary as the job, so only the command line tells them apart (java and bash are as common)
     child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", *extra], stdin=subprocess.PIPE)
     try:
+        while not Path(f"/proc/{child.pid}/cmdline").read_bytes():
+            time.sleep(0.01)  # just past exec, a process shows no command line for a moment
         j = job(tmp_path)
         j.pidfile.write_text(f"{child.pid}\n")
         assert j.status().pid == (child.pid if is_job else None)
@@ -76,3 +79,12 @@ def test_a_bad_launcher_in_the_environment_is_a_usage_error(monkeypatch):
     with pytest.raises(SystemExit) as exc:
         stack.main(["status"])
     assert exc.value.code == 2
+
+
+
+def test_a_pid_just_past_exec_with_no_command_line_yet_counts_as_the_job(monkeypatch):
+    # `start` looks at the job within a millisecond of exec; an empty command line is not "another program"
+    monkeypatch.setattr(stack, "_cmdline", lambda pid: [])
+    assert stack._runs_streaming(os.getpid())
+    monkeypatch.setattr(stack, "_cmdline", lambda pid: [sys.executable, "-c", "pass"])
+    assert not stack._runs_streaming(os.getpid())
