@@ -126,7 +126,9 @@ def test_the_job_keeps_routes_in_redis_and_stops_without_leftovers(launcher, ser
             assert len(driver_below) == 1, [cmdline(p)[:200] for p, _ in tree]
         else:
             assert " -m streaming " in cmdline(top), cmdline(top)[:300]
-            assert len(jvm_below) == 1, [cmdline(p)[:200] for p, _ in tree]
+            # the gateway JVM; Spark's launcher may briefly run a second java: what matters is that
+            # the JVMs are in the tree checked below, so none of them may outlive stop()
+            assert len(jvm_below) >= 1, [cmdline(p)[:200] for p, _ in tree]
     finally:
         producer.close()
         lookup.close()
