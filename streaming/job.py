@@ -40,10 +40,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import tenacity
 from redis.exceptions import RedisError
 
 from namesrv.events.schema import Action, ActionType, SchemaError, action_key, decode_event, encode_action, wall_ms
+from namesrv.retrying import retry_until_stopped
 from namesrv.routes import RouteSettings
 from streaming import kafka_io
 from streaming.alerts import (
@@ -185,22 +185,10 @@ class KafkaPublisher:
                 bootstrap_timeout_ms=_BOOTSTRAP_ATTEMPT_MS,
             )
 
-        def warn(state: tenacity.RetryCallState) -> None:
-            e = state.outcome.exception() if state.outcome else None
-            log_at = logging.WARNING if state.attempt_number == 1 else logging.DEBUG
-            log.log(log_at, "Kafka at %s does not answer yet (%s); retrying until it does: is it up, and is "
-                    "kafka.bootstrap right?", bootstrap_servers, e)
-
-        stopping = stopping or threading.Event()
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(KafkaError),
-            wait=tenacity.wait_exponential(multiplier=0.5, max=10.0),
-            stop=tenacity.stop_when_event_set(stopping),
-            sleep=stopping.wait,
-            after=warn,  # after every failed attempt, so a stop during the first one still says why
-            retry_error_callback=lambda _state: None,
+        made = retry_until_stopped(
+            producer, stopping or threading.Event(), log=log, retry_on=KafkaError, first_wait_s=0.5, max_wait_s=10.0,
+            problem=f"Kafka at {bootstrap_servers} does not answer yet: is it up, and is kafka.bootstrap right?",
         )
-        made = retrying(producer)
         return None if made is None else cls(made)
 
     def send(self, topic: str, key: bytes, value: bytes) -> None:

@@ -38,11 +38,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import tenacity
 
 from namesrv.events.schema import Action, ActionType, SchemaError, decode_action
 from namesrv.handlers import NodeObserver
 from namesrv.liveness import ExpiryScan
+from namesrv.retrying import retry_until_stopped
 from namesrv.routes.manager import RouteInfoManager
 from namesrv.routes.model import UnregisterRequest
 
@@ -281,22 +281,7 @@ class ActionConsumer:
 
     def _retry(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` until it succeeds, backing off up to 5 s; None if we are stopped first."""
-
-        def warn_once(state: tenacity.RetryCallState) -> None:
-            e = state.outcome.exception() if state.outcome else None
-            if state.attempt_number == 1:
-                log.warning("cannot %s yet (%s: %s); retrying in the background", what, type(e).__name__, e)
-            else:
-                log.debug("still cannot %s: %s", what, e)
-
-        retrying = tenacity.Retrying(
-            wait=tenacity.wait_exponential(multiplier=0.2, max=5.0),
-            stop=tenacity.stop_when_event_set(self._stopping),
-            sleep=self._stopping.wait,
-            before_sleep=warn_once,
-            retry_error_callback=lambda _state: None,
-        )
-        return retrying(fn, *args)
+        return retry_until_stopped(lambda: fn(*args), self._stopping, problem=f"cannot {what} yet", log=log)
 
     def _consume(self, consumer: Any, partitions: list[int]) -> None:
         from kafka import TopicPartition

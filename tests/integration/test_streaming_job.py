@@ -181,6 +181,15 @@ def settle(monitor: job.MonitorJob, seconds: float = 1.5) -> None:
         time.sleep(0.2)
 
 
+def a_and_b_serve_ts(w: World, monitor: job.MonitorJob) -> None:
+    """Brokers A and B register through both nodes at event time 0, and Redis shows both serving TS."""
+    w.register(A, 0)
+    w.register(B, 0)
+    w.tick(0)
+    w.flush()
+    until(monitor, lambda: w.route_brokers("TS") == {"broker-a", "broker-b"}, what="routes")
+
+
 @contextmanager
 def running(spark, world: World) -> Iterator[job.MonitorJob]:
     """The job on ``world``, stopped afterwards; a query that failed on its own fails the test."""
@@ -275,11 +284,7 @@ def test_expire_once_remove_once_keep_the_live_one_and_ticks_expire_the_silent(s
 def test_a_restart_from_the_checkpoint_keeps_offsets_state_and_pending_expiries(spark, world):
     w = world
     with running(spark, w) as monitor:
-        w.register(A, 0)
-        w.register(B, 0)
-        w.tick(0)
-        w.flush()
-        until(monitor, lambda: w.route_brokers("TS") == {"broker-a", "broker-b"}, what="routes")
+        a_and_b_serve_ts(w, monitor)
         w.heartbeat(A, 8_000)
         for node in ("n1", "n2"):
             w.send(node, EventType.UNREGISTER, 1_000, C, source="UNREGISTER_BROKER")  # unknown broker: nothing
@@ -364,11 +369,7 @@ def test_on_tansu_a_silent_broker_expires_once(spark, tansu_services, tmp_path):
     w = World("tansu-expire", tansu_services, tmp_path)
     try:
         with running(spark, w) as monitor:
-            w.register(A, 0)
-            w.register(B, 0)
-            w.tick(0)
-            w.flush()
-            until(monitor, lambda: w.route_brokers("TS") == {"broker-a", "broker-b"}, what="routes")
+            a_and_b_serve_ts(w, monitor)
             w.heartbeat(A, 9_000)
             w.tick(13_000)
             w.flush()
