@@ -10,8 +10,8 @@ said while it lasts. Two places open and resolve incidents:
 * the stateful step (:mod:`streaming.liveness`), per broker and per node, keeping the open
   flags in Spark state: BROKER_EXPIRED, BROKER_REMOVED, BROKER_FLAPPING, NODE_SILENT;
 * the driver, from the whole route model after each micro-batch (:func:`route_incidents`) and
-  from the query progress (:func:`lag_incident`): GROUP_WITHOUT_MASTER, TOPIC_NOT_WRITABLE,
-  MONITOR_LAGGING. :class:`AlertBook` remembers which are open (restored from Redis after a
+  from the query progress (:func:`lag_incident`, :func:`clock_incidents`): GROUP_WITHOUT_MASTER,
+  TOPIC_NOT_WRITABLE, MONITOR_LAGGING, NODE_CLOCK_AHEAD. :class:`AlertBook` remembers which are open (restored from Redis after a
   restart) and turns "what is wrong now" into OPEN/RESOLVED transitions.
 
 Every alert goes to the alerts topic as JSON (version 1, below; Kafka key = incident id) and to
@@ -53,6 +53,8 @@ class AlertKind(enum.StrEnum):
     TOPIC_NOT_WRITABLE = "TOPIC_NOT_WRITABLE"
     NODE_SILENT = "NODE_SILENT"
     MONITOR_LAGGING = "MONITOR_LAGGING"
+    #: a node stamps events further ahead of the monitor's clock than monitor.maxClockSkewMillis
+    NODE_CLOCK_AHEAD = "NODE_CLOCK_AHEAD"
 
 
 class Severity(enum.StrEnum):
@@ -67,7 +69,11 @@ class AlertState(enum.StrEnum):
 
 
 #: kinds the driver owns (the rest are decided in the stateful step)
-DRIVER_KINDS = frozenset({AlertKind.GROUP_WITHOUT_MASTER, AlertKind.TOPIC_NOT_WRITABLE, AlertKind.MONITOR_LAGGING})
+DRIVER_KINDS = frozenset({
+    AlertKind.GROUP_WITHOUT_MASTER, AlertKind.TOPIC_NOT_WRITABLE, AlertKind.MONITOR_LAGGING, AlertKind.NODE_CLOCK_AHEAD,
+})  # fmt: skip
+#: an alert's message is cut to this many characters, so no alert can outgrow a Kafka record
+MAX_MESSAGE_CHARS = 4096
 
 _LOG_LEVEL = {Severity.INFO: logging.INFO, Severity.WARNING: logging.WARNING, Severity.CRITICAL: logging.ERROR}
 
@@ -110,7 +116,7 @@ def incident_id(
         parts = (cluster_name, broker_name)
     elif kind is AlertKind.TOPIC_NOT_WRITABLE:
         parts = (topic,)
-    elif kind is AlertKind.NODE_SILENT:
+    elif kind in (AlertKind.NODE_SILENT, AlertKind.NODE_CLOCK_AHEAD):
         parts = (node,)
     else:
         parts = ()
@@ -137,6 +143,7 @@ def encode_alert(alert: Alert, *, monitor: str, emitted_at: int) -> bytes:
         value = getattr(alert, attr)
         if value is not None:
             out[name] = str(value) if isinstance(value, enum.Enum) else value
+    out["message"] = cut(alert.message, MAX_MESSAGE_CHARS)
     out["monitor"] = monitor
     out["emittedAt"] = emitted_at
     return orjson.dumps(out)
@@ -164,6 +171,14 @@ def decode_alert(data: bytes | str) -> Alert:
         raise ValueError(f"malformed alert {raw!r:.80}: {exc}") from None
 
 
+def cut(text: str, limit: int) -> str:
+    """``text`` shortened to ``limit`` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    note = f"... ({len(text) - limit} more characters)"
+    return text[: max(0, limit - len(note))] + note
+
+
 def log_line(alert: Alert) -> str:
     where = " ".join(
         f"{label}={value}"
@@ -176,7 +191,7 @@ def log_line(alert: Alert) -> str:
         )
         if value
     )
-    return f"ALERT {alert.state} {alert.severity} {alert.kind} {where}: {alert.message}"
+    return f"ALERT {alert.state} {alert.severity} {alert.kind} {where}: {cut(alert.message, MAX_MESSAGE_CHARS)}"
 
 
 def log_alert(alert: Alert) -> None:
@@ -238,6 +253,26 @@ def lag_incident(watermark_ms: int | None, delay_ms: int, now_ms: int, threshold
         f"event time is {lag / 1000:.1f} s behind the wall clock (threshold {threshold_ms / 1000:.0f} s)", now_ms,
     )  # fmt: skip
     return {alert.incident: alert}
+
+
+def clock_incidents(ahead: Mapping[str, tuple[int, int, int]], now_ms: int, quiet_ms: int,
+                    max_skew_ms: int) -> dict[str, Alert]:
+    """NODE_CLOCK_AHEAD for every node that sent events ahead of the clock within the last ``quiet_ms``.
+
+    ``ahead`` maps a node to (wall time last seen ahead, events refused, furthest claim in epoch ms).
+    """
+    out: dict[str, Alert] = {}
+    for node, (seen_at, refused, furthest) in ahead.items():
+        if now_ms - seen_at > quiet_ms:
+            continue
+        alert = Alert(
+            AlertKind.NODE_CLOCK_AHEAD, AlertState.OPEN, Severity.WARNING,
+            f"name-server node {node} stamps events up to {(furthest - seen_at) / 1000:.1f} s ahead of the "
+            f"monitor's clock (allowed: monitor.maxClockSkewMillis={max_skew_ms}); {refused} event(s) refused so "
+            "far; check its clock (NTP)", now_ms, node=node,
+        )  # fmt: skip
+        out[alert.incident] = alert
+    return out
 
 
 class AlertBook:

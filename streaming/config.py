@@ -62,6 +62,7 @@ class StreamingConfig:
     checkpoint_dir: Path = Path("run/streaming/checkpoint")
     trigger_interval_millis: int = 1000
     watermark_delay_millis: int = 120_000
+    max_clock_skew_millis: int = 10_000
     heartbeat_timeout_millis: int = 120_000
     monitor_heartbeat_interval_millis: int = 5_000
     monitor_id: str = ""
@@ -183,7 +184,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("monitor.triggerIntervalMillis", "trigger_interval_millis", _positive, "milliseconds",
            "micro-batch interval"),
     Option("monitor.watermarkDelayMillis", "watermark_delay_millis", _non_negative, "milliseconds",
-           "how late an event may arrive; the watermark is max event time minus this"),
+           "how late an event may arrive and still count; never added to a broker's timeout"),
+    Option("monitor.maxClockSkewMillis", "max_clock_skew_millis", _non_negative, "milliseconds",
+           "events stamped further ahead of the job's clock are refused, counted and alerted on"),
     Option("monitor.heartbeatTimeoutMillis", "heartbeat_timeout_millis", _positive, "milliseconds",
            "silence before EXPIRE when the registration carries no timeout"),
     Option("monitor.heartbeatIntervalMillis", "monitor_heartbeat_interval_millis", _positive, "milliseconds",
@@ -233,8 +236,38 @@ def config_from_properties(props: Mapping[str, str], base_dir: Path | None = Non
     if "checkpoint_dir" in values:
         values["checkpoint_dir"] = Path(values["checkpoint_dir"])
     cfg = StreamingConfig(spark=spark, **values)
+    check_combinations(cfg)
     base = (base_dir or Path.cwd()).resolve()
     return dataclasses.replace(cfg, checkpoint_dir=(base / cfg.checkpoint_dir).resolve())
+
+
+def check_combinations(cfg: StreamingConfig) -> None:
+    """Refuse settings that parse one by one but cannot work together; the message names the keys.
+
+    Node clocks may each be ``maxClockSkewMillis`` off the job's, so an on-time event can trail the
+    largest event time by twice that, plus the time it waits for the next trigger: a smaller
+    watermark delay would drop live brokers' heartbeats as late. A default timeout within that
+    spread would expire brokers whose heartbeats are merely stamped by a slow clock.
+    """
+    spread = 2 * cfg.max_clock_skew_millis + cfg.trigger_interval_millis
+    if cfg.watermark_delay_millis < spread:
+        raise ConfigError(
+            f"streaming config: monitor.watermarkDelayMillis={cfg.watermark_delay_millis} must be at least "
+            f"2 x monitor.maxClockSkewMillis + monitor.triggerIntervalMillis = {spread}: with less, an on-time "
+            "event from a node whose clock is behind would be dropped as late; raise the delay (it does not "
+            "delay expiry) or lower the skew"
+        )
+    if cfg.heartbeat_timeout_millis <= 2 * cfg.max_clock_skew_millis:
+        raise ConfigError(
+            f"streaming config: monitor.heartbeatTimeoutMillis={cfg.heartbeat_timeout_millis} must exceed "
+            f"2 x monitor.maxClockSkewMillis = {2 * cfg.max_clock_skew_millis}: clock skew alone would expire "
+            "live brokers"
+        )
+    if cfg.node_silent_millis <= cfg.trigger_interval_millis:
+        raise ConfigError(
+            f"streaming config: alerts.nodeSilentMillis={cfg.node_silent_millis} must exceed "
+            f"monitor.triggerIntervalMillis={cfg.trigger_interval_millis}: every node would look silent"
+        )
 
 
 def load_config(

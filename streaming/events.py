@@ -131,25 +131,51 @@ def parse_events(records: DataFrame) -> DataFrame:
     return records.select("value").mapInArrow(body, struct)
 
 
-#: name of the observed metric; its columns are ``events`` and ``bad``
+#: name of the observed metric; its columns are ``events``, ``bad`` and the ``ahead*`` ones below
 EVENTS_METRIC = "events"
+#: node names in the metric are cut to this many characters (they only name the culprit in an alert)
+_NODE_NAME_SHOWN = 200
 
 
-def count_events(parsed: DataFrame) -> DataFrame:
-    """Report, per micro-batch, how many records arrived and how many were malformed.
+def ahead_of_clock(max_clock_skew_ms: int) -> Any:
+    """True for a valid event stamped more than ``max_clock_skew_ms`` after the job's clock.
 
-    The counts reach :class:`streaming.job.ProgressLogger` in the query progress
-    (``observedMetrics``); Spark's ``observe`` is exact across task retries, unlike an accumulator.
+    The clock is the micro-batch's timestamp (``current_timestamp()``), which Spark keeps in the
+    offset log, so a replayed batch refuses exactly what it refused the first time. Event time is
+    the largest time any node claims: one node's clock running ahead (a TICK stamped in 2100)
+    would otherwise move the watermark for everyone and expire the whole fleet.
     """
     from pyspark.sql import functions as F
 
+    limit = F.unix_millis(F.current_timestamp()) + F.lit(max_clock_skew_ms)
+    return F.col("error").isNull() & (F.col("eventTime") > limit)
+
+
+def count_events(parsed: DataFrame, max_clock_skew_ms: int) -> DataFrame:
+    """Report, per micro-batch, how many records arrived, how many were malformed, how many were ahead.
+
+    The counts reach :class:`streaming.job.ProgressLogger` in the query progress
+    (``observedMetrics``); Spark's ``observe`` is exact across task retries, unlike an accumulator.
+    For events ahead of the clock it also names two of the nodes that sent them (the greatest and
+    the least name: ``observe`` allows no distinct or collecting aggregates) and the furthest claim.
+    """
+    from pyspark.sql import functions as F
+
+    ahead = ahead_of_clock(max_clock_skew_ms)
+    node = F.substring(F.col("node"), 1, _NODE_NAME_SHOWN)
     return parsed.observe(
         EVENTS_METRIC,
         F.count(F.lit(1)).alias("events"),
         F.count(F.col("error")).alias("bad"),
+        F.count(F.when(ahead, F.lit(1))).alias("ahead"),
+        F.max(F.when(ahead, node)).alias("aheadNode"),
+        F.min(F.when(ahead, node)).alias("aheadOtherNode"),
+        F.max(F.when(ahead, F.col("eventTime"))).alias("aheadMax"),
     )
 
 
-def valid_events(parsed: DataFrame) -> DataFrame:
-    """Drop the malformed rows (already counted)."""
-    return parsed.filter("error IS NULL").drop("error")
+def valid_events(parsed: DataFrame, max_clock_skew_ms: int) -> DataFrame:
+    """Drop the malformed rows and those stamped ahead of the job's clock (both already counted)."""
+    from pyspark.sql import functions as F
+
+    return parsed.filter(F.col("error").isNull() & ~ahead_of_clock(max_clock_skew_ms)).drop("error")

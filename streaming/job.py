@@ -52,6 +52,8 @@ from streaming.alerts import (
     AlertKind,
     AlertState,
     Severity,
+    clock_incidents,
+    cut,
     encode_alert,
     lag_incident,
     log_alert,
@@ -115,9 +117,9 @@ def read_events(spark: SparkSession, cfg: StreamingConfig) -> DataFrame:
     return reader.load()
 
 
-def parse(records: DataFrame) -> DataFrame:
-    """2. Checked events; malformed records counted and dropped."""
-    return valid_events(count_events(parse_events(records)))
+def parse(records: DataFrame, max_clock_skew_ms: int) -> DataFrame:
+    """2. Checked events; malformed records and events stamped ahead of the job's clock counted and dropped."""
+    return valid_events(count_events(parse_events(records), max_clock_skew_ms), max_clock_skew_ms)
 
 
 def with_event_time(events: DataFrame, delay_ms: int) -> DataFrame:
@@ -136,6 +138,7 @@ def liveness_settings(cfg: StreamingConfig) -> LivenessSettings:
         flap_window_ms=cfg.flap_window_millis,
         node_silent_ms=cfg.node_silent_millis,
         remove_on_channel_close=cfg.remove_on_channel_close,
+        watermark_delay_ms=cfg.watermark_delay_millis,
         forget_after_ms=cfg.forget_after_millis,
     )
 
@@ -152,12 +155,15 @@ def decide(events: DataFrame, settings: LivenessSettings) -> DataFrame:
 
 def build_pipeline(spark: SparkSession, cfg: StreamingConfig) -> DataFrame:
     """Steps 1-4: what :class:`BatchSink` receives each micro-batch."""
-    return decide(with_event_time(parse(read_events(spark, cfg)), cfg.watermark_delay_millis), liveness_settings(cfg))
+    events = parse(read_events(spark, cfg), cfg.max_clock_skew_millis)
+    return decide(with_event_time(events, cfg.watermark_delay_millis), liveness_settings(cfg))
 
 
 # --------------------------------------------------------------------------- sinks
 
 
+#: a NODE_CLOCK_AHEAD incident ends after this long (wall clock) without a refused event from the node
+_CLOCK_QUIET_MS = 60_000
 #: one attempt to reach Kafka at start-up; short, so a stop request is answered within it
 _BOOTSTRAP_ATTEMPT_MS = 5_000
 
@@ -168,6 +174,8 @@ class KafkaPublisher:
     def __init__(self, producer: KafkaProducer) -> None:
         self.producer = producer
         self._errors: list[BaseException] = []
+        #: records skipped because Kafka refused them as too large
+        self.refused = 0
 
     @classmethod
     def connect(cls, bootstrap_servers: str, stopping: threading.Event | None = None) -> KafkaPublisher | None:
@@ -192,17 +200,38 @@ class KafkaPublisher:
         return None if made is None else cls(made)
 
     def send(self, topic: str, key: bytes, value: bytes) -> None:
-        self.producer.send(topic, key=key, value=value).add_errback(self._errors.append)
+        from kafka.errors import MessageSizeTooLargeError
+
+        try:
+            future = self.producer.send(topic, key=key, value=value)
+        except MessageSizeTooLargeError as exc:
+            # our records are bounded (schema, cut messages); should one still be too big, it is
+            # this record's problem: skipping it must not stop the query and replay it forever
+            self.refused += 1
+            log.error("kafka: a %d-byte record for %s is too large and was skipped: %s", len(value), topic, exc)
+            return
+        future.add_errback(self._errors.append)
 
     def flush(self, timeout_s: float = 30.0) -> None:
+        """Wait for what was sent; record-size refusals are counted and logged, anything else raises."""
+        from kafka.errors import MessageSizeTooLargeError, RecordListTooLargeError
+
         self.producer.flush(timeout=timeout_s)
-        if self._errors:
-            first, count = self._errors[0], len(self._errors)
-            self._errors.clear()
-            raise RuntimeError(f"kafka refused {count} record(s) from the monitor: {first!r}")
+        errors, self._errors = self._errors, []
+        too_big = [e for e in errors if isinstance(e, MessageSizeTooLargeError | RecordListTooLargeError)]
+        if too_big:
+            self.refused += len(too_big)
+            log.error("kafka refused %d record(s) of the monitor as too large (skipped): %r", len(too_big), too_big[0])
+        others = [e for e in errors if e not in too_big]
+        if others:
+            raise RuntimeError(f"kafka refused {len(others)} record(s) from the monitor: {others[0]!r}")
 
     def close(self) -> None:
         self.producer.close()
+
+
+#: an action's reason is cut to this many characters (names in it are bounded by the event schema)
+MAX_REASON_CHARS = 2048
 
 
 def order_key(row: dict[str, Any]) -> tuple:
@@ -221,7 +250,7 @@ def row_action(row: dict[str, Any], monitor: str, decided_at: int) -> Action:
         broker_id=row["brokerId"],
         last_heartbeat=row["lastHeartbeat"],
         watermark=row["watermark"],
-        reason=row["reason"],
+        reason=None if row["reason"] is None else cut(row["reason"], MAX_REASON_CHARS),
     )
 
 
@@ -250,6 +279,32 @@ class MonitorStatus:
     bad_events: int = 0
     last_batch_ms: int = 0
     batch_durations_ms: list[int] = field(default_factory=list)
+    #: wall clock when this run last finished a batch (0: none yet); the nodes hear the monitor only after one
+    last_batch_done_at: int = 0
+    #: events refused for being stamped ahead of the job's clock, in this run
+    ahead_events: int = 0
+    #: node -> (wall time last seen ahead, events refused, furthest claim)
+    ahead_nodes: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+
+    def note_ahead(self, nodes: Iterable[str], refused: int, furthest: int, at: int) -> None:
+        self.ahead_events += refused
+        for node in nodes:
+            _, count, far = self.ahead_nodes.get(node, (at, 0, furthest))
+            self.ahead_nodes[node] = (at, count + refused, max(far, furthest))
+        if len(self.ahead_nodes) > 1000:  # forget the quietest; a handful of nodes is normal
+            for node, _ in sorted(self.ahead_nodes.items(), key=lambda kv: kv[1][0])[:-1000]:
+                del self.ahead_nodes[node]
+
+    def deciding(self, now: int, *, within_ms: int, delay_ms: int, lag_ms: int) -> bool:
+        """True when a batch finished within ``within_ms`` and event time is at most ``lag_ms`` behind ``now``.
+
+        Only then does the monitor announce itself to the nodes: a job that started but has not
+        finished a batch, or is still catching up on a backlog, decides nothing in time, and the
+        nodes' own expiry must stay on meanwhile.
+        """
+        if not self.last_batch_done_at or now - self.last_batch_done_at > within_ms:
+            return False
+        return bool(self.watermark_ms) and now - (self.watermark_ms + delay_ms) <= lag_ms
 
 
 class BatchSink:
@@ -310,6 +365,7 @@ class BatchSink:
         self._lineage_set.wait()
         rows = sorted((r.asDict() for r in batch_df.collect()), key=order_key)
         self.process(rows, batch_id)
+        self.status.last_batch_done_at = self.clock()
 
     def process(self, rows: list[dict[str, Any]], batch_id: int) -> list[Alert]:
         """Everything after collect(), for one batch; returns the alerts it emitted."""
@@ -390,15 +446,20 @@ class BatchSink:
     # -- the monitor's own heartbeat
 
     def monitor_tick(self) -> None:
-        """Publish MONITOR_HEARTBEAT; open or resolve MONITOR_LAGGING."""
+        """Publish MONITOR_HEARTBEAT while deciding; open or resolve MONITOR_LAGGING and NODE_CLOCK_AHEAD."""
         with self.lock:
             at = self.clock()
-            wm = self.status.watermark_ms
-            beat = Action(type=ActionType.MONITOR_HEARTBEAT, monitor=self.monitor, decided_at=at, watermark=wm,
-                          reason=f"batches={self.status.batches} events={self.status.events} bad={self.status.bad_events}")
-            self.publisher.send(self.cfg.actions_topic, action_key(beat), encode_action(beat))
-            current = lag_incident(wm, self.cfg.watermark_delay_millis, at, self.cfg.monitor_lag_millis)
-            changed = self.book.reconcile((AlertKind.MONITOR_LAGGING,), current, at)
+            st, cfg = self.status, self.cfg
+            wm = st.watermark_ms
+            within = max(10_000, 3 * cfg.monitor_heartbeat_interval_millis, 3 * cfg.trigger_interval_millis)
+            if st.deciding(at, within_ms=within, delay_ms=cfg.watermark_delay_millis, lag_ms=cfg.monitor_lag_millis):
+                beat = Action(type=ActionType.MONITOR_HEARTBEAT, monitor=self.monitor, decided_at=at, watermark=wm,
+                              reason=f"batches={st.batches} events={st.events} bad={st.bad_events} "
+                                     f"ahead={st.ahead_events}")
+                self.publisher.send(cfg.actions_topic, action_key(beat), encode_action(beat))
+            current = lag_incident(wm, cfg.watermark_delay_millis, at, cfg.monitor_lag_millis)
+            current |= clock_incidents(dict(st.ahead_nodes), at, _CLOCK_QUIET_MS, cfg.max_clock_skew_millis)
+            changed = self.book.reconcile((AlertKind.MONITOR_LAGGING, AlertKind.NODE_CLOCK_AHEAD), current, at)
             for alert in changed:
                 self._publish_alert(alert, at)
             self.publisher.flush()
@@ -424,9 +485,12 @@ def _make_listener_class() -> type:
     class ProgressLogger(StreamingQueryListener):
         """Logs every batch: input rate, duration, watermark and event-time lag; feeds MonitorStatus."""
 
-        def __init__(self, status: MonitorStatus, delay_ms: int, query_id: Callable[[], str | None]) -> None:
+        def __init__(
+            self, status: MonitorStatus, delay_ms: int, max_skew_ms: int, query_id: Callable[[], str | None]
+        ) -> None:
             self.status = status
             self.delay_ms = delay_ms
+            self.max_skew_ms = max_skew_ms
             self.query_id = query_id
 
         def onQueryStarted(self, event: Any) -> None:
@@ -439,7 +503,13 @@ def _make_listener_class() -> type:
             wm = _iso_ms(p.eventTime.get("watermark"))
             metrics = p.observedMetrics.get("events")
             bad = int(metrics["bad"]) if metrics is not None else 0
+            ahead = int(metrics["ahead"] or 0) if metrics is not None else 0
             s = self.status
+            if ahead:
+                nodes = {n for n in (metrics["aheadNode"], metrics["aheadOtherNode"]) if n is not None}
+                s.note_ahead(nodes, ahead, int(metrics["aheadMax"]), now_ms())
+                log.warning("refused %d event(s) stamped more than %d ms ahead of the monitor's clock, from %s "
+                            "(furthest: %s)", ahead, self.max_skew_ms, sorted(nodes), metrics["aheadMax"])
             s.batches += 1
             s.events += int(p.numInputRows)
             s.bad_events += bad
@@ -542,7 +612,7 @@ def start(
     status = MonitorStatus()
     sink = BatchSink(cfg, publisher, store, status)
     query_id: list[str | None] = [None]
-    listener = _make_listener_class()(status, cfg.watermark_delay_millis, lambda: query_id[0])
+    listener = _make_listener_class()(status, cfg.watermark_delay_millis, cfg.max_clock_skew_millis, lambda: query_id[0])
     spark.streams.addListener(listener)
     checkpoint = checkpoint_location(cfg.checkpoint_dir)
     query = (

@@ -8,19 +8,30 @@ Time inside is only event time: the rows' ``eventTime`` and the watermark in ``t
 (the watermark is the largest event time seen minus the configured delay; node TICKs keep it
 moving while every broker is silent). Nothing here reads a clock.
 
-A broker key keeps :class:`BrokerState` and one timer at ``lastSeen + timeout + 1``: the
-broker is expired once the watermark is *past* its deadline, as RocketMQ's
-``last + timeout < now``. REGISTER and HEARTBEAT events move ``lastSeen`` and the timer; when
-the timer fires, EXPIRE is emitted once and the broker is marked gone, so a second firing is
-impossible (the timer is gone) and a duplicate is ignored (``alive`` is false). Its
+Timers live in watermark time, decisions in event time. Spark fires a timer once the
+watermark (max event time seen minus ``watermarkDelayMillis``) reaches it, so a decision due
+at event time ``t`` is registered at ``t - delay`` (:meth:`LivenessProcessor._timer_at`): the
+delay bounds how late an event may arrive, it is never added to a broker's timeout.
+
+A broker key keeps :class:`BrokerState` and one liveness timer for event time
+``lastSeen + timeout + 1``: the broker is expired once event time is *past* its deadline, as
+RocketMQ's ``last + timeout < now``. REGISTER and HEARTBEAT events move ``lastSeen`` and the
+timer; when the timer fires, EXPIRE is emitted once and the broker is marked gone, so a second
+firing is impossible (the timer is gone) and a duplicate is ignored (``alive`` is false). Its
 ``lastHeartbeat`` is the newest event time seen for the broker: a node that saw anything newer
 ignores the action. The per-broker ``heartbeatTimeoutMillis`` of the registration replaces the
 default timeout.
 
 REMOVE is emitted once when the broker unregisters (UNREGISTER with source UNREGISTER_BROKER)
-or, if configured, when its connection closes at a node, provided nothing newer than that
-event was seen. UNREGISTER events whose source is the node's own expiry or one of our actions
-are echoes and change nothing here.
+or when its connection is gone at every node that held one, provided nothing newer than that
+event was seen. The broker's ``links`` remember, per node, whether that node's last word was
+proof of life (REGISTER, HEARTBEAT: it holds a connection) or CHANNEL_CLOSED (a close or an idle
+close there); the close that leaves no node holding one removes the broker everywhere at once.
+A close at only some nodes removes nothing centrally: the node that lost the connection has
+already dropped the broker itself, as RocketMQ's NameServer does
+(``monitor.removeOnChannelClose=true`` removes it everywhere at the first close instead).
+UNREGISTER events whose source is the node's own expiry or one of our actions are echoes and
+change nothing here.
 
 The processor also passes on what the route materialisation needs (rows of kind ROUTE):
 every REGISTER whose content differs from the last one passed (N nodes report each
@@ -87,6 +98,8 @@ OUTPUT_COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 OUTPUT_DDL = ", ".join(f"`{name}` {ddl}" for name, ddl, _ in OUTPUT_COLUMNS)
 _NO_TIMER = -1
+#: nodes remembered per broker in ``links``; a fleet has a handful, this bounds what a bad stream can add
+_MAX_LINKS = 64
 #: N nodes report each periodic re-registration within moments; pass one of them
 _REPLAY_GAP_MS = 10_000
 #: registration fields that do not change what it says about the broker
@@ -100,6 +113,8 @@ class LivenessSettings:
     flap_window_ms: int = 600_000
     node_silent_ms: int = 30_000
     remove_on_channel_close: bool = False
+    #: how late an event may arrive (Spark's watermark delay); timers are shifted by it, decisions are not
+    watermark_delay_ms: int = 120_000
     #: a broker gone this long (event time) is forgotten: its state is dropped, its incidents resolved
     forget_after_ms: int = 86_400_000
 
@@ -121,8 +136,8 @@ class BrokerState:
     #: newest REGISTER/HEARTBEAT event time
     last_seen: int = 0
     timeout_ms: int = 120_000
-    #: the liveness timer (``last_seen + timeout_ms + 1``) while alive, the forget timer
-    #: (``gone_at + forget_after_ms``) while gone, or -1
+    #: the registered timer (watermark time) of the liveness deadline ``last_seen + timeout_ms + 1``
+    #: while alive, of the forget deadline ``gone_at + forget_after_ms`` while gone, or -1
     deadline: int = _NO_TIMER
     alive: bool = True
     #: event time of the EXPIRE/REMOVE
@@ -136,6 +151,8 @@ class BrokerState:
     registration: str = ""
     #: event time the last registration was passed again for an unchanged re-registration
     replayed_at: int = 0
+    #: JSON ``{node: [eventTime, open]}``: each node's last word on its connection (see module doc)
+    links: str = "{}"
 
     @classmethod
     def from_tuple(cls, values: tuple) -> BrokerState:
@@ -146,6 +163,7 @@ class BrokerState:
 class NodeState:
     node: str
     last_tick: int = 0
+    #: the registered timer (watermark time) of ``last_tick + node_silent_ms + 1``, or -1
     deadline: int = _NO_TIMER
     silent_open: bool = False
 
@@ -254,10 +272,12 @@ class LivenessProcessor(StatefulProcessor):
         )
         known = self.broker.exists()
         flaps = [a for (a,) in self.flaps.get()] if self.flaps.exists() else []
+        links = Links.load(st.links)
         for e in events:
             etype, t = e["type"], int(e["eventTime"])
             where = {"node": e["node"], "seq": e["seq"]}
             if etype in (EventType.REGISTER, EventType.HEARTBEAT):
+                links.report(e["node"], t, connected=True)
                 if e["brokerName"] is not None:
                     st.broker_name = e["brokerName"]
                 if e["brokerId"] is not None:
@@ -288,15 +308,21 @@ class LivenessProcessor(StatefulProcessor):
                     self._resolve_gone(st, t, out, where)
                 known = True
             elif etype in (EventType.UNREGISTER, EventType.CHANNEL_CLOSED):
+                closed = etype == EventType.CHANNEL_CLOSED and links.report(e["node"], t, connected=False)
                 if not st.alive or t < st.last_seen:
                     continue  # already gone, or the broker proved alive after this report
                 asked = etype == EventType.UNREGISTER and e["source"] == UnregisterSource.UNREGISTER_BROKER
-                closed = etype == EventType.CHANNEL_CLOSED and s.remove_on_channel_close
-                if not (asked or closed):
-                    continue  # an echo of an expiry or of our own action
+                everywhere = closed and not links.holders()
+                if not (asked or everywhere or (closed and s.remove_on_channel_close)):
+                    continue  # an echo of an expiry or of our own action, or a close at only some nodes
                 cause = str(UnregisterSource.UNREGISTER_BROKER) if asked else str(EventType.CHANNEL_CLOSED)
-                how = "unregistered" if asked else "lost its connection"
-                reason = f"{cause} reported by {e['node']} at {t}"
+                if asked:
+                    how, reason = "unregistered", f"{cause} reported by {e['node']} at {t}"
+                elif everywhere:
+                    how = "lost its connection at every node that held one"
+                    reason = f"{cause} at {links.describe_closed()}"
+                else:
+                    how, reason = "lost its connection", f"{cause} reported by {e['node']} at {t}"
                 st.alive = False
                 st.gone_at = t
                 out.add(
@@ -313,6 +339,7 @@ class LivenessProcessor(StatefulProcessor):
                     )  # fmt: skip
         if not known:
             return  # only reports of its departure: nothing to remember about this broker
+        st.links = links.dump()
         self._check_flapping(st, flaps, events[-1]["eventTime"], out)
         self._arm(st)
         self._save(st, flaps)
@@ -335,7 +362,7 @@ class LivenessProcessor(StatefulProcessor):
                     KIND_ALERT, last, type=AlertKind.NODE_SILENT, state=AlertState.RESOLVED, severity=Severity.WARNING,
                     message=f"name-server node {node} ticks again", node=node,
                 )  # fmt: skip
-            deadline = last + self.settings.node_silent_ms + 1
+            deadline = self._timer_at(last + self.settings.node_silent_ms + 1)
             if st.deadline != _NO_TIMER:
                 self.handle.deleteTimer(st.deadline)
             self.handle.registerTimer(deadline)
@@ -350,6 +377,7 @@ class LivenessProcessor(StatefulProcessor):
         k: str = key[0]
         fired = expiredTimerInfo.getExpiryTimeInMs()
         watermark = timerValues.getCurrentWatermarkInMs()
+        now = self._event_time_at(watermark)
         out = _Out()
         if k.startswith(BROKER_KEY) and self.broker.exists():
             self._broker_timer(BrokerState.from_tuple(self.broker.get()), fired, watermark, out)
@@ -359,9 +387,9 @@ class LivenessProcessor(StatefulProcessor):
                 st.deadline = _NO_TIMER
                 if not st.silent_open:
                     st.silent_open = True
-                    silent_for = watermark - st.last_tick
+                    silent_for = now - st.last_tick
                     out.add(
-                        KIND_ALERT, fired, type=AlertKind.NODE_SILENT, state=AlertState.OPEN, severity=Severity.WARNING,
+                        KIND_ALERT, self._event_time_at(fired), type=AlertKind.NODE_SILENT, state=AlertState.OPEN, severity=Severity.WARNING,
                         message=f"name-server node {st.node} sent no tick for {silent_for / 1000:.0f} s of event time",
                         node=st.node,
                     )  # fmt: skip
@@ -371,37 +399,48 @@ class LivenessProcessor(StatefulProcessor):
 
     def _broker_timer(self, st: BrokerState, fired: int, watermark: int, out: _Out) -> None:
         flaps = [a for (a,) in self.flaps.get()] if self.flaps.exists() else []
+        due, now = self._event_time_at(fired), self._event_time_at(watermark)
         if fired == st.deadline and not st.alive:
-            self._forget(st, fired, out)
+            self._forget(st, due, out)
             return
         if fired == st.deadline:
             st.deadline = _NO_TIMER
             st.alive = False
-            st.gone_at = fired
-            reason = f"no heartbeat since {st.last_seen} for more than {st.timeout_ms} ms (watermark {watermark})"
+            st.gone_at = due
+            reason = (f"no heartbeat at any node for {(now - st.last_seen) / 1000:.1f} s "
+                      f"(timeout {st.timeout_ms} ms, last heartbeat at {st.last_seen}, event time now {now})")
             out.add(
-                KIND_ACTION, fired, type=ActionType.EXPIRE, cause="TIMEOUT", lastHeartbeat=st.last_seen,
+                KIND_ACTION, due, type=ActionType.EXPIRE, cause="TIMEOUT", lastHeartbeat=st.last_seen,
                 watermark=watermark, reason=reason, **_broker_fields(st),
             )  # fmt: skip
-            flaps.append(fired)
+            flaps.append(due)
             if not st.expired_open:
                 st.expired_open = True
                 out.add(
-                    KIND_ALERT, fired, type=AlertKind.BROKER_EXPIRED, state=AlertState.OPEN,
+                    KIND_ALERT, due, type=AlertKind.BROKER_EXPIRED, state=AlertState.OPEN,
                     severity=Severity.CRITICAL if st.broker_id == MASTER_ID else Severity.WARNING,
                     message=f"broker {_name(st)} expired: {reason}", **_broker_fields(st),
                 )  # fmt: skip
         if fired == st.flap_timer:
             st.flap_timer = _NO_TIMER
-        self._check_flapping(st, flaps, watermark, out)
+        self._check_flapping(st, flaps, now, out)
         self._arm(st)
         self._save(st, flaps)
 
     # ------------------------------------------------------------------ helpers
 
+    def _timer_at(self, event_time: int) -> int:
+        """The watermark at which event time reaches ``event_time``: where a timer for it goes."""
+        return event_time - self.settings.watermark_delay_ms
+
+    def _event_time_at(self, watermark: int) -> int:
+        """The event time (largest seen) that a watermark stands for."""
+        return watermark + self.settings.watermark_delay_ms
+
     def _arm(self, st: BrokerState) -> None:
         """Keep exactly one liveness (alive) or forget (gone) timer, at the current deadline."""
-        wanted = st.last_seen + st.timeout_ms + 1 if st.alive else st.gone_at + self.settings.forget_after_ms
+        due = st.last_seen + st.timeout_ms + 1 if st.alive else st.gone_at + self.settings.forget_after_ms
+        wanted = self._timer_at(due)
         if wanted == st.deadline:
             return
         if st.deadline != _NO_TIMER:
@@ -459,7 +498,7 @@ class LivenessProcessor(StatefulProcessor):
                 message=f"broker {_name(st)} is stable again", **_broker_fields(st),
             )  # fmt: skip
         # re-check when the oldest counted change leaves the window
-        wanted = min(flaps) + s.flap_window_ms if st.flapping_open and flaps else _NO_TIMER
+        wanted = self._timer_at(min(flaps) + s.flap_window_ms) if st.flapping_open and flaps else _NO_TIMER
         if wanted != st.flap_timer:
             if st.flap_timer != _NO_TIMER:
                 self.handle.deleteTimer(st.flap_timer)
@@ -469,6 +508,42 @@ class LivenessProcessor(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+class Links:
+    """Per node, its last word on the broker's connection: open (it heard the broker) or closed.
+
+    Kept in :attr:`BrokerState.links` as JSON; a report older than the node's last word is ignored,
+    so a late CHANNEL_CLOSED cannot undo a newer registration at the same node.
+    """
+
+    def __init__(self, by_node: dict[str, list[int]]) -> None:
+        self.by_node = by_node
+
+    @classmethod
+    def load(cls, text: str) -> Links:
+        return cls(orjson.loads(text) if text else {})
+
+    def dump(self) -> str:
+        if len(self.by_node) > _MAX_LINKS:  # keep the newest words
+            newest = sorted(self.by_node.items(), key=lambda kv: kv[1][0])[-_MAX_LINKS:]
+            self.by_node = dict(newest)
+        return orjson.dumps(self.by_node, option=orjson.OPT_SORT_KEYS).decode()
+
+    def report(self, node: str, t: int, *, connected: bool) -> bool:
+        """Record a node's report; False if that node already said something newer."""
+        prior = self.by_node.get(node)
+        if prior is not None and prior[0] > t:
+            return False
+        self.by_node[node] = [t, 1 if connected else 0]
+        return True
+
+    def holders(self) -> list[str]:
+        """Nodes whose last word is that they hold a connection."""
+        return sorted(n for n, (_, is_open) in self.by_node.items() if is_open)
+
+    def describe_closed(self) -> str:
+        return ", ".join(f"{n} at {t}" for n, (t, is_open) in sorted(self.by_node.items()) if not is_open)
 
 
 def _name(st: BrokerState) -> str:

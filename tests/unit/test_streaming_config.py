@@ -24,10 +24,10 @@ def test_the_shipped_file_sets_only_known_keys_and_its_defaults_match_the_code(t
 def test_overrides_win_and_spark_keys_pass_through(tmp_path):
     cfg = load_config(
         None,
-        parse_overrides(["monitor.watermarkDelayMillis=5000", "spark.master=local[2]", "redis.url="]),
+        parse_overrides(["monitor.watermarkDelayMillis=50000", "spark.master=local[2]", "redis.url="]),
         base_dir=tmp_path,
     )
-    assert cfg.watermark_delay_millis == 5000
+    assert cfg.watermark_delay_millis == 50000
     assert cfg.spark["spark.master"] == "local[2]"
     assert cfg.spark["spark.sql.session.timeZone"] == "UTC"  # defaults kept
     assert cfg.redis_url == ""
@@ -48,6 +48,25 @@ def test_overrides_win_and_spark_keys_pass_through(tmp_path):
 def test_a_bad_key_or_value_stops_start_up_naming_it(item, message, tmp_path):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
         load_config(None, parse_overrides([item]), base_dir=tmp_path)
+
+
+@pytest.mark.parametrize(
+    "items, keys",
+    [
+        # a node 10 s behind would see its on-time heartbeats dropped as late
+        (["monitor.watermarkDelayMillis=15000"], "monitor.watermarkDelayMillis=15000 must be at least 2 x "
+                                                 "monitor.maxClockSkewMillis + monitor.triggerIntervalMillis"),
+        (["monitor.heartbeatTimeoutMillis=20000"], "monitor.heartbeatTimeoutMillis=20000 must exceed 2 x "
+                                                   "monitor.maxClockSkewMillis"),
+        (["alerts.nodeSilentMillis=500", "monitor.triggerIntervalMillis=1000"], "alerts.nodeSilentMillis=500"),
+    ],
+)
+def test_settings_that_cannot_work_together_stop_start_up_naming_the_keys(items, keys, tmp_path):
+    with pytest.raises(ConfigError, match=keys.replace("+", r"\+")):
+        load_config(None, parse_overrides(items), base_dir=tmp_path)
+    # the same delay works with a tighter skew
+    if items[0].startswith("monitor.watermarkDelayMillis"):
+        load_config(None, parse_overrides([*items, "monitor.maxClockSkewMillis=2000"]), base_dir=tmp_path)
 
 
 def test_override_syntax():

@@ -1,6 +1,7 @@
 """LivenessProcessor without a stream: PySpark's TwsTester drives it with an in-memory handle.
 
-Event time only: the watermark is set by hand, as Spark would after a micro-batch.
+Event time only: the watermark is set by hand, as Spark would after a micro-batch, and trails
+event time by the shipped watermark delay (120 s), which must never be added to a timeout.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ CLUSTER = "DefaultCluster"
 ADDR = "10.0.0.1:10911"
 T0 = 1_700_000_000_000
 TIMEOUT = 10_000
+#: conf/streaming.properties' monitor.watermarkDelayMillis
+DELAY = 120_000
 
 
 def ev(etype: EventType, t: int, node: str = "n1", seq: int = 1, **kw) -> Event:
@@ -43,7 +46,8 @@ def frame(*events: Event) -> pd.DataFrame:
 
 
 def make_tester(**settings) -> TwsTester:
-    s = LivenessSettings(**{"heartbeat_timeout_ms": 60_000, "node_silent_ms": 5_000, **settings})
+    s = LivenessSettings(**{"heartbeat_timeout_ms": 60_000, "node_silent_ms": 5_000, "watermark_delay_ms": DELAY,
+                            **settings})
     return TwsTester(
         LivenessProcessor(s), timeMode="EventTime", outputMode="Append",
         eventTimeExtractor=lambda row: row["eventTime"],
@@ -58,8 +62,9 @@ def feed(t: TwsTester, *events: Event, key: str = KEY) -> list[dict]:
     return out.to_dict("records") if len(out) else []
 
 
-def fire(t: TwsTester, watermark: int) -> list[dict]:
-    out = t.setWatermark(watermark)
+def fire(t: TwsTester, now: int) -> list[dict]:
+    """Event time (the largest seen) reaches ``now``: the watermark moves to ``now - DELAY``."""
+    out = t.setWatermark(now - DELAY)
     return out.to_dict("records") if len(out) else []
 
 
@@ -71,7 +76,8 @@ def test_a_registration_is_passed_to_routes_and_expires_once_after_its_own_timeo
     t = make_tester()
     out = feed(t, register(T0))
     assert [(r["kind"], r["type"]) for r in out] == [(KIND_ROUTE, "REGISTER")]
-    # the registration's 10 s replaces the 60 s default; expired only once the watermark is past
+    # the registration's 10 s replaces the 60 s default; expired once event time is past the
+    # deadline, though the watermark is still 110 s before it
     assert fire(t, T0 + TIMEOUT) == []
     out = fire(t, T0 + TIMEOUT + 1)
     actions = kinds(out, KIND_ACTION)
@@ -80,7 +86,9 @@ def test_a_registration_is_passed_to_routes_and_expires_once_after_its_own_timeo
     assert (a["type"], a["clusterName"], a["brokerAddr"], a["brokerName"], a["brokerId"]) == (
         "EXPIRE", CLUSTER, ADDR, "broker-a", 0
     )
-    assert a["lastHeartbeat"] == T0 and a["watermark"] == T0 + TIMEOUT + 1
+    assert a["lastHeartbeat"] == T0 and a["watermark"] == T0 + TIMEOUT + 1 - DELAY
+    assert a["orderTime"] == T0 + TIMEOUT + 1
+    assert "no heartbeat at any node for 10.0 s (timeout 10000 ms" in a["reason"]
     alerts = kinds(out, KIND_ALERT)
     assert [(r["type"], r["state"], r["severity"]) for r in alerts] == [("BROKER_EXPIRED", "OPEN", "CRITICAL")]
     assert fire(t, T0 + 10 * TIMEOUT) == []  # never twice
@@ -133,16 +141,53 @@ def test_local_expiry_at_a_node_is_not_a_decision_of_ours():
     assert len(kinds(fire(t, T0 + TIMEOUT + 1), KIND_ACTION)) == 1
 
 
-@pytest.mark.parametrize("remove", [True, False])
-def test_a_closed_connection_removes_only_when_configured(remove):
-    t = make_tester(remove_on_channel_close=remove)
+def test_the_alert_says_how_long_the_broker_was_really_silent():
+    t = make_tester()
     feed(t, register(T0))
-    out = feed(t, ev(EventType.CHANNEL_CLOSED, T0 + 1_000, reason="reset by peer"))
-    if remove:
-        assert [(a["type"], a["cause"]) for a in kinds(out, KIND_ACTION)] == [("REMOVE", "CHANNEL_CLOSED")]
-        assert [r["severity"] for r in kinds(out, KIND_ALERT)] == ["WARNING"]
-    else:
-        assert out == []
+    out = fire(t, T0 + TIMEOUT + 4_000)  # a batch that came late: event time already 14 s past
+    (alert,) = kinds(out, KIND_ALERT)
+    assert "no heartbeat at any node for 14.0 s (timeout 10000 ms" in alert["message"]
+
+
+def closed(t: int, node: str) -> Event:
+    return ev(EventType.CHANNEL_CLOSED, t, node, reason="reset by peer")
+
+
+def test_a_close_at_some_nodes_removes_nothing_and_the_last_close_removes_everywhere():
+    t = make_tester()
+    feed(t, register(T0, "n1"), register(T0 + 3, "n2"))
+    assert feed(t, closed(T0 + 1_000, "n1")) == []
+    out = feed(t, closed(T0 + 1_200, "n2"))
+    (action,) = kinds(out, KIND_ACTION)
+    assert (action["type"], action["cause"], action["lastHeartbeat"]) == ("REMOVE", "CHANNEL_CLOSED", T0 + 1_200)
+    (alert,) = kinds(out, KIND_ALERT)
+    assert (alert["type"], alert["severity"]) == ("BROKER_REMOVED", "WARNING")
+    assert "lost its connection at every node" in alert["message"] and "n1 at" in alert["message"]
+    assert fire(t, T0 + 100 * TIMEOUT) == []  # gone: no expiry on top
+
+
+def test_a_node_that_heard_the_broker_after_its_close_still_holds_a_connection():
+    t = make_tester()
+    feed(t, register(T0, "n1"), register(T0 + 3, "n2"))
+    # n1's connection closed and the broker reconnected to it; n2's close then leaves n1 holding one
+    feed(t, closed(T0 + 1_000, "n1"), heartbeat(T0 + 1_500, "n1", "REGISTER_BROKER"))
+    assert kinds(feed(t, closed(T0 + 2_000, "n2")), KIND_ACTION) == []
+    # a late close from n1 older than its reconnection changes nothing either
+    assert kinds(feed(t, closed(T0 + 1_100, "n1")), KIND_ACTION) == []
+    assert kinds(feed(t, closed(T0 + 3_000, "n1")), KIND_ACTION) != []
+
+
+def test_a_close_older_than_the_last_heartbeat_removes_nothing():
+    t = make_tester()
+    feed(t, register(T0, "n1"), heartbeat(T0 + 5_000, "n1"))
+    assert feed(t, closed(T0 + 4_000, "n1")) == []
+
+
+def test_remove_on_channel_close_removes_at_the_first_close():
+    t = make_tester(remove_on_channel_close=True)
+    feed(t, register(T0, "n1"), register(T0 + 3, "n2"))
+    out = feed(t, closed(T0 + 1_000, "n1"))
+    assert [(a["type"], a["cause"]) for a in kinds(out, KIND_ACTION)] == [("REMOVE", "CHANNEL_CLOSED")]
 
 
 def test_a_comeback_by_heartbeat_brings_back_the_last_registration_and_resolves_the_alert():
