@@ -24,6 +24,9 @@ from streaming.liveness import KIND_ACTION, KIND_ROUTE, OUTPUT_COLUMNS
 from streaming.routes import RedisRouteStore, RouteLookup
 
 T0 = 1_700_000_000_000
+#: a TICK from a node whose clock says 2100: refused, it must not move event time
+YEAR_2100 = 4_102_444_800_000
+SKEW = 10_000
 
 
 def register(node: str = "n1", t: int = T0, addr: str = "10.0.0.1:1", name: str = "a", seq: int = 1) -> Event:
@@ -48,11 +51,13 @@ def spark():
 @pytest.fixture(scope="module")
 def parsed(spark):
     tick = Event(type=EventType.TICK, node="n2", event_time=T0 + 5, seq=9)
+    future = Event(type=EventType.TICK, node="n3", event_time=YEAR_2100, seq=1)
     records = spark.createDataFrame(
-        [(encode_event(register()),), (b"junk",), (encode_event(tick),), (b'{"v":1,"type":"TICK"}',)],
+        [(encode_event(register()),), (b"junk",), (encode_event(tick),), (b'{"v":1,"type":"TICK"}',),
+         (encode_event(future),)],
         "value binary",
-    )
-    return job.parse(records)
+    )  # fmt: skip
+    return job.parse(records, SKEW)
 
 
 def test_parse_keeps_checked_events_keyed_by_broker_or_node(parsed):
@@ -75,7 +80,7 @@ def test_decide_passes_one_copy_of_a_registration_reported_by_two_nodes(spark):
     records = spark.createDataFrame(
         [(encode_event(register("n1")),), (encode_event(register("n2", T0 + 3, seq=4)),)], "value binary"
     )
-    out = job.decide(job.with_event_time(job.parse(records), 2_000), job.liveness_settings(load_config(None, {})))
+    out = job.decide(job.with_event_time(job.parse(records, SKEW), 2_000), job.liveness_settings(load_config(None, {})))
     assert out.columns == [c for c, _, _ in OUTPUT_COLUMNS]
     rows = out.collect()
     assert [(r.kind, r.type, r.node) for r in rows] == [(KIND_ROUTE, "REGISTER", "n1")]
@@ -215,20 +220,54 @@ def test_redis_down_does_not_stop_decisions_and_the_next_write_catches_up(redis_
     assert RouteLookup(redis_url, prefix="s3").get("T") is not None
 
 
-def test_the_monitor_heartbeat_is_an_action_and_lag_is_an_incident_once(redis_url):
-    sink, pub = make_sink(None, "s4", **{"monitor.watermarkDelayMillis": "0"})
+def test_the_monitor_heartbeat_goes_out_only_while_deciding_and_lag_is_an_incident_once():
+    now = [T0 + 100_000]
+    sink, pub = make_sink(None, "s4")
+    sink.clock = lambda: now[0]
+    delay = sink.cfg.watermark_delay_millis
+
+    def beats() -> list:
+        return [decode_action(v) for t, _, v in pub.sent if t == sink.cfg.actions_topic]
+
+    def alerts() -> list:
+        return [(str(a.kind), str(a.state)) for a in (decode_alert(v) for t, _, v in pub.sent
+                                                      if t == sink.cfg.alerts_topic)]
+
     sink.set_lineage("q")
-    sink.status.watermark_ms = T0  # event time 100 s behind the (fake) clock, threshold 1 s
+    sink.monitor_tick()
+    assert beats() == []  # started, but no batch finished: the nodes keep their own expiry
+    sink.status.last_batch_done_at = now[0]
+    sink.status.watermark_ms = now[0] - delay  # event time is the clock
+    sink.monitor_tick()
+    assert [(b.type, b.watermark) for b in beats()] == [(ActionType.MONITOR_HEARTBEAT, now[0] - delay)]
+    sink.status.watermark_ms = T0 - delay  # event time 100 s behind the clock, threshold 1 s
     sink.monitor_tick()
     sink.monitor_tick()
-    beats = [decode_action(v) for t, _, v in pub.sent if t == sink.cfg.actions_topic]
-    assert [(b.type, b.watermark) for b in beats] == [(ActionType.MONITOR_HEARTBEAT, T0)] * 2
-    lagging = [decode_alert(v) for t, _, v in pub.sent if t == sink.cfg.alerts_topic]
-    assert [(a.kind, a.state) for a in lagging] == [("MONITOR_LAGGING", "OPEN")]
-    sink.status.watermark_ms = T0 + 100_000
+    assert len(beats()) == 1  # lagging: not deciding in time, so silent
+    assert alerts() == [("MONITOR_LAGGING", "OPEN")]
+    sink.status.watermark_ms = now[0] - delay
     sink.monitor_tick()
-    lagging = [decode_alert(v) for t, _, v in pub.sent if t == sink.cfg.alerts_topic]
-    assert [str(a.state) for a in lagging] == ["OPEN", "RESOLVED"]
+    assert len(beats()) == 2 and alerts() == [("MONITOR_LAGGING", "OPEN"), ("MONITOR_LAGGING", "RESOLVED")]
+    now[0] += 60_000  # no batch for a minute: stalled
+    sink.status.watermark_ms = now[0] - delay
+    sink.monitor_tick()
+    assert len(beats()) == 2
+
+
+def test_events_ahead_of_the_clock_open_an_alert_naming_the_node_which_ends_when_they_stop():
+    now = [T0]
+    sink, pub = make_sink(None, "s5")
+    sink.clock = lambda: now[0]
+    sink.set_lineage("q")
+    sink.status.note_ahead({"n9"}, 3, YEAR_2100, now[0])
+    sink.monitor_tick()
+    (alert,) = [decode_alert(v) for t, _, v in pub.sent if t == sink.cfg.alerts_topic]
+    assert (str(alert.kind), str(alert.state), alert.node) == ("NODE_CLOCK_AHEAD", "OPEN", "n9")
+    assert "3 event(s) refused" in alert.message and "monitor.maxClockSkewMillis=10000" in alert.message
+    now[0] += 61_000
+    sink.monitor_tick()
+    states = [str(decode_alert(v).state) for t, _, v in pub.sent if t == sink.cfg.alerts_topic]
+    assert states == ["OPEN", "RESOLVED"]
 
 
 def test_order_applies_a_removal_before_a_later_comeback():
