@@ -50,7 +50,7 @@ build_loadgen() {
             "restore it from git (git checkout -- tools/rmq-loadgen), or set RMQ_LOADGEN_SRC to the crate's folder"
     command -v cargo >/dev/null ||
         die "rmq-loadgen" "cargo is not on PATH" \
-            "install a Rust toolchain (Debian: apt-get install cargo), or add ~/.cargo/bin to PATH"
+            "install a Rust toolchain with cargo 1.78 or newer (it reads the version-4 Cargo.lock; Debian 12's cargo is older), or add ~/.cargo/bin to PATH"
     # std only, so --offline needs no registry (crates.io may be unreachable); everything cargo writes
     # goes to the target dir, so the source folder stays clean and may be read-only
     run cargo build --release --offline --quiet \
