@@ -13,7 +13,6 @@ ratios.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import signal
@@ -27,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-LOADGEN_DIR = REPO / "build" / "rmq-loadgen" / "release"
-LOADGEN, ECHO = LOADGEN_DIR / "rmq-loadgen", LOADGEN_DIR / "rmq-echo"
+sys.path.insert(0, str(REPO))  # tests.support.loadgen: where the in-repo load generator is built, how it is run
 
-#: Apache RocketMQ 4.9.8 on this kind of machine (shared/tools/rmq-loadgen/README.md): requests per server CPU-second
+from tests.support.loadgen import ECHO, LOADGEN, LoadgenError, hold_brokers, run  # noqa: E402
+
+#: Apache RocketMQ 4.9.8 on this kind of machine (tools/rmq-loadgen/README.md): requests per server CPU-second
 JAVA_PER_CPU_S = {"route 16x1": 26_800, "route 16x16": 69_500, "route 64x4": 47_800, "heartbeat 16x16": 82_900,
                   "register 4x1": 1_300}
 
@@ -102,23 +102,9 @@ def start_node(workdir: Path) -> tuple[Process, int]:
 
 
 def loadgen(w: Workload, port: int, server_pid: int, warmup: float, duration: float) -> dict:
-    argv = [str(LOADGEN), *w.args, "--addr", f"127.0.0.1:{port}", "-c", str(w.connections), "-d", str(w.depth),
+    args = [*w.args, "--addr", f"127.0.0.1:{port}", "-c", str(w.connections), "-d", str(w.depth),
             "--warmup", str(warmup), "--duration", str(duration), "--server-pid", str(server_pid)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=warmup + duration + 120)
-    if done.returncode != 0:
-        raise SystemExit(f"rmq-loadgen failed: {' '.join(argv)}\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def hold_brokers(port: int) -> subprocess.Popen:
-    """rmq-loadgen setup: 10 brokers x 100 topics registered and heartbeating for the whole run."""
-    setup = subprocess.Popen([str(LOADGEN), "setup", "--addr", f"127.0.0.1:{port}", "--brokers", "10",
-                              "--topics-per-broker", "100", "--hold", "3600"],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    summary = json.loads(setup.stdout.readline())
-    if any(code != 0 for code in summary.get("route_check_codes", {}).values()):
-        raise SystemExit(f"setup did not register its brokers: {summary}")
-    return setup
+    return run(args, timeout=warmup + duration + 120)
 
 
 def summarise(name: str, runs: list[dict], echo: list[dict]) -> dict:
@@ -162,8 +148,10 @@ def main() -> int:
                 ours, ceiling = [], []
                 for i in range(args.runs):
                     node, port = start_node(Path(tmp) / f"{w.name.replace(' ', '-')}-{i}")
-                    setup = hold_brokers(port) if w.needs_setup else None
+                    setup = None
                     try:
+                        if w.needs_setup:  # 10 brokers x 100 topics registered and heartbeating for the whole run
+                            setup = hold_brokers(f"127.0.0.1:{port}", 10, 100)[0]
                         ours.append(loadgen(w, port, node.pid, args.warmup, args.duration))
                     finally:
                         if setup is not None:
@@ -207,4 +195,7 @@ def write_report(path: Path, command: str, args: argparse.Namespace, results: li
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except LoadgenError as e:  # the tool's own message is the useful part, not this script's traceback
+        sys.exit(f"bench/namesrv_bench.py: {e}")

@@ -14,7 +14,7 @@ port is held by anything else, ``start`` refuses and names the port and the key 
 change. Readiness is a real protocol round trip, not an open port: a Kafka metadata
 request through kafka-python, a Redis PING.
 
-Brokers (see ``shared/design.md``): noida-db (default; persists topics under
+Brokers (why these two: the README's dependency table): noida-db (default; persists topics under
 ``kafka.dataDir``) and Tansu (memory storage: everything vanishes on stop). Neither is
 Apache Kafka; callers should read with ``assign()`` and explicit offsets and never rely on
 consumer groups or on ListOffsets(LATEST) with Tansu.

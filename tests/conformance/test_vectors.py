@@ -1,4 +1,4 @@
-"""Every golden frame and body of the spec (section 6, vectors/) against our codec.
+"""Every golden frame and body of the spec (section 6, tests/vectors/) against our codec.
 
 The vectors were produced by fastjson over bean replicas of the Java classes, so byte equality here
 means byte equality with a Java name server.
@@ -6,7 +6,6 @@ means byte equality with a Java name server.
 
 import json
 import struct
-from pathlib import Path
 
 import pytest
 
@@ -23,9 +22,8 @@ from namesrv.protocol.codec import FrameDecoder, RemoteProtocolError, decode_fra
 from namesrv.protocol.codes import FRAME_MAX_LENGTH, SerializeType
 from namesrv.protocol.command import RemotingCommand
 from namesrv.protocol.types import BrokerData, DataVersion, QueueData, TopicConfig, TopicRouteData
+from tests.support.node import VECTORS as VECTORS_DIR
 
-REPO = Path(__file__).resolve().parents[2]
-VECTORS_DIR = REPO.parent / "shared" / "spec" / "vectors"
 VECTORS = json.loads((VECTORS_DIR / "vectors.json").read_text(encoding="utf-8"))
 FRAMES = [f for f in VECTORS["frames"] if "frame_hex" in f]
 V1_RESPONSE = next(f for f in FRAMES if f["name"].startswith("GET_ROUTEINFO_BY_TOPIC response SUCCESS"))

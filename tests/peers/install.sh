@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the third-party RocketMQ peers the peer tests and benchmarks drive:
-#   1. rmq-loadgen + rmq-echo (Rust, std only), built offline into build/rmq-loadgen/release/
+#   1. rmq-loadgen + rmq-echo (Rust, std only) from tools/rmq-loadgen, built offline into build/rmq-loadgen/release/
 #   2. ali-ons 3.12.0 (npm), from tests/peers/node/package-lock.json, into tests/peers/node/node_modules/
 #   3. a check that the C++ client of PyPI rocketmq==0.4.4 loads in the project's venv
 #      (installed by `pip install -e '.[test]'`), installing the Debian libraries it links to if absent.
@@ -8,14 +8,14 @@
 # on failure, the step, the tool's last output lines and what to do.  PEERS_VERBOSE=1 shows each step.
 #
 # Environment: PYTHON (default <repo>/.venv/bin/python), RMQ_LOADGEN_SRC (default
-# <repo>/../shared/tools/rmq-loadgen), RMQ_LOADGEN_TARGET (default <repo>/build/rmq-loadgen).
+# <repo>/tools/rmq-loadgen), RMQ_LOADGEN_TARGET (default <repo>/build/rmq-loadgen).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 NODE_DIR=$HERE/node
 PYTHON=${PYTHON:-$REPO/.venv/bin/python}
-LOADGEN_SRC=${RMQ_LOADGEN_SRC:-$REPO/../shared/tools/rmq-loadgen}
+LOADGEN_SRC=${RMQ_LOADGEN_SRC:-$REPO/tools/rmq-loadgen}
 LOADGEN_TARGET=${RMQ_LOADGEN_TARGET:-$REPO/build/rmq-loadgen}
 ONS_VERSION=3.12.0
 MIN_NODE_MAJOR=18   # util.parseArgs, used by ons_probe.js
@@ -47,11 +47,12 @@ build_loadgen() {
     say "building rmq-loadgen from $LOADGEN_SRC"
     [ -f "$LOADGEN_SRC/Cargo.toml" ] ||
         die "rmq-loadgen" "no Cargo.toml in $LOADGEN_SRC" \
-            "check that shared/ sits beside the repository, or set RMQ_LOADGEN_SRC to the rmq-loadgen folder"
+            "restore it from git (git checkout -- tools/rmq-loadgen), or set RMQ_LOADGEN_SRC to the crate's folder"
     command -v cargo >/dev/null ||
         die "rmq-loadgen" "cargo is not on PATH" \
-            "install a Rust toolchain (Debian: apt-get install cargo), or add ~/.cargo/bin to PATH"
-    # the source folder may be read-only: everything cargo writes goes to the target dir
+            "install a Rust toolchain with cargo 1.78 or newer (it reads the version-4 Cargo.lock; Debian 12's cargo is older), or add ~/.cargo/bin to PATH"
+    # std only, so --offline needs no registry (crates.io may be unreachable); everything cargo writes
+    # goes to the target dir, so the source folder stays clean and may be read-only
     run cargo build --release --offline --quiet \
         --manifest-path "$LOADGEN_SRC/Cargo.toml" --target-dir "$LOADGEN_TARGET" ||
         die "rmq-loadgen" "cargo build --release --offline" \

@@ -15,8 +15,8 @@ from namesrv.app import RunningNode, start_node
 from namesrv.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared"
-VECTORS = SHARED / "spec" / "vectors"
+#: golden frames and bodies captured from Apache RocketMQ's own classes (tests/vectors/README.md)
+VECTORS = REPO / "tests" / "vectors"
 
 
 class NodeThread:

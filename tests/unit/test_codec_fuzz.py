@@ -4,7 +4,6 @@ import dataclasses
 import json
 import re
 import struct
-from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,11 +12,11 @@ from namesrv.protocol import codec
 from namesrv.protocol.codec import FrameDecoder, RemoteProtocolError, decode_frame, encode
 from namesrv.protocol.codes import LanguageCode, SerializeType
 from namesrv.protocol.command import RemotingCommand
+from tests.support.node import VECTORS
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 GOLDEN = [
     bytes.fromhex(f["frame_hex"])
-    for f in json.loads((SHARED / "spec" / "vectors" / "vectors.json").read_text(encoding="utf-8"))["frames"]
+    for f in json.loads((VECTORS / "vectors.json").read_text(encoding="utf-8"))["frames"]
     if "frame_hex" in f
 ]
 FUZZ = settings(max_examples=300, deadline=None)

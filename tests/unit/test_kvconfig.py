@@ -11,12 +11,12 @@ import pytest
 from namesrv import fileio
 from namesrv.config import ConfigError
 from namesrv.kvconfig import KVConfigManager
+from tests.support.node import VECTORS
 
 # spec §3.9 / vectors.json "kvConfig.json" (fastjson output)
 VECTOR = b'{"configTable":{"ORDER_TOPIC_CONFIG":{"TopicOrder":"broker-a:4"}}}'
 # fastjson's pretty form: tabs and newlines
 PRETTY = b'{\n\t"configTable":{\n\t\t"ORDER_TOPIC_CONFIG":{\n\t\t\t"TopicOrder":"broker-a:4"\n\t\t}\n\t}\n}'
-SHARED_VECTORS = Path(__file__).resolve().parents[3] / "shared" / "spec" / "vectors" / "vectors.json"
 
 
 def loaded(path: Path) -> KVConfigManager:
@@ -25,10 +25,8 @@ def loaded(path: Path) -> KVConfigManager:
     return kv
 
 
-def test_embedded_vector_matches_the_shared_spec_vector() -> None:
-    if not SHARED_VECTORS.exists():
-        pytest.skip("shared/ spec vectors not beside the repository")
-    bodies = json.loads(SHARED_VECTORS.read_text())["json_bodies"]
+def test_embedded_vector_matches_the_spec_vector() -> None:
+    bodies = json.loads((VECTORS / "vectors.json").read_text())["json_bodies"]
     assert bodies["kvConfig.json"].encode() == VECTOR
 
 
