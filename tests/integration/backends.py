@@ -118,26 +118,36 @@ def log_tail(path: Path, lines: int = 30) -> str:
 
 @dataclass(frozen=True)
 class Timing:
-    """Liveness settings short enough for a test run of minutes."""
+    """Liveness settings for a test run of minutes; None keeps the value of the shipped conf/ files.
 
-    #: every simulated broker's heartbeatTimeoutMillis, and the monitor's default
+    Only the brokers' own heartbeat timeout is short: that cannot hide how late the system acts on
+    it. The watermark delay, trigger, ticks and the nodes' fallback are as shipped unless a module
+    says otherwise (a shortened watermark delay once hid a 2x expiry delay).
+    """
+
+    #: every simulated broker's heartbeatTimeoutMillis (as a registration carries it)
     broker_timeout_ms: int = 4_000
     broker_heartbeat_s: float = 1.0
-    watermark_delay_ms: int = 1_000
-    trigger_ms: int = 500
-    tick_ms: int = 500
-    monitor_heartbeat_ms: int = 1_000
+    watermark_delay_ms: int | None = None
+    trigger_ms: int | None = None
+    tick_ms: int | None = None
+    monitor_heartbeat_ms: int | None = 1_000
     #: the nodes never fall back to their own expiry scan during a run, so every removal the suite
     #: sees was decided by the streaming job (or asked for by the broker)
-    monitor_fallback_ms: int = 600_000
+    monitor_fallback_ms: int | None = 600_000
 
     @property
     def expiry_bound_s(self) -> float:
         """How long after a broker's last heartbeat every place must have dropped it."""
-        return (self.broker_timeout_ms + self.watermark_delay_ms) / 1000 + 6.0
+        return self.broker_timeout_ms / 1000 + 6.0
 
 
 # --------------------------------------------------------------------------- infra: Kafka and Redis
+
+
+def _set(key: str, value: int | None) -> dict[str, str]:
+    """``{key: value}`` as a setting, or nothing to keep the shipped value."""
+    return {} if value is None else {key: str(value)}
 
 
 class Infra(Protocol):
@@ -564,9 +574,8 @@ class System:
             "kafkaBootstrapServers": self.kafka_bootstrap,
             "redisUrl": self.redis_url,
             "warmStartFromRedis": str(warm_start).lower(),
-            "tickIntervalMillis": str(t.tick_ms),
-            "monitorSilenceFallbackMillis": str(t.monitor_fallback_ms),
-            "scanNotActiveBrokerInterval": "500",
+            **_set("tickIntervalMillis", t.tick_ms),
+            **_set("monitorSilenceFallbackMillis", t.monitor_fallback_ms),
             "kvConfigPath": str(data / "kvConfig.json"),
             "configStorePath": str(data / "namesrv.properties"),
         }
@@ -617,13 +626,10 @@ class System:
             "kafka.bootstrap": self.kafka_bootstrap,
             "redis.url": self.redis_url,
             "monitor.checkpointDir": str(self.checkpoint_dir),
-            "monitor.triggerIntervalMillis": str(t.trigger_ms),
-            "monitor.watermarkDelayMillis": str(t.watermark_delay_ms),
-            "monitor.heartbeatTimeoutMillis": str(t.broker_timeout_ms),
-            "monitor.heartbeatIntervalMillis": str(t.monitor_heartbeat_ms),
+            **_set("monitor.triggerIntervalMillis", t.trigger_ms),
+            **_set("monitor.watermarkDelayMillis", t.watermark_delay_ms),
+            **_set("monitor.heartbeatIntervalMillis", t.monitor_heartbeat_ms),
             "monitor.id": "it-monitor",
-            "spark.master": "local[2]",
-            "spark.sql.shuffle.partitions": "2",
             **self.streaming_set,
         }
 
