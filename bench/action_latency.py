@@ -120,7 +120,8 @@ def main() -> None:
             own, broker = blocking_poll_reference(kafka.bootstrap_servers, args.idle, broker_pid)
             print(f"reference: kafka-python poll(timeout_ms=100), idle: this process {own:.1f}% CPU, "
                   f"noida-db {broker:.1f}%")
-            print("| idle pause | idle CPU, consumer process | idle CPU, noida-db | Kafka -> deliver median | p90 | max |")
+            print("| idle pause | idle CPU, consumer process | idle CPU, noida-db | Kafka -> deliver median "
+                  "| p90 | max |")
             print("|---:|---:|---:|---:|---:|---:|")
             for pause in (float(p) for p in args.pauses.split(",")):
                 r = measure(kafka.bootstrap_servers, pause, args.actions, args.idle, broker_pid, producer)

@@ -318,7 +318,8 @@ EVENT_EDGES = [
      [BrokerQueueInfo("b" * (_N + 1), _q())], "event.queueDatas[0].brokerName: 1025 characters"),
     ("queueDatas-queues", ADMIN_TOPIC, "queue_datas", [BrokerQueueInfo("b", _q(write_queue_nums=_I32))],
      [BrokerQueueInfo("b", _q(write_queue_nums=_I32 + 1))], "event.queueDatas[0].writeQueueNums: 2147483648"),
-    ("topicCount-max", WIPE, "topic_count", _I32, _I32 + 1, "event.topicCount: 2147483648 is out of range [0, 2147483647]"),
+    ("topicCount-max", WIPE, "topic_count", _I32, _I32 + 1,
+     "event.topicCount: 2147483648 is out of range [0, 2147483647]"),
     ("topicCount-min", WIPE, "topic_count", 0, -1, "event.topicCount: -1 is out of range"),
     ("orderTopicConf", ORDER, "order_topic_conf", "o" * 65536, "o" * 65537, "event.orderTopicConf: 65537 characters"),
 ]  # fmt: skip
