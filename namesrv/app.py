@@ -109,10 +109,11 @@ def node_stats(running: RunningNode) -> dict[str, object]:
     if running.kafka is not None:
         published = running.kafka.publisher_stats()
         stats.update(eventsSent=published.sent, eventsQueued=published.queued,
-                     eventsDropped=published.dropped_light + published.dropped_heavy)
+                     eventsDropped=published.dropped_light + published.dropped_heavy, eventsInvalid=published.invalid)
         if running.kafka.consumer is not None:
             actions = running.kafka.action_stats()
-            stats.update(actionsApplied=actions.applied, actionsStale=actions.stale, actionsSkipped=actions.skipped)
+            stats.update(actionsApplied=actions.applied, actionsStale=actions.stale, actionsSkipped=actions.skipped,
+                         actionsUntrusted=actions.untrusted, actionsAhead=actions.ahead)
     return stats
 
 

@@ -292,14 +292,29 @@ class NamesrvConfig:
         30000, "monitorSilenceFallbackMillis", "long", _O,
         "after this long without actions, expire brokers with the local scan",
     )
+    trusted_monitors: str = _opt(
+        "", "trustedMonitors", "String", _O,
+        "';'-separated monitor ids (the job's monitor.id) whose actions this node obeys; empty = the first one"
+        " heard, and another only after it was silent for monitorSilenceFallbackMillis",
+    )
+    max_clock_skew_millis: int = _opt(
+        10000, "maxClockSkewMillis", "long", _O,
+        "refuse an action whose lastHeartbeat or watermark is further ahead of this node's clock (ms);"
+        " as the job's monitor.maxClockSkewMillis",
+        bounds=(0, 86_400_000),
+    )
     event_queue_capacity: int = _opt(
         10000, "eventQueueCapacity", "int", _O,
         "events held while Kafka is slow or down; past it the oldest heartbeats are dropped first",
         bounds=(1, 10_000_000),
     )
-    node_name: str = _opt("", "nodeName", "String", _O, "name of this node in events; empty = host:port")
+    node_name: str = _opt(
+        "", "nodeName", "String", _O, "name of this node in events (at most 1024 characters); empty = host:port"
+    )
     tick_interval_millis: int = _opt(
-        5000, "tickIntervalMillis", "long", _O, "period (ms) of TICK events that move event time"
+        500, "tickIntervalMillis", "long", _O,
+        "period (ms) of TICK events, which move the monitor's event time while brokers are silent",
+        bounds=(1, 86_400_000),
     )
     redis_url: str = _opt("", "redisUrl", "String", _O, "Redis holding materialised routes; empty = none")
     redis_key_prefix: str = _opt(

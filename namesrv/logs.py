@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable, Hashable
 
 
 class LogfmtFormatter(logging.Formatter):
@@ -34,3 +35,30 @@ def setup_logging(level: str = "WARNING") -> None:
         # kafka-python logs an ERROR on every reconnect attempt while Kafka is down; our publisher
         # and consumer report the outage once, in words an operator can act on
         logging.getLogger("kafka").setLevel(logging.CRITICAL)
+
+
+class LogThrottle:
+    """Say when a warning about ``key`` may be logged again: at most once per ``interval_s`` per key.
+
+    For warnings a remote party can trigger at will (a bad event, an untrusted monitor): the first
+    one is logged, repeats within the interval are only counted by the caller.  At most
+    ``max_keys`` keys are remembered, so a flood of distinct keys cannot grow memory; past it the
+    oldest is forgotten (and may be logged again early).
+    """
+
+    def __init__(self, interval_s: float, now: Callable[[], float] = time.monotonic, max_keys: int = 1024) -> None:
+        self.interval_s = interval_s
+        self.now = now
+        self.max_keys = max_keys
+        self._last: dict[Hashable, float] = {}
+
+    def allow(self, key: Hashable) -> bool:
+        now = self.now()
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval_s:
+            return False
+        self._last.pop(key, None)  # re-insert: the dict's order is the order of last logging
+        if len(self._last) >= self.max_keys:
+            del self._last[next(iter(self._last))]
+        self._last[key] = now
+        return True

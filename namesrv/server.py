@@ -3,7 +3,10 @@
 ``data_received`` only feeds the decoder and dispatches complete commands; everything a request
 does happens in :mod:`namesrv.handlers`.  A frame the decoder rejects closes that connection and
 nothing else.  A connection that closes, or stays silent for ``serverChannelMaxIdleTimeSeconds``,
-unregisters the brokers that registered through it, as Netty's channel events do in Java.
+unregisters the brokers that registered through it, as Netty's channel events do in Java, and the
+observer hears why (the CHANNEL_CLOSED event's reason): ``connection closed`` (by the peer),
+``connection error: ...``, ``idle for N s (serverChannelMaxIdleTimeSeconds)``, ``malformed frame: ...``
+or ``node stopping``.
 
 A peer that sends requests but does not read the answers gets no more answers buffered for it than
 the transport's high-water mark: past it we stop reading from that peer until it catches up.  Java
@@ -45,7 +48,7 @@ NOTIFY_SEND_TIMEOUT_S = 0.3
 class Connection(asyncio.Protocol):
     """One TCP connection from a broker, a client or an admin tool."""
 
-    __slots__ = ("server", "transport", "decoder", "peer", "last_active", "paused")
+    __slots__ = ("server", "transport", "decoder", "peer", "last_active", "paused", "close_reason")
 
     def __init__(self, server: NameServer) -> None:
         self.server = server
@@ -55,6 +58,8 @@ class Connection(asyncio.Protocol):
         self.last_active = time.monotonic()
         #: reading is paused because the peer is not reading our answers
         self.paused = False
+        #: why the node closed this connection itself (None: the peer closed it, or an error did)
+        self.close_reason: str | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # uvloop's transports are not asyncio.Transport subclasses
@@ -83,7 +88,7 @@ class Connection(asyncio.Protocol):
         except RemoteProtocolError as e:
             log.warning("closing connection from %s: malformed frame: %s", self.peer, e)
             self._write(out)
-            self.transport.close()
+            self.close(f"malformed frame: {e}")
             return
         self._write(out)
 
@@ -103,10 +108,14 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
-        self.server.channel_destroyed(self, "connection closed" if exc is None else f"connection error: {exc}")
+        reason = self.close_reason or ("connection closed" if exc is None else f"connection error: {exc}")
+        self.server.channel_destroyed(self, reason)
 
-    def close(self) -> None:
+    def close(self, reason: str | None = None) -> None:
+        """Close from our side; ``reason`` is what the brokers' CHANNEL_CLOSED events will say."""
         if self.transport is not None and not self.transport.is_closing():
+            if self.close_reason is None:
+                self.close_reason = reason
             self.transport.close()
 
     def __repr__(self) -> str:
@@ -195,14 +204,14 @@ class NameServer:
             deadline = time.monotonic() - idle_limit
             for connection in [c for c in self.connections if c.last_active < deadline]:
                 log.info("closing idle connection from %s (no traffic for %ss)", connection.peer, idle_limit)
-                connection.close()
+                connection.close(f"idle for {idle_limit} s (serverChannelMaxIdleTimeSeconds)")
 
     async def stop(self, timeout: float = 5.0) -> None:
         """Stop listening, close every connection, wait up to ``timeout``, then cancel what is left."""
         if self._server is not None:
             self._server.close()
         for connection in list(self.connections):
-            connection.close()
+            connection.close("node stopping")
         for task in list(self.tasks):
             task.cancel()
         if self.tasks:

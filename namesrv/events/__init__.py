@@ -24,15 +24,18 @@ from namesrv.events.actions import (
     ActionConsumer,
     ActionStats,
     ConsumerSettings,
+    MonitorTrust,
     MonitorWatchdog,
     action_stats,
     loop_deliverer,
+    trusted_monitors,
 )
 from namesrv.events.publisher import EventPublisher, PublisherSettings, PublisherStats
+from namesrv.events.schema import MAX_NAME_CHARS
 from namesrv.handlers import NameServerNode
 from namesrv.liveness import ExpiryScan
 
-__all__ = ["KafkaLink", "check_bootstrap_servers", "default_node_name"]
+__all__ = ["KafkaLink", "check_bootstrap_servers", "check_names", "default_node_name"]
 
 log = logging.getLogger("namesrv.events")
 
@@ -53,6 +56,18 @@ def check_bootstrap_servers(servers: str) -> None:
             )
 
 
+def check_names(config: NamesrvConfig) -> None:
+    """Names this node writes into events, or compares with actions', must fit the schema's bound."""
+    names = [("nodeName", config.node_name)]
+    names += [("trustedMonitors", m) for m in trusted_monitors(config)]
+    for key, name in names:
+        if len(name) > MAX_NAME_CHARS:
+            raise ConfigError(
+                f"{key}: a name of {len(name)} characters; events and actions allow at most {MAX_NAME_CHARS}, "
+                f"choose a shorter one"
+            )
+
+
 @dataclass
 class KafkaLink:
     """The Kafka side of one node: publisher (its observer), action consumer, applier, watchdog."""
@@ -68,10 +83,13 @@ class KafkaLink:
     def attach(cls, config: NamesrvConfig, node: NameServerNode, expiry: ExpiryScan) -> KafkaLink:
         """Build the parts and make the publisher the node's observer (before the server serves)."""
         check_bootstrap_servers(config.kafka_bootstrap_servers)
+        check_names(config)
         publisher = EventPublisher(PublisherSettings.from_config(config), node.routes)
         node.observer = publisher
         watchdog = MonitorWatchdog(expiry, config.monitor_silence_fallback_millis)
-        applier = ActionApplier(node.routes, node.submit_unregister, publisher.last_event_time, publisher, watchdog)
+        trust = MonitorTrust(trusted_monitors(config), config.monitor_silence_fallback_millis)
+        applier = ActionApplier(node.routes, node.submit_unregister, publisher.last_event_time, publisher, watchdog,
+                                trust=trust, max_clock_skew_ms=config.max_clock_skew_millis)
         return cls(config, publisher, applier, watchdog)
 
     def start(self, loop: asyncio.AbstractEventLoop, spawn: Spawn, node_name: str) -> None:

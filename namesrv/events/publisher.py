@@ -33,6 +33,14 @@ Producer settings, and why:
 * ``max_block_ms`` short: ``send`` waits that long for metadata, then we put the event back and
   back off, so stopping the node is never stuck behind a dead broker.
 
+Every event is checked against the schema's bounds (:func:`~namesrv.events.schema.check_event`,
+the same checks every reader applies) before it is queued, so the node never sends a record the
+monitor would refuse.  What a broker or an admin tool sent decides most values; an event that fails
+is not queued: it is counted (``invalid``) and a warning is logged once a minute per field.  Two
+values are fitted instead of refused, because refusing them would hide a live broker from the
+monitor: a broker's ``heartbeatTimeoutMillis`` is clamped into the schema's range (with a warning
+naming the broker), and a CHANNEL_CLOSED ``reason`` (free text) is cut to its bound.
+
 The publisher also remembers, per broker (cluster, address), the event time of the last
 REGISTER/HEARTBEAT it published: :meth:`EventPublisher.last_event_time`.  The action consumer fences
 the monitor's decisions with it.
@@ -43,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import re
 import threading
 import time
 from collections import deque
@@ -51,6 +60,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from namesrv.events.schema import (
+    MAX_HEARTBEAT_TIMEOUT_MILLIS,
+    MAX_REASON_CHARS,
+    MIN_HEARTBEAT_TIMEOUT_MILLIS,
     AdminOp,
     BrokerQueueInfo,
     DataVersionInfo,
@@ -58,13 +70,16 @@ from namesrv.events.schema import (
     EventType,
     HeartbeatSource,
     QueueInfo,
+    SchemaError,
     UnregisterSource,
+    check_event,
     encode_event,
     event_key,
     is_light,
     wall_ms,
 )
 from namesrv.handlers import NodeObserver
+from namesrv.logs import LogThrottle
 from namesrv.protocol import fastjson
 from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS, ORDER_TOPIC_CONFIG, RequestCode
 from namesrv.protocol.headers import RegisterBrokerHeader
@@ -81,6 +96,8 @@ KAFKA_API_VERSION = (3, 3)
 RETRY_PAUSE_S = 0.5
 #: how often one heavy event is put back after failed deliveries before it counts as failed
 MAX_REDELIVERIES = 20
+#: at most one warning per this many seconds about each kind of refused event or clamped timeout
+INVALID_LOG_INTERVAL_S = 60.0
 
 #: what NodeObserver.broker_unregistered's ``reason`` means; any other reason is a closed connection
 UNREGISTER_REASONS: dict[str, UnregisterSource] = {
@@ -104,7 +121,7 @@ class PublisherSettings:
     topic: str
     #: empty until the node knows its port; see EventPublisher.node_name
     node_name: str = ""
-    tick_interval_ms: int = 5000
+    tick_interval_ms: int = 500
     #: events held while Kafka is slow or down
     capacity: int = 10_000
     #: events handed to the producer and not yet acknowledged
@@ -146,6 +163,8 @@ class PublisherStats:
     ignored: int
     #: events waiting in the queue
     queued: int
+    #: events outside the schema's bounds (a name too long, a number out of range): never queued
+    invalid: int = 0
 
     @property
     def dropped(self) -> int:
@@ -160,6 +179,7 @@ class _Counters:
     failed: int = 0
     requeued: int = 0
     ignored: int = 0
+    invalid: int = 0
 
 
 class EventQueue:
@@ -300,6 +320,7 @@ class EventPublisher(NodeObserver):
         self._resume_at = 0.0
         #: seq -> failed deliveries so far, for heavy events being retried
         self._attempts: dict[int, int] = {}
+        self._invalid_log = LogThrottle(INVALID_LOG_INTERVAL_S)
 
     # ------------------------------------------------------------------ what actions fence with
 
@@ -322,6 +343,7 @@ class EventPublisher(NodeObserver):
         timeout = header.heartbeat_timeout_millis
         if timeout is None:  # what the route tables apply too
             timeout = DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
+        timeout = self._bounded_timeout(timeout, cluster, addr)
         common = dict(
             cluster_name=cluster, broker_name=name, broker_id=broker_id, broker_addr=addr,
             heartbeat_timeout_millis=timeout,
@@ -351,6 +373,8 @@ class EventPublisher(NodeObserver):
             )
         else:
             event = self._emit(EventType.HEARTBEAT, **common, source=HeartbeatSource.REGISTER_BROKER.value)
+        # even when the event was refused: the node saw the broker alive then, so an action based
+        # on older evidence must not remove it
         self._last_event_time[(cluster, addr)] = event.event_time
 
     @_never_raises
@@ -374,7 +398,7 @@ class EventPublisher(NodeObserver):
         )  # fmt: skip
         source = UNREGISTER_REASONS.get(reason)
         if source is None:
-            self._emit(EventType.CHANNEL_CLOSED, **identity, reason=reason)
+            self._emit(EventType.CHANNEL_CLOSED, **identity, reason=reason[:MAX_REASON_CHARS])
         else:
             self._emit(EventType.UNREGISTER, **identity, source=source.value)
 
@@ -424,18 +448,41 @@ class EventPublisher(NodeObserver):
             return None if group is None else group.zone_name
 
     def _emit(self, event_type: EventType, **fields: Any) -> Event:
-        self._seq += 1
-        event = Event(type=event_type, node=self.node_name, event_time=self.clock_ms(), seq=self._seq, **fields)
+        """Build, check and queue one event; one outside the schema's bounds is counted, not queued."""
+        event = Event(type=event_type, node=self.node_name, event_time=self.clock_ms(), seq=self._seq + 1, **fields)
+        try:
+            check_event(event)
+        except SchemaError as e:
+            self._refuse(event, e)
+            return event
+        self._seq += 1  # only queued events take a number: a gap in seq means a lost event
         self._counts.emitted += 1
         self.queue.put(event)
         self._warn_about_drops()
         return event
 
+    def _refuse(self, event: Event, error: SchemaError) -> None:
+        self._counts.invalid += 1
+        # one warning per minute per field (map keys and list indexes left out), whatever the values
+        field = re.sub(r"\[.*?\]| key .*", "", str(error).split(": ", 1)[0])
+        if self._invalid_log.allow((event.type, field)):
+            log.warning("not publishing a %s event of broker %s: %s (%d event(s) refused so far; "
+                        "the monitor cannot read such a record)", event.type.value, _short(event.broker_addr),
+                        error, self._counts.invalid)
+
+    def _bounded_timeout(self, timeout: int, cluster: str, addr: str) -> int:
+        bounded = min(max(timeout, MIN_HEARTBEAT_TIMEOUT_MILLIS), MAX_HEARTBEAT_TIMEOUT_MILLIS)
+        if bounded != timeout and self._invalid_log.allow(("heartbeatTimeoutMillis", cluster, addr)):
+            log.warning("broker %s of cluster %s registered with heartbeatTimeoutMillis=%d: publishing %d, the "
+                        "nearest value the monitor accepts ([%d, %d])", _short(addr), _short(cluster), timeout,
+                        bounded, MIN_HEARTBEAT_TIMEOUT_MILLIS, MAX_HEARTBEAT_TIMEOUT_MILLIS)
+        return bounded
+
     def stats(self) -> PublisherStats:
         c, q = self._counts, self.queue
         return PublisherStats(
             emitted=c.emitted, sent=c.sent, dropped_light=q.dropped_light, dropped_heavy=q.dropped_heavy,
-            failed=c.failed, requeued=c.requeued, ignored=c.ignored, queued=len(q),
+            failed=c.failed, requeued=c.requeued, ignored=c.ignored, queued=len(q), invalid=c.invalid,
         )  # fmt: skip
 
     def _warn_about_drops(self) -> None:
@@ -541,6 +588,11 @@ class EventPublisher(NodeObserver):
             return
         self._counts.failed += 1
         log.debug("event %s seq=%d not delivered: %s", event.type.value, event.seq, error)
+
+
+def _short(text: str | None) -> str:
+    """A name from the wire for a log line: repr'd (control characters escaped), at most ~100 characters."""
+    return repr(text if text is None or len(text) <= 100 else text[:97] + "...")
 
 
 def _worth_retrying(error: BaseException) -> bool:

@@ -22,6 +22,13 @@ Rules of version 1 (``docs/events.md`` is the reader's guide):
 * Readers ignore fields they do not know (a writer may add an optional field without a new
   version); changing the meaning or type of a field, or making one required, needs ``"v": 2``.
 * Numbers must be JSON integers (not booleans, not floats); strings must be strings.
+* Every value is bounded (``bound`` of its :class:`Field` row; the constants below): times within
+  [0, :data:`MAX_EPOCH_MILLIS`], other integers within the Spark column's type (BIGINT: signed
+  int64, INT: int32), names at most :data:`MAX_NAME_CHARS`, free text at most
+  :data:`MAX_REASON_CHARS`.  One unbounded value (a TICK stamped in year 2100, eventTime = Long.MAX,
+  a 0.9 MB node name) once stopped the Spark job or expired the fleet; a bound is a property of the
+  schema, so the node (:func:`check_event` before it queues an event) and every reader
+  (:func:`decode_event`) apply the same ones: the node never writes a record a reader refuses.
 
 Every failure to decode is one :class:`SchemaError` whose message names the field and what was
 wrong; callers count and skip such records.
@@ -29,12 +36,11 @@ wrong; callers count and skip such records.
 
 from __future__ import annotations
 
-import time
-
 import enum
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -52,10 +58,20 @@ __all__ = [
     "Event",
     "Action",
     "Field",
+    "IntRange",
+    "MaxChars",
+    "MAX_EPOCH_MILLIS",
+    "MAX_NAME_CHARS",
+    "MAX_REASON_CHARS",
+    "MAX_TEXT_CHARS",
+    "MIN_HEARTBEAT_TIMEOUT_MILLIS",
+    "MAX_HEARTBEAT_TIMEOUT_MILLIS",
     "EVENT_FIELDS",
     "ACTION_FIELDS",
     "encode_event",
     "decode_event",
+    "check_event",
+    "check_action",
     "event_key",
     "encode_action",
     "decode_action",
@@ -69,6 +85,27 @@ __all__ = [
 ]
 
 VERSION = 1
+
+# --------------------------------------------------------------------------- bounds (docs/events.md)
+
+#: 9999-12-31T23:59:59.999Z: every epoch-millisecond time (eventTime, decidedAt, lastHeartbeat,
+#: watermark) is within [0, this]; the last instant with a 4-digit year, which Spark's
+#: ``timestamp_millis`` and java.time hold (Long.MAX overflowed the job with DATETIME_OVERFLOW)
+MAX_EPOCH_MILLIS = 253_402_300_799_999
+#: Spark BIGINT (Java long) and INT (Java int)
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+#: names and addresses (node, monitor, clusterName, brokerName, brokerAddr, haServerAddr, zoneName,
+#: source, topic, filter servers): generous, RocketMQ's own topics are at most 127 characters
+MAX_NAME_CHARS = 1024
+#: free text for people (reason)
+MAX_REASON_CHARS = 4096
+#: text a node passes through: orderTopicConf, each value of topicQueueMappingInfoMap
+MAX_TEXT_CHARS = 65_536
+#: heartbeatTimeoutMillis: brokers send 10 000 (5.x, brokerNotActiveTimeoutMillis) or nothing, and the
+#: node then applies 120 000; more than 10 days is a broker no one would ever expire
+MIN_HEARTBEAT_TIMEOUT_MILLIS = 1
+MAX_HEARTBEAT_TIMEOUT_MILLIS = 864_000_000
 
 
 def wall_ms() -> int:
@@ -265,18 +302,140 @@ class Action:
     v: int = VERSION
 
 
+# --------------------------------------------------------------------------- bounds of values
+
+
+class Bound(Protocol):
+    """What a value of one field may be, checked on the Python value (decoded, or about to be encoded)."""
+
+    def check(self, x: Any, where: str) -> None:
+        """Raise SchemaError naming ``where`` and the bound if ``x`` is outside it."""
+
+
+@dataclass(frozen=True, slots=True)
+class IntRange:
+    """An integer within [lo, hi] (booleans are not integers here)."""
+
+    lo: int
+    hi: int
+
+    def check(self, x: Any, where: str) -> None:
+        if type(x) is not int:
+            raise SchemaError(f"{where}: expected an integer, got {_show(x)}")
+        if not self.lo <= x <= self.hi:
+            raise SchemaError(f"{where}: {_show_int(x)} is out of range [{self.lo}, {self.hi}]")
+
+
+@dataclass(frozen=True, slots=True)
+class MaxChars:
+    """A string of at most ``chars`` characters."""
+
+    chars: int
+
+    def check(self, x: Any, where: str) -> None:
+        if type(x) is not str:
+            raise SchemaError(f"{where}: expected a string, got {_show(x)}")
+        if len(x) > self.chars:
+            raise SchemaError(f"{where}: {len(x)} characters, more than the {self.chars} allowed")
+
+
+@dataclass(frozen=True, slots=True)
+class IsBool:
+    def check(self, x: Any, where: str) -> None:
+        if type(x) is not bool:
+            raise SchemaError(f"{where}: expected true or false, got {_show(x)}")
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A member of an enum (the decoder turned the text into one)."""
+
+    enum_type: type[enum.Enum]
+
+    def check(self, x: Any, where: str) -> None:
+        if not isinstance(x, self.enum_type):
+            raise SchemaError(f"{where}: expected a {self.enum_type.__name__}, got {_show(x)}")
+
+
+@dataclass(frozen=True, slots=True)
+class ListOf:
+    item: Bound
+
+    def check(self, x: Any, where: str) -> None:
+        if type(x) is not list:
+            raise SchemaError(f"{where}: expected a list, got {_show(x)}")
+        for i, value in enumerate(x):
+            self.item.check(value, f"{where}[{i}]")
+
+
+@dataclass(frozen=True, slots=True)
+class MapOf:
+    key: MaxChars
+    value: Bound
+
+    def check(self, x: Any, where: str) -> None:
+        if type(x) is not dict:
+            raise SchemaError(f"{where}: expected a JSON object, got {_show(x)}")
+        for k, value in x.items():
+            self.key.check(k, f"{where} key {_key(k)}")
+            self.value.check(value, f"{where}[{_key(k)}]")
+
+
+@dataclass(frozen=True, slots=True)
+class Struct:
+    """A value object (:class:`QueueInfo`, ...): its type, and (JSON name, attribute path, bound) rows."""
+
+    type: type
+    members: tuple[tuple[str, str, Bound], ...]
+
+    def check(self, x: Any, where: str) -> None:
+        if not isinstance(x, self.type):
+            raise SchemaError(f"{where}: expected a {self.type.__name__}, got {_show(x)}")
+        for name, path, bound in self.members:
+            value = x
+            for attr in path.split("."):
+                value = getattr(value, attr)
+            bound.check(value, f"{where}.{name}")
+
+
+EPOCH_MILLIS = IntRange(0, MAX_EPOCH_MILLIS)
+LONG = IntRange(INT64_MIN, INT64_MAX)
+INT = IntRange(INT32_MIN, INT32_MAX)
+NAME = MaxChars(MAX_NAME_CHARS)
+REASON = MaxChars(MAX_REASON_CHARS)
+TEXT = MaxChars(MAX_TEXT_CHARS)
+HEARTBEAT_TIMEOUT = IntRange(MIN_HEARTBEAT_TIMEOUT_MILLIS, MAX_HEARTBEAT_TIMEOUT_MILLIS)
+_QUEUE_MEMBERS: tuple[tuple[str, str, Bound], ...] = (
+    ("readQueueNums", "read_queue_nums", INT),
+    ("writeQueueNums", "write_queue_nums", INT),
+    ("perm", "perm", INT),
+    ("topicSysFlag", "topic_sys_flag", INT),
+)
+QUEUE = Struct(QueueInfo, _QUEUE_MEMBERS)
+BROKER_QUEUE = Struct(
+    BrokerQueueInfo,
+    (("brokerName", "broker_name", NAME), *((n, f"queues.{a}", b) for n, a, b in _QUEUE_MEMBERS)),
+)
+DATA_VERSION = Struct(
+    DataVersionInfo, (("counter", "counter", LONG), ("stateVersion", "state_version", LONG),
+                      ("timestamp", "timestamp", LONG)),
+)  # fmt: skip
+
+
 # --------------------------------------------------------------------------- field tables
 
 
 @dataclass(frozen=True, slots=True)
 class Field:
-    """One JSON field: its name, the dataclass attribute, and its Spark SQL type."""
+    """One JSON field: its name, the dataclass attribute, its Spark SQL type and its bound."""
 
     name: str
     attr: str
     ddl: str
-    #: JSON value, field path -> checked Python value (raises SchemaError)
+    #: JSON value, field path -> Python value of the right type (raises SchemaError)
     read: Callable[[Any, str], Any]
+    #: what the Python value may be; decoding and :func:`check_event` both apply it
+    bound: Bound
     #: Python value -> JSON value
     write: Callable[[Any], Any] = lambda x: x
 
@@ -311,7 +470,7 @@ def _reader_enum(enum_type: type[enum.StrEnum]) -> Callable[[Any, str], Any]:
 
 
 def _read_topics(x: Any, where: str) -> dict[str, QueueInfo]:
-    return {str(t): QueueInfo.from_json(q, f"{where}[{t!r}]") for t, q in _object(x, where).items()}
+    return {str(t): QueueInfo.from_json(q, f"{where}[{_key(t)}]") for t, q in _object(x, where).items()}
 
 
 def _read_str_list(x: Any, where: str) -> list[str]:
@@ -321,7 +480,7 @@ def _read_str_list(x: Any, where: str) -> list[str]:
 
 
 def _read_str_map(x: Any, where: str) -> dict[str, str]:
-    return {str(k): _read_str(v, f"{where}[{k!r}]") for k, v in _object(x, where).items()}
+    return {str(k): _read_str(v, f"{where}[{_key(k)}]") for k, v in _object(x, where).items()}
 
 
 def _read_queue_datas(x: Any, where: str) -> list[BrokerQueueInfo]:
@@ -333,54 +492,55 @@ def _read_queue_datas(x: Any, where: str) -> list[BrokerQueueInfo]:
 _QUEUE_DDL = "readQueueNums: INT, writeQueueNums: INT, perm: INT, topicSysFlag: INT"
 
 EVENT_FIELDS: tuple[Field, ...] = (
-    Field("v", "v", "INT", _read_int),
-    Field("type", "type", "STRING", _reader_enum(EventType), str),
-    Field("node", "node", "STRING", _read_str),
-    Field("eventTime", "event_time", "BIGINT", _read_int),
-    Field("seq", "seq", "BIGINT", _read_int),
-    Field("clusterName", "cluster_name", "STRING", _read_str),
-    Field("brokerName", "broker_name", "STRING", _read_str),
-    Field("brokerId", "broker_id", "BIGINT", _read_int),
-    Field("brokerAddr", "broker_addr", "STRING", _read_str),
-    Field("source", "source", "STRING", _read_str),
-    Field("reason", "reason", "STRING", _read_str),
-    Field("haServerAddr", "ha_server_addr", "STRING", _read_str),
-    Field("zoneName", "zone_name", "STRING", _read_str),
-    Field("enableActingMaster", "enable_acting_master", "BOOLEAN", _read_bool),
-    Field("heartbeatTimeoutMillis", "heartbeat_timeout_millis", "BIGINT", _read_int),
+    Field("v", "v", "INT", _read_int, IntRange(VERSION, VERSION)),
+    Field("type", "type", "STRING", _reader_enum(EventType), Member(EventType), str),
+    Field("node", "node", "STRING", _read_str, NAME),
+    Field("eventTime", "event_time", "BIGINT", _read_int, EPOCH_MILLIS),
+    Field("seq", "seq", "BIGINT", _read_int, IntRange(0, INT64_MAX)),
+    Field("clusterName", "cluster_name", "STRING", _read_str, NAME),
+    Field("brokerName", "broker_name", "STRING", _read_str, NAME),
+    Field("brokerId", "broker_id", "BIGINT", _read_int, LONG),
+    Field("brokerAddr", "broker_addr", "STRING", _read_str, NAME),
+    Field("source", "source", "STRING", _read_str, NAME),
+    Field("reason", "reason", "STRING", _read_str, REASON),
+    Field("haServerAddr", "ha_server_addr", "STRING", _read_str, NAME),
+    Field("zoneName", "zone_name", "STRING", _read_str, NAME),
+    Field("enableActingMaster", "enable_acting_master", "BOOLEAN", _read_bool, IsBool()),
+    Field("heartbeatTimeoutMillis", "heartbeat_timeout_millis", "BIGINT", _read_int, HEARTBEAT_TIMEOUT),
     Field(
         "dataVersion", "data_version", "STRUCT<counter: BIGINT, stateVersion: BIGINT, timestamp: BIGINT>",
-        DataVersionInfo.from_json, DataVersionInfo.to_json,
+        DataVersionInfo.from_json, DATA_VERSION, DataVersionInfo.to_json,
     ),
     Field(
         "topics", "topics", f"MAP<STRING, STRUCT<{_QUEUE_DDL}>>",
-        _read_topics, lambda t: {name: q.to_json() for name, q in t.items()},
+        _read_topics, MapOf(NAME, QUEUE), lambda t: {name: q.to_json() for name, q in t.items()},
     ),
-    Field("filterServerList", "filter_server_list", "ARRAY<STRING>", _read_str_list, list),
-    Field("topicQueueMappingInfoMap", "topic_queue_mapping_info_map", "MAP<STRING, STRING>", _read_str_map, dict),
-    Field("op", "op", "STRING", _reader_enum(AdminOp), str),
-    Field("topic", "topic", "STRING", _read_str),
-    Field("topicCount", "topic_count", "INT", _read_int),
+    Field("filterServerList", "filter_server_list", "ARRAY<STRING>", _read_str_list, ListOf(NAME), list),
+    Field("topicQueueMappingInfoMap", "topic_queue_mapping_info_map", "MAP<STRING, STRING>", _read_str_map,
+          MapOf(NAME, TEXT), dict),
+    Field("op", "op", "STRING", _reader_enum(AdminOp), Member(AdminOp), str),
+    Field("topic", "topic", "STRING", _read_str, NAME),
+    Field("topicCount", "topic_count", "INT", _read_int, IntRange(0, INT32_MAX)),
     Field(
         "queueDatas", "queue_datas", f"ARRAY<STRUCT<brokerName: STRING, {_QUEUE_DDL}>>",
-        _read_queue_datas, lambda qs: [q.to_json() for q in qs],
+        _read_queue_datas, ListOf(BROKER_QUEUE), lambda qs: [q.to_json() for q in qs],
     ),
-    Field("orderTopicConf", "order_topic_conf", "STRING", _read_str),
+    Field("orderTopicConf", "order_topic_conf", "STRING", _read_str, TEXT),
 )  # fmt: skip
 
 ACTION_FIELDS: tuple[Field, ...] = (
-    Field("v", "v", "INT", _read_int),
-    Field("type", "type", "STRING", _reader_enum(ActionType), str),
-    Field("monitor", "monitor", "STRING", _read_str),
-    Field("decidedAt", "decided_at", "BIGINT", _read_int),
-    Field("clusterName", "cluster_name", "STRING", _read_str),
-    Field("brokerAddr", "broker_addr", "STRING", _read_str),
-    Field("brokerName", "broker_name", "STRING", _read_str),
-    Field("brokerId", "broker_id", "BIGINT", _read_int),
-    Field("lastHeartbeat", "last_heartbeat", "BIGINT", _read_int),
-    Field("watermark", "watermark", "BIGINT", _read_int),
-    Field("reason", "reason", "STRING", _read_str),
-)
+    Field("v", "v", "INT", _read_int, IntRange(VERSION, VERSION)),
+    Field("type", "type", "STRING", _reader_enum(ActionType), Member(ActionType), str),
+    Field("monitor", "monitor", "STRING", _read_str, NAME),
+    Field("decidedAt", "decided_at", "BIGINT", _read_int, EPOCH_MILLIS),
+    Field("clusterName", "cluster_name", "STRING", _read_str, NAME),
+    Field("brokerAddr", "broker_addr", "STRING", _read_str, NAME),
+    Field("brokerName", "broker_name", "STRING", _read_str, NAME),
+    Field("brokerId", "broker_id", "BIGINT", _read_int, LONG),
+    Field("lastHeartbeat", "last_heartbeat", "BIGINT", _read_int, EPOCH_MILLIS),
+    Field("watermark", "watermark", "BIGINT", _read_int, EPOCH_MILLIS),
+    Field("reason", "reason", "STRING", _read_str, REASON),
+)  # fmt: skip
 
 _BROKER = ("clusterName", "brokerAddr")
 #: fields an event must carry, by type (on top of v, type, node, eventTime, seq)
@@ -408,8 +568,14 @@ ACTION_REQUIRED: Mapping[ActionType, tuple[str, ...]] = {
     ActionType.REMOVE: (*_BROKER, "lastHeartbeat", "watermark"),
     ActionType.MONITOR_HEARTBEAT: (),
 }
+_SOURCE_READERS = {etype: _reader_enum(source) for etype, source in _SOURCES.items()}
 _COMMON_EVENT = ("v", "type", "node", "eventTime", "seq")
 _COMMON_ACTION = ("v", "type", "monitor", "decidedAt")
+#: JSON name -> attribute, of both tables (a name means the same in both)
+_ATTRS = {f.name: f.attr for f in (*EVENT_FIELDS, *ACTION_FIELDS)}
+#: (attribute, bound, path for messages) per field: check_event / check_action run on every event
+_EVENT_CHECKS = tuple((f.attr, f.bound, f"event.{f.name}") for f in EVENT_FIELDS)
+_ACTION_CHECKS = tuple((f.attr, f.bound, f"action.{f.name}") for f in ACTION_FIELDS)
 
 #: event types the publisher may drop first when its queue is full
 LIGHT_EVENT_TYPES = frozenset({EventType.HEARTBEAT, EventType.TICK})
@@ -433,7 +599,7 @@ def _to_json(record: Event | Action, fields: tuple[Field, ...]) -> bytes:
 
 
 def _from_json(data: bytes | str | Mapping[str, Any], fields: tuple[Field, ...], what: str) -> dict[str, Any]:
-    """Field-by-field typed values (by attribute name) of one record, checked for type only."""
+    """Field-by-field typed values (by attribute name) of one record, each checked against its bound."""
     if isinstance(data, Mapping):
         raw = data
     else:
@@ -450,36 +616,64 @@ def _from_json(data: bytes | str | Mapping[str, Any], fields: tuple[Field, ...],
     for f in fields:
         value = raw.get(f.name)
         if value is not None:
-            values[f.attr] = f.read(value, f"{what}.{f.name}")
+            where = f"{what}.{f.name}"
+            value = f.read(value, where)
+            f.bound.check(value, where)
+            values[f.attr] = value
     return values
 
 
-def _require(values: dict[str, Any], fields: tuple[Field, ...], names: tuple[str, ...], what: str) -> None:
-    attrs = {f.name: f.attr for f in fields}
-    missing = [n for n in names if values.get(attrs[n]) is None]
+def _values(record: Event | Action, checks: tuple[tuple[str, Bound, str], ...]) -> dict[str, Any]:
+    """The record's present values (by attribute name), each checked against its bound."""
+    values: dict[str, Any] = {}
+    for attr, bound, where in checks:
+        value = getattr(record, attr)
+        if value is not None:
+            bound.check(value, where)
+            values[attr] = value
+    return values
+
+
+def _require(values: dict[str, Any], names: tuple[str, ...], what: str) -> None:
+    missing = [n for n in names if values.get(_ATTRS[n]) is None]
     if missing:
         raise SchemaError(f"{what}: missing required field(s) {', '.join(missing)}")
 
 
+def _event_rules(values: dict[str, Any]) -> None:
+    """What an event of its type must carry (``values`` are bounded already); ``source`` becomes text."""
+    _require(values, _COMMON_EVENT, "event")
+    etype: EventType = values["type"]
+    what = f"{etype.value} event"
+    _require(values, EVENT_REQUIRED[etype], what)
+    read_source = _SOURCE_READERS.get(etype)
+    if read_source is not None:
+        values["source"] = read_source(values["source"], f"{what}.source").value
+    if etype is EventType.ADMIN:
+        _require(values, ADMIN_REQUIRED[values["op"]], f"ADMIN {values['op'].value} event")
+
+
+def _action_rules(values: dict[str, Any]) -> None:
+    _require(values, _COMMON_ACTION, "action")
+    atype: ActionType = values["type"]
+    _require(values, ACTION_REQUIRED[atype], f"{atype.value} action")
+
+
 def encode_event(event: Event) -> bytes:
-    """The event as compact JSON (absent fields are not written)."""
+    """The event as compact JSON (absent fields are not written); see :func:`check_event`."""
     return _to_json(event, EVENT_FIELDS)
+
+
+def check_event(event: Event) -> None:
+    """SchemaError if :func:`decode_event` would refuse this event once encoded (a bound, a
+    required field, an unknown source); the publisher calls it before it queues an event."""
+    _event_rules(_values(event, _EVENT_CHECKS))
 
 
 def decode_event(data: bytes | str | Mapping[str, Any]) -> Event:
     """A checked :class:`Event` from JSON bytes/text or an already parsed object; SchemaError if invalid."""
     values = _from_json(data, EVENT_FIELDS, "event")
-    _require(values, EVENT_FIELDS, _COMMON_EVENT, "event")
-    etype: EventType = values["type"]
-    what = f"{etype.value} event"
-    _require(values, EVENT_FIELDS, EVENT_REQUIRED[etype], what)
-    source_enum = _SOURCES.get(etype)
-    if source_enum is not None:
-        values["source"] = _reader_enum(source_enum)(values["source"], f"{what}.source").value
-    if etype is EventType.ADMIN:
-        _require(values, EVENT_FIELDS, ADMIN_REQUIRED[values["op"]], f"ADMIN {values['op'].value} event")
-    if values["event_time"] < 0 or values["seq"] < 0:
-        raise SchemaError(f"{what}: eventTime and seq must not be negative")
+    _event_rules(values)
     return Event(**values)
 
 
@@ -492,15 +686,19 @@ def event_key(event: Event) -> bytes:
 
 
 def encode_action(action: Action) -> bytes:
+    """The action as compact JSON; see :func:`check_action`."""
     return _to_json(action, ACTION_FIELDS)
+
+
+def check_action(action: Action) -> None:
+    """SchemaError if :func:`decode_action` would refuse this action once encoded."""
+    _action_rules(_values(action, _ACTION_CHECKS))
 
 
 def decode_action(data: bytes | str | Mapping[str, Any]) -> Action:
     """A checked :class:`Action`; SchemaError if invalid (unknown types included)."""
     values = _from_json(data, ACTION_FIELDS, "action")
-    _require(values, ACTION_FIELDS, _COMMON_ACTION, "action")
-    atype: ActionType = values["type"]
-    _require(values, ACTION_FIELDS, ACTION_REQUIRED[atype], f"{atype.value} action")
+    _action_rules(values)
     return Action(**values)
 
 
@@ -555,5 +753,20 @@ def _opt_int(d: dict[str, Any], key: str, where: str, default: int) -> int:
 
 
 def _show(x: Any) -> str:
-    text = repr(x)
-    return f"{type(x).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+    text = _show_int(x) if type(x) is int else _cut(repr(x))
+    return f"{type(x).__name__} {text}"
+
+
+def _show_int(x: int) -> str:
+    # a record given as an already parsed object may hold an int of any size, and str() of one
+    # past 4300 digits raises
+    return str(x) if x.bit_length() <= 128 else f"<an integer of {x.bit_length()} bits>"
+
+
+def _key(k: Any) -> str:
+    """A map key as it appears in an error message: repr'd, at most 60 characters."""
+    return _cut(repr(k))
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= 60 else text[:57] + "..."

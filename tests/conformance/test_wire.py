@@ -244,6 +244,37 @@ def test_idle_connections_are_closed_and_their_brokers_unregistered(tmp_path):
             assert r.code == ResponseCode.TOPIC_NOT_EXIST
 
 
+def test_a_closed_and_an_idled_out_connection_each_drop_their_broker_and_say_which(tmp_path):
+    """Both end in CHANNEL_CLOSED (the observer's broker_unregistered) with a reason telling them apart."""
+    from namesrv.handlers import NodeObserver
+    from tests.support.kafka import wait_until
+    from tests.support.node import running_node
+
+    class Closes(NodeObserver):
+        def __init__(self) -> None:
+            self.reasons: dict[str, str] = {}
+
+        def broker_unregistered(self, request, reason):
+            self.reasons[request.broker_addr] = reason
+
+    closes = Closes()
+    cluster = V3_EXT["clusterName"]
+    with running_node(tmp_path, serverChannelMaxIdleTimeSeconds="1") as n:
+        n.call(setattr, n.running.node, "observer", closes)
+        with NameServerClient(n.addr) as idle:
+            assert register_v3(idle).code == ResponseCode.SUCCESS  # 127.0.0.1:10911, then silent
+            with NameServerClient(n.addr) as leaving:
+                assert register_v3(leaving, brokerAddr="127.0.0.1:20911", brokerName="broker-b").code == 0
+            wait_until(lambda: len(closes.reasons) == 2, 10, "both connections to end")
+            assert closes.reasons == {
+                "127.0.0.1:20911": "connection closed",
+                "127.0.0.1:10911": "idle for 1 s (serverChannelMaxIdleTimeSeconds)",
+            }
+            routes = n.running.node.routes
+            wait_until(lambda: n.call(routes.last_seen, cluster, "127.0.0.1:10911") is None
+                       and n.call(routes.last_seen, cluster, "127.0.0.1:20911") is None, 10, "both brokers dropped")
+
+
 def test_decode_of_a_whole_frame_helper_matches_stream_decoder():
     data = frame("GET_ROUTEINFO_BY_TOPIC request (JSON)")
     assert decode_frame(data).ext_fields == {"topic": "TopicTest"}

@@ -218,6 +218,30 @@ def test_malformed_and_unknown_actions_are_counted_and_skipped(kafka, tmp_path):
         assert brokers_at(node) == {"broker-a": {0: ADDR}}
 
 
+def test_poison_actions_are_refused_and_only_the_trusted_monitor_is_obeyed(kafka, tmp_path):
+    """Issue 8: lastHeartbeat = 2^64-1, a far-future one, and a monitor nobody runs change nothing."""
+    props = kafka_props(kafka, "ns-1", trustedMonitors="test-monitor")
+    with running_node(tmp_path, **props) as node, NameServerClient(node.addr) as c:
+        consumer_ready(node)
+        register(c)
+        register(c, "broker-b", "127.0.0.1:20911")
+        now = int(time.time() * 1000)
+        rogue = expire(ADDR, now + 1_000)
+        rogue.monitor = "nobody-runs-this"
+        rogue_beat = Action(ActionType.MONITOR_HEARTBEAT, "nobody-runs-this", now)
+        # one partition: read in this order
+        publish_actions(kafka.bootstrap_servers, ACTIONS, expire(ADDR, 2**64 - 1), expire(ADDR, now + 3_600_000),
+                        rogue, rogue_beat)
+        wait_until(lambda: node.running.kafka.action_stats().untrusted == 2, what="the rogue monitor refused")
+        stats = node.running.kafka.action_stats()
+        assert (stats.skipped, stats.ahead, stats.applied) == (1, 1, 0)
+        assert set(brokers_at(node)) == {"broker-a", "broker-b"}
+        assert node.running.expiry.enabled  # nobody the node trusts has spoken
+        publish_actions(kafka.bootstrap_servers, ACTIONS, expire("127.0.0.1:20911", now + 1_000, "broker-b"))
+        wait_until(lambda: "broker-b" not in brokers_at(node), what="the trusted monitor's EXPIRE applied")
+        assert set(brokers_at(node)) == {"broker-a"} and not node.running.expiry.enabled
+
+
 # --------------------------------------------------------------------------- Kafka outages
 
 

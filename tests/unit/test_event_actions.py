@@ -1,8 +1,21 @@
-"""Applying the monitor's actions: fencing by last-seen time, duplicates, the monitor watchdog."""
+"""Applying the monitor's actions: fencing by last-seen time, duplicates, the clock-skew bound, which
+monitors are obeyed, the monitor watchdog."""
 
 from __future__ import annotations
 
-from namesrv.events.actions import ActionApplier, ActionConsumer, ConsumerSettings, MonitorWatchdog, Outcome
+import logging
+
+from namesrv.config import load_config
+from namesrv.events.actions import (
+    ActionApplier,
+    ActionConsumer,
+    ConsumerSettings,
+    MonitorTrust,
+    MonitorWatchdog,
+    Outcome,
+    action_stats,
+    trusted_monitors,
+)
 from namesrv.events.schema import Action, ActionType, encode_action
 from namesrv.handlers import NodeObserver
 from namesrv.liveness import BatchUnregistration, ExpiryScan
@@ -115,3 +128,126 @@ def test_consumer_counts_and_skips_bad_records_and_delivers_good_ones():
         consumer._handle(value)
     assert delivered == [good]
     assert (consumer.received, consumer.skipped) == (4, 3)
+
+
+# --------------------------------------------------------------------------- times ahead of the node's clock
+
+NOW_MS = 1_700_000_000_000
+
+
+def skew_setup(skew_ms: int = 10_000):
+    routes, batch, observer, _ = setup()
+    scan = ExpiryScan(routes, 5000)
+    dog = MonitorWatchdog(scan, silence_ms=30_000, now=FakeClock())
+    applier = ActionApplier(routes, batch.submit, lambda c, a: None, observer, dog,
+                            max_clock_skew_ms=skew_ms, wall_clock_ms=lambda: NOW_MS)
+    return routes, batch, scan, applier
+
+
+def test_an_action_whose_last_heartbeat_is_further_ahead_than_the_skew_bound_is_refused(caplog):
+    routes, batch, scan, applier = skew_setup()
+    far = expire(NOW_MS + 10_001, watermark=NOW_MS)
+    assert applier.apply(far) is Outcome.AHEAD
+    assert applier.apply(expire(NOW_MS, watermark=NOW_MS + 10_001)) is Outcome.AHEAD
+    batch.drain_now()
+    assert routes.last_seen(CLUSTER, ADDR) is not None and scan.enabled  # not removed, monitor not "heard"
+    assert applier.counts[Outcome.AHEAD] == 2
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1  # one per monitor and minute
+    assert "refusing EXPIRE of '127.0.0.1:10911' from monitor 'monitor-1': its lastHeartbeat is 10001 ms ahead" \
+        in warnings[0] and "maxClockSkewMillis=10000" in warnings[0]
+
+
+def test_an_action_exactly_at_the_skew_bound_is_applied():
+    routes, batch, scan, applier = skew_setup()
+    assert applier.apply(expire(NOW_MS + 10_000, watermark=NOW_MS + 10_000)) is Outcome.APPLIED
+    batch.drain_now()
+    assert routes.last_seen(CLUSTER, ADDR) is None and not scan.enabled
+
+
+def test_a_monitor_heartbeat_with_a_watermark_in_the_future_does_not_keep_the_local_scan_off():
+    _, _, scan, applier = skew_setup(skew_ms=0)
+    beat = Action(ActionType.MONITOR_HEARTBEAT, "monitor-1", NOW_MS, watermark=NOW_MS + 1)
+    assert applier.apply(beat) is Outcome.AHEAD and scan.enabled
+    assert applier.apply(Action(ActionType.MONITOR_HEARTBEAT, "monitor-1", NOW_MS, watermark=NOW_MS)) is Outcome.HEARD
+    assert not scan.enabled
+
+
+# --------------------------------------------------------------------------- which monitors are obeyed
+
+
+def trust_setup(trusted: str = "", silence_ms: int = 30_000):
+    routes, batch, observer, _ = setup()
+    clock = FakeClock()
+    scan = ExpiryScan(routes, 5000)
+    dog = MonitorWatchdog(scan, silence_ms=silence_ms, now=clock)
+    trust = MonitorTrust(trusted_monitors(load_config(None, {"trustedMonitors": trusted})), silence_ms, now=clock)
+    applier = ActionApplier(routes, batch.submit, lambda c, a: None, observer, dog, trust=trust)
+    return routes, batch, scan, applier, clock
+
+
+def beat(monitor: str) -> Action:
+    return Action(ActionType.MONITOR_HEARTBEAT, monitor, 1)
+
+
+def warnings_of(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_by_default_the_first_monitor_heard_is_obeyed_and_a_second_one_refused_and_reported(caplog):
+    routes, batch, scan, applier, clock = trust_setup()
+    assert applier.apply(beat("job-a")) is Outcome.HEARD and not scan.enabled
+    rogue = expire(1_000)
+    rogue.monitor = "nobody-runs-this"
+    for _ in range(3):
+        assert applier.apply(rogue) is Outcome.UNTRUSTED
+    batch.drain_now()
+    assert routes.last_seen(CLUSTER, ADDR) is not None
+    (warning,) = warnings_of(caplog)  # one per untrusted id per minute
+    assert "ignoring EXPIRE from monitor 'nobody-runs-this': this node obeys monitor 'job-a'" in warning
+    assert "monitorSilenceFallbackMillis" in warning and "set trustedMonitors" in warning
+    clock.now += 61
+    applier.apply(beat("job-a"))
+    assert applier.apply(beat("nobody-runs-this")) is Outcome.UNTRUSTED
+    assert len(warnings_of(caplog)) == 2  # a minute later: reported again
+    assert applier.counts[Outcome.UNTRUSTED] == 4
+    assert action_stats(ActionConsumer(ConsumerSettings("k:1", "a"), lambda a: None), applier).untrusted == 4
+
+
+def test_an_untrusted_monitor_never_switches_the_local_scan_off():
+    _, _, scan, applier, _ = trust_setup("job-a")
+    assert applier.apply(beat("job-b")) is Outcome.UNTRUSTED
+    assert scan.enabled
+
+
+def test_another_monitor_takes_over_only_after_the_first_was_silent_for_the_fallback_time(caplog):
+    caplog.set_level(logging.INFO, logger="namesrv.actions")
+    routes, batch, scan, applier, clock = trust_setup(silence_ms=30_000)
+    assert applier.apply(beat("job-1")) is Outcome.HEARD
+    assert "obeying monitor 'job-1', the first one heard" in caplog.text
+    clock.now += 29.9
+    assert applier.apply(beat("job-2")) is Outcome.UNTRUSTED
+    clock.now += 0.1  # job-1 silent for 30 s now: the local scan is back on, and job-2 may take over
+    applier.watchdog.check()
+    assert scan.enabled
+    take_over = expire(1_000)
+    take_over.monitor = "job-2"
+    assert applier.apply(take_over) is Outcome.APPLIED and not scan.enabled
+    batch.drain_now()
+    assert routes.last_seen(CLUSTER, ADDR) is None
+    assert any("monitor 'job-1' silent for 30000 ms (monitorSilenceFallbackMillis=30000): obeying monitor 'job-2'"
+               in w for w in warnings_of(caplog))
+    assert applier.apply(beat("job-1")) is Outcome.UNTRUSTED  # the old one came back: now it is the second
+
+
+def test_configured_monitors_are_obeyed_whoever_spoke_first_and_others_are_refused(caplog):
+    assert trusted_monitors(load_config(None, {"trustedMonitors": " job-a ; ;job-b;"})) == {"job-a", "job-b"}
+    _, _, scan, applier, clock = trust_setup("job-a;job-b")
+    assert applier.apply(beat("job-c")) is Outcome.UNTRUSTED and scan.enabled
+    assert applier.apply(beat("job-b")) is Outcome.HEARD
+    assert applier.apply(beat("job-a")) is Outcome.HEARD
+    clock.now += 3600  # silence changes nothing with a configured list
+    assert applier.apply(beat("job-c")) is Outcome.UNTRUSTED
+    (warning, again) = warnings_of(caplog)
+    assert "ignoring MONITOR_HEARTBEAT from monitor 'job-c': not in trustedMonitors (job-a;job-b)" in warning
+    assert warning == again

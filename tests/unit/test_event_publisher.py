@@ -311,3 +311,72 @@ def test_the_event_queue_capacity_comes_from_the_node_config():
     assert PublisherSettings.from_config(config).capacity == 3
     with pytest.raises(ConfigError, match="eventQueueCapacity"):
         load_config(None, {"eventQueueCapacity": "0"})
+
+
+# --------------------------------------------------------------------------- bounds before queueing
+
+
+def test_an_event_outside_the_schema_bounds_is_counted_and_never_queued_with_one_warning_per_field(caplog):
+    p, routes = make_publisher()
+    long_addr = "10.0.0.1:" + "9" * 2000 + "\n"
+    routes.register_broker(CLUSTER, long_addr, NAME, 0, None, body=RegisterBrokerBody(DataVersion(1, 0, 5), {}))
+    for _ in range(3):
+        p.broker_heartbeat(CLUSTER, long_addr, RequestCode.BROKER_HEARTBEAT)
+    p.kv_config_changed("ORDER_TOPIC_CONFIG", "T" * 1025, "a:4")
+    p.tick()
+    (tick,) = drain(p)
+    assert tick.seq == 1  # refused events take no number: the job sees no gap
+    s = p.stats()
+    assert (s.invalid, s.emitted, s.queued) == (4, 1, 0)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2  # one for brokerAddr (three heartbeats), one for the topic
+    assert "not publishing a HEARTBEAT event of broker '10.0.0.1:999" in warnings[0]
+    assert "event.brokerAddr: 2010 characters, more than the 1024 allowed" in warnings[0]
+    assert "\n" not in warnings[0] and len(warnings[0]) < 400  # quoted and cut, not the raw 2 kB name
+    assert "event.topic: 1025 characters" in warnings[1]
+    # the node saw the broker alive all the same: an action based on older evidence stays stale
+    assert p.last_event_time(CLUSTER, long_addr) is not None
+
+
+def test_a_broker_timeout_outside_the_schema_range_is_clamped_not_dropped(caplog):
+    p, routes = make_publisher()
+    register(p, routes, timeout=0)
+    register(p, routes, timeout=0, dv=DataVersion(2, 0, 6))
+    register(p, routes, timeout=10**15, dv=DataVersion(3, 0, 7))
+    low, again, high = drain(p)
+    assert low.heartbeat_timeout_millis == again.heartbeat_timeout_millis == 1
+    assert high.heartbeat_timeout_millis == 864_000_000
+    assert p.stats().invalid == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "heartbeatTimeoutMillis=0: publishing 1" in warnings[0]
+
+
+def test_a_long_close_reason_is_cut_to_its_bound():
+    p, _ = make_publisher()
+    p.broker_unregistered(UnregisterRequest(CLUSTER, ADDR, NAME, 0, 1), "connection error: " + "x" * 10_000)
+    (closed,) = drain(p)
+    assert closed.type is EventType.CHANNEL_CLOSED and len(closed.reason) == 4096
+    assert decode_event(encode_event(closed)) == closed
+
+
+def test_a_node_name_or_monitor_id_longer_than_the_schema_allows_stops_the_node_at_start_up():
+    from namesrv.config import load_config
+    from namesrv.events import check_names
+
+    check_names(load_config(None, {"nodeName": "n" * 1024, "trustedMonitors": "a;" + "m" * 1024}))
+    with pytest.raises(ConfigError, match="nodeName: a name of 1025 characters; events and actions allow at most 1024"):
+        check_names(load_config(None, {"nodeName": "n" * 1025}))
+    with pytest.raises(ConfigError, match="trustedMonitors: a name of 1025 characters"):
+        check_names(load_config(None, {"trustedMonitors": "ok;" + "m" * 1025}))
+
+
+def test_ticks_are_light_and_every_500_ms_by_default():
+    from namesrv.config import load_config
+
+    assert PublisherSettings.from_config(load_config(None, {})).tick_interval_ms == 500
+    # under pressure a queue full of ticks still takes a registration, dropping the oldest tick
+    q = EventQueue(3)
+    for seq in (1, 2, 3):
+        q.put(Event(EventType.TICK, "n", seq, seq))
+    q.put(ev(4, False))
+    assert (q.dropped_light, q.dropped_heavy) == (1, 0) and seqs(q.take(10, 0)) == [2, 3, 4]

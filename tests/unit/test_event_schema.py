@@ -172,7 +172,7 @@ def _register(**changes):
         (_register(dataVersion={"counter": 1}), "event.dataVersion.stateVersion: missing"),
         (_register(topics={"T": {"readQueueNums": 1, "writeQueueNums": "1", "perm": 6}}),
          "event.topics['T'].writeQueueNums: expected an integer"),
-        (_register(seq=-1), "must not be negative"),
+        (_register(seq=-1), "event.seq: -1 is out of range [0, 9223372036854775807]"),
         (_register(filterServerList="a:1"), "event.filterServerList: expected a list, got str"),
         (_register(filterServerList=["a:1", 2]), "event.filterServerList[1]: expected a string, got int"),
         (_register(topicQueueMappingInfoMap=["x"]), "event.topicQueueMappingInfoMap: expected a JSON object"),
@@ -194,7 +194,7 @@ def _register(**changes):
         (b'{"v":1,"type":"ORDER_TOPIC_CONF","node":"n","eventTime":1,"seq":1,"topic":["T"]}',
          "event.topic: expected a string, got list"),
         (b'{"v":1,"type":"ORDER_TOPIC_CONF","node":"n","eventTime":-1,"seq":1,"topic":"T"}',
-         "ORDER_TOPIC_CONF event: eventTime and seq must not be negative"),
+         "event.eventTime: -1 is out of range [0, 253402300799999]"),
     ],
 )  # fmt: skip
 def test_bad_events_raise_one_schema_error_naming_the_field(data, message):
@@ -252,3 +252,183 @@ def test_schema_module_imports_neither_kafka_nor_spark():
     imported = {n.names[0].name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert imported <= {"__future__", "enum", "collections", "dataclasses", "typing", "time", "orjson"}
+
+
+# --- bounds: every value at its edge passes both ways, one past it fails both ways ---------------
+
+_N = schema.MAX_NAME_CHARS
+_I32, _I64 = 2**31 - 1, 2**63 - 1
+HEARTBEAT = Event(EventType.HEARTBEAT, "ns-1", 5, 8, cluster_name="c", broker_name="b", broker_id=0,
+                  broker_addr="a:1", source="REGISTER_BROKER", heartbeat_timeout_millis=30000,
+                  data_version=DataVersionInfo(1, 2, 3))  # fmt: skip
+ADMIN_TOPIC = Event(EventType.ADMIN, "ns-1", 5, 14, op=AdminOp.REGISTER_TOPIC, topic="T",
+                    queue_datas=[BrokerQueueInfo("b", QueueInfo(8, 8, 6, 0))])  # fmt: skip
+WIPE = Event(EventType.ADMIN, "ns-1", 5, 12, op=AdminOp.WIPE_WRITE_PERM, broker_name="b", topic_count=3)
+ORDER = Event(EventType.ORDER_TOPIC_CONF, "ns-1", 5, 16, topic="T", order_topic_conf="a:4")
+CLOSED = Event(EventType.CHANNEL_CLOSED, "ns-1", 5, 11, cluster_name="c", broker_addr="a:1", reason="closed")
+
+
+def _wire(record, fields) -> bytes:
+    """What a writer other than ours could send: stdlib JSON, which writes integers of any size."""
+    values = {f.name: f.write(getattr(record, f.attr)) for f in fields if getattr(record, f.attr) is not None}
+    return json.dumps(values).encode()
+
+
+def _q(**kw) -> QueueInfo:
+    return replace(QueueInfo(4, 4, 6, 0), **kw)
+
+
+#: (id, base event, attribute, value at the edge, value just past it, what the error names)
+EVENT_EDGES = [
+    ("eventTime-max", HEARTBEAT, "event_time", schema.MAX_EPOCH_MILLIS, schema.MAX_EPOCH_MILLIS + 1,
+     "event.eventTime: 253402300800000 is out of range [0, 253402300799999]"),
+    ("eventTime-min", HEARTBEAT, "event_time", 0, -1, "event.eventTime: -1 is out of range"),
+    ("seq-max", HEARTBEAT, "seq", _I64, _I64 + 1, "event.seq: 9223372036854775808 is out of range"),
+    ("brokerId-max", HEARTBEAT, "broker_id", _I64, _I64 + 1, "event.brokerId: 9223372036854775808 is out of range"),
+    ("brokerId-min", HEARTBEAT, "broker_id", -_I64 - 1, -_I64 - 2, "event.brokerId:"),
+    ("heartbeatTimeout-min", HEARTBEAT, "heartbeat_timeout_millis", 1, 0,
+     "event.heartbeatTimeoutMillis: 0 is out of range [1, 864000000]"),
+    ("heartbeatTimeout-max", HEARTBEAT, "heartbeat_timeout_millis", 864_000_000, 864_000_001,
+     "event.heartbeatTimeoutMillis: 864000001 is out of range [1, 864000000]"),
+    ("dataVersion.counter", HEARTBEAT, "data_version", DataVersionInfo(_I64, 0, 0), DataVersionInfo(_I64 + 1, 0, 0),
+     "event.dataVersion.counter: 9223372036854775808 is out of range"),
+    ("dataVersion.timestamp", HEARTBEAT, "data_version", DataVersionInfo(0, 0, -_I64 - 1),
+     DataVersionInfo(0, 0, -_I64 - 2), "event.dataVersion.timestamp:"),
+    ("node", HEARTBEAT, "node", "n" * _N, "n" * (_N + 1), "event.node: 1025 characters, more than the 1024 allowed"),
+    ("clusterName", HEARTBEAT, "cluster_name", "c" * _N, "c" * (_N + 1), "event.clusterName: 1025 characters"),
+    ("brokerName", HEARTBEAT, "broker_name", "b" * _N, "b" * (_N + 1), "event.brokerName: 1025 characters"),
+    ("brokerAddr", HEARTBEAT, "broker_addr", "a" * _N, "a" * (_N + 1), "event.brokerAddr: 1025 characters"),
+    ("haServerAddr", REGISTER, "ha_server_addr", "h" * _N, "h" * (_N + 1), "event.haServerAddr: 1025 characters"),
+    ("zoneName", REGISTER, "zone_name", "z" * _N, "z" * (_N + 1), "event.zoneName: 1025 characters"),
+    ("reason", CLOSED, "reason", "r" * 4096, "r" * 4097, "event.reason: 4097 characters, more than the 4096 allowed"),
+    ("topics-key", REGISTER, "topics", {"t" * _N: _q()}, {"t" * (_N + 1): _q()},
+     "event.topics key 'tttt"),
+    ("topics-queues", REGISTER, "topics", {"T": _q(read_queue_nums=_I32)}, {"T": _q(read_queue_nums=_I32 + 1)},
+     "event.topics['T'].readQueueNums: 2147483648 is out of range [-2147483648, 2147483647]"),
+    ("topics-perm", REGISTER, "topics", {"T": _q(perm=-(2**31))}, {"T": _q(perm=-(2**31) - 1)},
+     "event.topics['T'].perm: -2147483649 is out of range"),
+    ("filterServerList", REGISTER, "filter_server_list", ["f" * _N], ["ok", "f" * (_N + 1)],
+     "event.filterServerList[1]: 1025 characters"),
+    ("mapping-key", REGISTER, "topic_queue_mapping_info_map", {"t" * _N: "{}"}, {"t" * (_N + 1): "{}"},
+     "event.topicQueueMappingInfoMap key"),
+    ("mapping-value", REGISTER, "topic_queue_mapping_info_map", {"T": "x" * 65536}, {"T": "x" * 65537},
+     "event.topicQueueMappingInfoMap['T']: 65537 characters, more than the 65536 allowed"),
+    ("topic", ADMIN_TOPIC, "topic", "t" * _N, "t" * (_N + 1), "event.topic: 1025 characters"),
+    ("queueDatas-brokerName", ADMIN_TOPIC, "queue_datas", [BrokerQueueInfo("b" * _N, _q())],
+     [BrokerQueueInfo("b" * (_N + 1), _q())], "event.queueDatas[0].brokerName: 1025 characters"),
+    ("queueDatas-queues", ADMIN_TOPIC, "queue_datas", [BrokerQueueInfo("b", _q(write_queue_nums=_I32))],
+     [BrokerQueueInfo("b", _q(write_queue_nums=_I32 + 1))], "event.queueDatas[0].writeQueueNums: 2147483648"),
+    ("topicCount-max", WIPE, "topic_count", _I32, _I32 + 1,
+     "event.topicCount: 2147483648 is out of range [0, 2147483647]"),
+    ("topicCount-min", WIPE, "topic_count", 0, -1, "event.topicCount: -1 is out of range"),
+    ("orderTopicConf", ORDER, "order_topic_conf", "o" * 65536, "o" * 65537, "event.orderTopicConf: 65537 characters"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("base", "attr", "edge", "past", "message"), [e[1:] for e in EVENT_EDGES],
+                         ids=[e[0] for e in EVENT_EDGES])
+def test_an_event_value_at_its_bound_passes_and_one_past_it_is_refused_both_ways(base, attr, edge, past, message):
+    ok = replace(base, **{attr: edge})
+    schema.check_event(ok)
+    assert decode_event(encode_event(ok)) == ok
+    bad = replace(base, **{attr: past})
+    with pytest.raises(SchemaError) as by_check:
+        schema.check_event(bad)
+    with pytest.raises(SchemaError) as by_decode:
+        decode_event(_wire(bad, schema.EVENT_FIELDS))
+    assert message in str(by_check.value)
+    assert message in str(by_decode.value)
+
+
+#: (id, attribute, value at the edge, value just past it, what the error names)
+ACTION_EDGES = [
+    ("decidedAt", "decided_at", schema.MAX_EPOCH_MILLIS, schema.MAX_EPOCH_MILLIS + 1,
+     "action.decidedAt: 253402300800000 is out of range [0, 253402300799999]"),
+    ("lastHeartbeat-max", "last_heartbeat", schema.MAX_EPOCH_MILLIS, 2**64 - 1,
+     "action.lastHeartbeat: 18446744073709551615 is out of range [0, 253402300799999]"),
+    ("lastHeartbeat-min", "last_heartbeat", 0, -1, "action.lastHeartbeat: -1 is out of range"),
+    ("watermark", "watermark", schema.MAX_EPOCH_MILLIS, schema.MAX_EPOCH_MILLIS + 1, "action.watermark:"),
+    ("monitor", "monitor", "m" * _N, "m" * (_N + 1), "action.monitor: 1025 characters, more than the 1024 allowed"),
+    ("brokerAddr", "broker_addr", "a" * _N, "a" * (_N + 1), "action.brokerAddr: 1025 characters"),
+    ("clusterName", "cluster_name", "c" * _N, "c" * (_N + 1), "action.clusterName: 1025 characters"),
+    ("brokerName", "broker_name", "b" * _N, "b" * (_N + 1), "action.brokerName: 1025 characters"),
+    ("brokerId", "broker_id", _I64, _I64 + 1, "action.brokerId: 9223372036854775808 is out of range"),
+    ("reason", "reason", "r" * 4096, "r" * 4097, "action.reason: 4097 characters, more than the 4096 allowed"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("attr", "edge", "past", "message"), [e[1:] for e in ACTION_EDGES],
+                         ids=[e[0] for e in ACTION_EDGES])
+def test_an_action_value_at_its_bound_passes_and_one_past_it_is_refused_both_ways(attr, edge, past, message):
+    ok = replace(EXPIRE, **{attr: edge})
+    schema.check_action(ok)
+    assert decode_action(encode_action(ok)) == ok
+    bad = replace(EXPIRE, **{attr: past})
+    with pytest.raises(SchemaError) as by_check:
+        schema.check_action(bad)
+    with pytest.raises(SchemaError) as by_decode:
+        decode_action(_wire(bad, schema.ACTION_FIELDS))
+    assert message in str(by_check.value)
+    assert message in str(by_decode.value)
+
+
+def test_the_poison_records_of_issue_8_are_refused_with_a_short_message():
+    long_max = b'{"v":1,"type":"TICK","node":"n","eventTime":9223372036854775807,"seq":1}'
+    with pytest.raises(SchemaError, match=r"event.eventTime: 9223372036854775807 is out of range"):
+        decode_event(long_max)
+    huge_name = b'{"v":1,"type":"TICK","node":"' + b"x" * 900_000 + b'","eventTime":1,"seq":1}'
+    with pytest.raises(SchemaError) as caught:
+        decode_event(huge_name)
+    assert str(caught.value) == "event.node: 900000 characters, more than the 1024 allowed"
+    all_ones = (b'{"v":1,"type":"EXPIRE","monitor":"m","decidedAt":1,"clusterName":"c","brokerAddr":"a",'
+                b'"lastHeartbeat":18446744073709551615,"watermark":0}')
+    with pytest.raises(SchemaError, match="action.lastHeartbeat: 18446744073709551615 is out of range"):
+        decode_action(all_ones)
+    # an already parsed record may hold any Python int: the message stays short
+    with pytest.raises(SchemaError) as caught:
+        decode_event({"v": 1, "type": "TICK", "node": "n", "eventTime": 10**5000, "seq": 1})
+    assert len(str(caught.value)) < 200
+
+
+def test_check_event_applies_the_decoders_rules_too():
+    with pytest.raises(SchemaError, match="HEARTBEAT event.source: unknown value 'PING'"):
+        schema.check_event(replace(HEARTBEAT, source="PING"))
+    with pytest.raises(SchemaError, match="REGISTER event: missing required field"):
+        schema.check_event(replace(REGISTER, topics=None))
+    with pytest.raises(SchemaError, match="event.brokerId: expected an integer, got bool"):
+        schema.check_event(replace(HEARTBEAT, broker_id=True))
+    with pytest.raises(SchemaError, match="EXPIRE action: missing required field.s. lastHeartbeat"):
+        schema.check_action(replace(EXPIRE, last_heartbeat=None))
+    for event in EVENTS:
+        schema.check_event(event)
+
+
+def test_the_spark_schema_keeps_its_shape():
+    # the bounds live in the Field rows; the columns, their order and types are what they were
+    assert event_ddl() == (
+        "`v` INT, `type` STRING, `node` STRING, `eventTime` BIGINT, `seq` BIGINT, `clusterName` STRING, "
+        "`brokerName` STRING, `brokerId` BIGINT, `brokerAddr` STRING, `source` STRING, `reason` STRING, "
+        "`haServerAddr` STRING, `zoneName` STRING, `enableActingMaster` BOOLEAN, `heartbeatTimeoutMillis` BIGINT, "
+        "`dataVersion` STRUCT<counter: BIGINT, stateVersion: BIGINT, timestamp: BIGINT>, "
+        "`topics` MAP<STRING, STRUCT<readQueueNums: INT, writeQueueNums: INT, perm: INT, topicSysFlag: INT>>, "
+        "`filterServerList` ARRAY<STRING>, `topicQueueMappingInfoMap` MAP<STRING, STRING>, `op` STRING, "
+        "`topic` STRING, `topicCount` INT, "
+        "`queueDatas` ARRAY<STRUCT<brokerName: STRING, readQueueNums: INT, writeQueueNums: INT, perm: INT, "
+        "topicSysFlag: INT>>, `orderTopicConf` STRING"
+    )
+    assert action_ddl() == (
+        "`v` INT, `type` STRING, `monitor` STRING, `decidedAt` BIGINT, `clusterName` STRING, `brokerAddr` STRING, "
+        "`brokerName` STRING, `brokerId` BIGINT, `lastHeartbeat` BIGINT, `watermark` BIGINT, `reason` STRING"
+    )
+
+
+@pytest.mark.parametrize("field", [*schema.EVENT_FIELDS, *schema.ACTION_FIELDS], ids=lambda f: f.name)
+def test_every_scalar_bound_fits_its_spark_column(field):
+    sql_range = {"INT": (-(2**31), 2**31 - 1), "BIGINT": (-(2**63), 2**63 - 1)}
+    if field.ddl in sql_range:
+        lo, hi = sql_range[field.ddl]
+        assert isinstance(field.bound, schema.IntRange) and lo <= field.bound.lo <= field.bound.hi <= hi
+    elif field.ddl == "STRING":
+        assert isinstance(field.bound, schema.MaxChars | schema.Member)
+    if field.name in ("eventTime", "decidedAt", "lastHeartbeat", "watermark"):
+        assert field.bound == schema.IntRange(0, schema.MAX_EPOCH_MILLIS)
