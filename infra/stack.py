@@ -634,7 +634,7 @@ def down_services(services) -> None:
             print(f"could not stop {service.name}: {e}", file=sys.stderr)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m infra.stack", description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["up", "down", "status"])
     parser.add_argument("--services-conf", type=Path, default=REPO / "conf" / "services.properties")
@@ -648,7 +648,11 @@ def main(argv: list[str] | None = None) -> int:
                         default=os.environ.get(LAUNCHER_ENV, Launcher.PYTHON.value),
                         help=f"how `up` starts the Spark job: python -m streaming or spark-submit "
                              f"(default: ${LAUNCHER_ENV} or python; `down` stops either)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "up":
         return up(args)
