@@ -5,7 +5,7 @@ name-server nodes (publishing events to Kafka and applying the monitor's actions
 streaming job in local mode, prints where everything is, and stays in the foreground, restarting
 whatever dies.  Ctrl-C or SIGTERM stops everything it started, by PID.  ``down`` (``make stop``)
 stops a running ``up`` the same way, then whatever the pidfiles still name (a stack whose ``up``
-is gone).  ``status`` prints one line per service.
+is gone).  ``status`` prints one line per service (and ``up``'s PID while it runs).
 
 Theory of operation
 -------------------
@@ -437,9 +437,6 @@ class Supervisor:
         for w in self._watched:
             w.pid = w.service.running_pid()
             w.policy.started()
-
-    def policy(self, service: ProcessService) -> RestartPolicy:
-        return next(w.policy for w in self._watched if w.service is service)
 
     def next_check_s(self) -> float:
         """How long ``up`` may wait before the next ``check``: the poll interval or the next restart."""
