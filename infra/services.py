@@ -518,6 +518,15 @@ class ProcessService:
         self.pidfile.unlink(missing_ok=True)
         return None
 
+    def running_pid(self) -> int | None:
+        """Our live PID, or None; cheap (the pidfile and /proc, no probe), for a supervisor to poll."""
+        return self._tracked_pid()
+
+    def exit_code(self) -> int | None:
+        """How the process this object started ended (negative: killed by that signal); None while it
+        runs, or when this object did not start it (reused from an earlier ``start``)."""
+        return None if self._proc is None else self._proc.poll()
+
     def _runs_as_configured(self, pid: int) -> bool:
         """Same binary and our port among its arguments (redis-server rewrites its title to
         ``redis-server host:port``, which still names the port)."""

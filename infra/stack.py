@@ -2,10 +2,39 @@
 
 ``up`` starts, in order, the local Kafka-protocol broker and Redis (:mod:`infra.services`), the
 name-server nodes (publishing events to Kafka and applying the monitor's actions) and the Spark
-streaming job in local mode, prints where everything is, and stays in the foreground: Ctrl-C or
-SIGTERM stops everything it started, by PID.  ``down`` does the same from the pidfiles, for a stack
-whose ``up`` is gone.  If any process dies, ``up`` says which, shows the end of its log, and stops
-the rest.
+streaming job in local mode, prints where everything is, and stays in the foreground, restarting
+whatever dies.  Ctrl-C or SIGTERM stops everything it started, by PID.  ``down`` (``make stop``)
+stops a running ``up`` the same way, then whatever the pidfiles still name (a stack whose ``up``
+is gone).  ``status`` prints one line per service (and ``up``'s PID while it runs).
+
+Theory of operation
+-------------------
+Every service is a child process in a session of its own, with a pidfile and a log in the run
+dir (``run.dir`` of ``conf/services.properties``); ``up`` writes its own PID to ``stack.pid``
+there.  Once all are up, ``up``'s loop polls their PIDs (about once a second, from /proc, no
+probe) through a :class:`Supervisor`.  When one is gone, it prints one line naming the service,
+how it ended and when it will be restarted, then the end of its log (kept as ``<name>.log.1``),
+ends whatever the dead process left in its session (the job's JVM and Python workers), and
+restarts it when its :class:`RestartPolicy` says: after 1 s, doubling up to 60 s, back to 1 s
+once a run has lasted 60 s.  The rest keeps running meanwhile, as each part tolerates the others'
+absence (README, Operations):
+
+========================  ==================================================================
+what died                 meanwhile
+========================  ==================================================================
+the streaming job         the nodes keep serving; after ``monitorSilenceFallbackMillis`` without
+                          the monitor's heartbeat they expire brokers themselves; the job is
+                          restarted from its checkpoint (state, offsets, pending expiries)
+a name-server node        the other nodes serve; brokers re-register with it once it is back
+Kafka                     nodes queue events (bounded), the job waits; same port and data dir
+Redis                     nodes serve from memory; the job's next batch rewrites the routes
+========================  ==================================================================
+
+A signal to ``up`` stops the loop before any further restart (also in a back-off wait, or once a
+restart under way returns) and stops every service, by pidfile.  ``down`` from another shell
+SIGTERMs ``up`` (the PID in ``stack.pid``, if it still runs ``infra.stack up``) and waits for it,
+so nothing it stops is restarted behind its back, then stops what is left by pidfile.  A second
+``up`` on the same run dir is refused while the first runs.
 """
 
 from __future__ import annotations
@@ -19,9 +48,11 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import TextIO
 
 from infra.services import (
     LOOPBACK,
@@ -32,6 +63,9 @@ from infra.services import (
     ServiceError,
     load_config,
     package_file,
+    _log_tail,
+    _read_pidfile,
+    _write_pidfile,
     pid_alive,
 )
 
@@ -290,6 +324,177 @@ def _end_session(sid: int, grace: float = 10.0) -> None:
         time.sleep(0.05)
 
 
+def _end_dead_session(sid: int, grace: float) -> None:
+    """End what is left in the session of a dead leader ``sid`` (every service is started as one).
+
+    While any member lives the kernel keeps the number ``sid`` taken, so a live process with that
+    PID means the session is gone and the number reused: then there is nothing of ours to end.
+    """
+    if not pid_alive(sid):
+        _end_session(sid, grace)
+
+
+# --------------------------------------------------------------------------- supervision
+
+
+@dataclass
+class RestartPolicy:
+    """When to restart one service that died: the supervisor's decisions, without processes or sleeps.
+
+    The first restart comes ``first_delay`` seconds after the death; each further one waits twice as
+    long as the one before, up to ``max_delay``.  A run that lasted ``stable_after`` seconds resets
+    the delay, so a service that dies once a day comes back after a second, while one that dies at
+    every start settles at one attempt a minute.  A start that fails counts as a death with no
+    uptime.  Time comes only from ``clock`` (seconds, monotonic), so tests drive it by hand.
+    """
+
+    clock: Callable[[], float] = time.monotonic
+    first_delay: float = 1.0
+    max_delay: float = 60.0
+    stable_after: float = 60.0
+    #: deaths (and failed starts) so far
+    deaths: int = field(default=0, init=False)
+    _delay: float = field(default=0.0, init=False, repr=False)
+    _up_since: float | None = field(default=None, init=False, repr=False)
+    _due: float | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.first_delay <= self.max_delay or self.stable_after < 0:
+            raise ValueError(f"restart back-off: need 0 < first_delay ({self.first_delay}) <= max_delay "
+                             f"({self.max_delay}) and stable_after ({self.stable_after}) >= 0")
+        self._delay = self.first_delay
+
+    def started(self) -> None:
+        """The service runs (again): its uptime counts from now."""
+        self._up_since, self._due = self.clock(), None
+
+    def died(self) -> float:
+        """The service died, or a start failed; returns the seconds until it is to be restarted."""
+        now = self.clock()
+        if self._up_since is not None and now - self._up_since >= self.stable_after:
+            self._delay = self.first_delay
+        delay = self._delay
+        self._delay = min(delay * 2, self.max_delay)
+        self._up_since, self._due = None, now + delay
+        self.deaths += 1
+        return delay
+
+    @property
+    def waiting(self) -> bool:
+        """True from a death until the next ``started``."""
+        return self._due is not None
+
+    def uptime(self) -> float | None:
+        """Seconds since ``started``; None while waiting."""
+        return None if self._up_since is None else self.clock() - self._up_since
+
+    def seconds_left(self) -> float | None:
+        """Seconds until the restart is due (0 once it is); None when not waiting."""
+        return None if self._due is None else max(0.0, self._due - self.clock())
+
+    def due(self) -> bool:
+        return self.seconds_left() == 0.0
+
+
+def describe_exit(code: int | None) -> str:
+    """How a process ended, in words: ``killed by SIGKILL``, ``exited with code 1``."""
+    if code is None:
+        return "exited (status unknown: this `up` did not start it)"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+@dataclass
+class _Watched:
+    service: ProcessService
+    policy: RestartPolicy
+    pid: int | None = None
+
+
+class Supervisor:
+    """Applies one :class:`RestartPolicy` per service of a running stack; ``up``'s loop calls ``check``.
+
+    ``check`` finds the services whose process is gone, says so (one line, then the end of its log),
+    ends what is left of the dead process's session, and restarts each when its policy says; a
+    restart that fails is reported and retried.  It does nothing more once ``stopping()`` is true,
+    so a signal to ``up`` during a back-off wait or a restart leaves ``up`` free to stop everything.
+    """
+
+    #: how long what a dead service left in its session gets to exit by itself before SIGKILL
+    LEFTOVER_GRACE_S = 5.0
+
+    def __init__(self, services: list[ProcessService], *, clock: Callable[[], float] = time.monotonic,
+                 out: TextIO | None = None, poll_s: float = 1.0,
+                 end_session: Callable[[int, float], None] = _end_dead_session) -> None:
+        self._out = out
+        self._end_session = end_session
+        self.poll_s = poll_s
+        self._watched = [_Watched(s, RestartPolicy(clock)) for s in services]
+        for w in self._watched:
+            w.pid = w.service.running_pid()
+            w.policy.started()
+
+    def next_check_s(self) -> float:
+        """How long ``up`` may wait before the next ``check``: the poll interval or the next restart."""
+        left = [s for w in self._watched if (s := w.policy.seconds_left()) is not None]
+        return min([self.poll_s, *left])
+
+    def check(self, stopping: Callable[[], bool] = lambda: False) -> None:
+        for w in self._watched:
+            if stopping():
+                return
+            if not w.policy.waiting:
+                pid = w.service.running_pid()
+                if pid is not None:
+                    w.pid = pid
+                    continue
+                self._died(w)
+            if w.policy.due() and not stopping():
+                self._restart(w)
+
+    def _say(self, text: str) -> None:
+        print(text, file=self._out or sys.stderr, flush=True)
+
+    def _died(self, w: _Watched) -> None:
+        service, pid = w.service, w.pid
+        uptime = w.policy.uptime()
+        delay = w.policy.died()
+        if pid is not None:
+            # what is still in its session (the job's JVM and Python workers) must go before a new
+            # job takes the same checkpoint
+            self._end_session(pid, self.LEFTOVER_GRACE_S)
+        kept = service.log_file.with_name(service.log_file.name + ".1")
+        with contextlib.suppress(OSError):
+            service.log_file.replace(kept)  # `start` truncates the log: keep the dead one's
+        what = "from its checkpoint" if isinstance(service, StreamingJob) else "on the same port"
+        lived = f" after {uptime:.0f} s" if uptime is not None else ""
+        self._say(f"{service.name} (pid {pid or '-'}) {describe_exit(service.exit_code())}{lived}; the rest keeps "
+                  f"running; restarting it {what} in {delay:.0f} s (death {w.policy.deaths}); "
+                  f"its log {kept} ends with:\n{_tail(kept)}")
+
+    def _restart(self, w: _Watched) -> None:
+        service = w.service
+        try:
+            service.start()
+        # any failure: one service that cannot start yet must not take the others down with it
+        except Exception as e:  # noqa: BLE001
+            delay = w.policy.died()
+            why = _printable(next(iter(str(e).splitlines()), "") or repr(e))
+            self._say(f"{service.name} could not be restarted: {why}; next attempt in {delay:.0f} s "
+                      f"(death {w.policy.deaths}, log {service.log_file})")
+            return
+        w.policy.started()
+        w.pid = service.running_pid()
+        self._say(f"{service.name} restarted (pid {w.pid or '-'})")
+
+
+# --------------------------------------------------------------------------- the stack
+
+
 def build_stack(args: argparse.Namespace) -> list[ProcessService]:
     services = load_config(args.services_conf)
     run_dir = services.run_dir
@@ -329,17 +534,43 @@ def banner(stack: list[ProcessService], node_ports: list[int]) -> str:
         f"  Routes in Redis:     .venv/bin/namesrv routes --redis {redis.url} get T0   (or: routes watch)",
         "  Alerts:              in the streaming log, and on the Kafka topic namesrv-alerts",
         "",
+        "  Whatever dies is restarted here (after 1 s, doubling to 60 s), the rest keeps running;",
+        "  the Spark job restarts from its checkpoint, and meanwhile the nodes expire brokers themselves.",
+        "",
         "  Stop: Ctrl-C here, or `make stop` from another shell.",
         "",
     ]
     return "\n".join(lines)
 
 
+#: the pidfile of a running ``up``, in the run dir: ``down`` stops the stack through it first
+UP_PIDFILE = "stack.pid"
+#: how long ``down`` waits for ``up`` to stop everything it runs (the job alone may take 40 s)
+UP_STOP_TIMEOUT_S = 180.0
+
+
+def running_up(run_dir: Path) -> int | None:
+    """The PID of the ``up`` that owns ``run_dir``, if it still runs (a reused PID does not count)."""
+    pid = _read_pidfile(run_dir / UP_PIDFILE)
+    if pid is None or pid == os.getpid() or not pid_alive(pid):
+        return None
+    args = _cmdline(pid)
+    # an unreadable command line is trusted, as for the job; anything else must be `infra.stack up`
+    return pid if args is None or ("infra.stack" in args and "up" in args) else None
+
+
 def up(args: argparse.Namespace) -> int:
     stack = build_stack(args)
+    run_dir = stack[0].run_dir
+    if (other := running_up(run_dir)) is not None:
+        print(f"the system is already up (pid {other}, run dir {run_dir}); stop it first: make stop",
+              file=sys.stderr)
+        return 1
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _write_pidfile(run_dir / UP_PIDFILE, os.getpid())
     started: list[ProcessService] = []
     try:
         for service in stack:
@@ -349,25 +580,46 @@ def up(args: argparse.Namespace) -> int:
             if stop.is_set():
                 return 130
         print(banner(stack, args.node_ports), flush=True)
-        while not stop.wait(1.0):
-            for service in started:
-                if service.status().pid is None:
-                    print(f"{service.name} stopped unexpectedly; its log ({service.log_file}) ends with:\n"
-                          f"{_tail(service.log_file)}", file=sys.stderr)
-                    return 1
+        supervisor = Supervisor(stack)
+        while not stop.wait(supervisor.next_check_s()):
+            supervisor.check(stop.is_set)
         return 0
     except ServiceError as e:
         print(f"could not start the system: {e}", file=sys.stderr)
         return 1
     finally:
+        # every service, also one waiting for its restart (nothing to stop) or just restarted
         down_services(reversed(started or stack))
+        (run_dir / UP_PIDFILE).unlink(missing_ok=True)
 
 
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
+def down(args: argparse.Namespace) -> int:
+    """Stop the stack: through its ``up`` if one runs (else it would restart what we stop), then by pidfile."""
+    stack = build_stack(args)
+    run_dir = stack[0].run_dir
+    if (pid := running_up(run_dir)) is not None:
+        print(f"stopping the system's `up` (pid {pid}) ...", file=sys.stderr, flush=True)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + UP_STOP_TIMEOUT_S
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if pid_alive(pid):
+            print(f"`up` (pid {pid}) still runs {UP_STOP_TIMEOUT_S:.0f} s after SIGTERM; stopping its services "
+                  "by pidfile", file=sys.stderr)
+    # what a gone `up` left behind (or all of it, with no `up`): each pidfile names its PID
+    down_services(reversed(stack))
+    return 0
+
+
+def _printable(text: str) -> str:
+    """``text`` with control characters escaped, so a log quoted on the terminal cannot drive it."""
+    return "".join(c if c.isprintable() or c == "\t" else f"\\x{ord(c):02x}" for c in text)
+
+
+def _tail(path: Path, lines: int = 10, indent: str = "  | ") -> str:
+    tail = _log_tail(path).splitlines()[-lines:] or ["(no log)"]
+    return "\n".join(indent + _printable(line) for line in tail)
 
 
 def down_services(services) -> None:
@@ -379,7 +631,7 @@ def down_services(services) -> None:
             print(f"could not stop {service.name}: {e}", file=sys.stderr)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m infra.stack", description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["up", "down", "status"])
     parser.add_argument("--services-conf", type=Path, default=REPO / "conf" / "services.properties")
@@ -393,14 +645,19 @@ def main(argv: list[str] | None = None) -> int:
                         default=os.environ.get(LAUNCHER_ENV, Launcher.PYTHON.value),
                         help=f"how `up` starts the Spark job: python -m streaming or spark-submit "
                              f"(default: ${LAUNCHER_ENV} or python; `down` stops either)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "up":
         return up(args)
-    stack = build_stack(args)
     if args.command == "down":
-        down_services(reversed(stack))
-        return 0
+        return down(args)
+    stack = build_stack(args)
+    if (pid := running_up(stack[0].run_dir)) is not None:
+        print(f"up pid={pid} pidfile={stack[0].run_dir / UP_PIDFILE}")
     for service in stack:
         print(service.status().line())
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -88,3 +89,234 @@ def test_a_pid_just_past_exec_with_no_command_line_yet_counts_as_the_job(monkeyp
     assert stack._runs_streaming(os.getpid())
     monkeypatch.setattr(stack, "_cmdline", lambda pid: [sys.executable, "-c", "pass"])
     assert not stack._runs_streaming(os.getpid())
+
+
+# --------------------------------------------------------------------------- supervision
+
+
+class Clock:
+    """Seconds that move only when the test says."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_restarts_back_off_from_one_second_doubling_to_a_minute():
+    clock = Clock()
+    policy = stack.RestartPolicy(clock)
+    policy.started()
+    delays = []
+    for _ in range(9):
+        delays.append(policy.died())
+        clock.now += delays[-1]
+        policy.started()
+        clock.now += 5  # each run dies after 5 s: not stable
+    assert delays == [1, 2, 4, 8, 16, 32, 60, 60, 60]
+    assert policy.deaths == 9
+
+
+def test_a_failed_start_counts_as_a_death_with_no_uptime():
+    clock = Clock()
+    policy = stack.RestartPolicy(clock)
+    policy.started()
+    clock.now += 3600
+    assert policy.died() == 1
+    clock.now += 1
+    assert policy.died() == 2  # the start failed: no uptime, so no reset however long ago it ran
+    assert policy.uptime() is None
+
+
+@pytest.mark.parametrize("lived, next_delay", [(59.9, 8), (60.0, 1)])
+def test_a_run_that_lasted_stable_after_resets_the_back_off(lived, next_delay):
+    clock = Clock()
+    policy = stack.RestartPolicy(clock)
+    policy.started()
+    for _ in range(3):  # 1, 2, 4
+        clock.now += policy.died()
+        policy.started()
+    clock.now += lived
+    assert policy.died() == next_delay
+
+
+def test_a_restart_is_due_only_once_its_delay_has_passed():
+    clock = Clock()
+    policy = stack.RestartPolicy(clock, first_delay=2.0)
+    policy.started()
+    assert not policy.waiting and not policy.due() and policy.seconds_left() is None
+    policy.died()
+    assert policy.waiting and policy.seconds_left() == 2.0
+    clock.now += 1.999
+    assert not policy.due()
+    clock.now += 0.001
+    assert policy.due() and policy.seconds_left() == 0.0
+    policy.started()
+    assert not policy.waiting and policy.uptime() == 0.0
+
+
+@pytest.mark.parametrize("kwargs", [dict(first_delay=0), dict(first_delay=10, max_delay=5), dict(stable_after=-1)])
+def test_a_back_off_that_cannot_work_is_refused(kwargs):
+    with pytest.raises(ValueError, match="restart back-off"):
+        stack.RestartPolicy(Clock(), **kwargs)
+
+
+@pytest.mark.parametrize("code, text", [(-9, "killed by SIGKILL"), (1, "exited with code 1"), (0, "exited with code 0"),
+                                        (None, "status unknown")])
+def test_an_exit_is_said_in_words(code, text):
+    assert text in stack.describe_exit(code)
+
+
+class FakeService:
+    """What the supervisor uses of a ProcessService, with no process behind it."""
+
+    def __init__(self, name: str, run_dir: Path, pid: int) -> None:
+        self.name = name
+        self.log_file = run_dir / f"{name}.log"
+        self.log_file.write_text(f"{name} says hello\n")
+        self.pid: int | None = pid
+        self.code: int | None = None
+        self.starts = 0
+        self.start_error: Exception | None = None
+
+    def running_pid(self) -> int | None:
+        return self.pid
+
+    def exit_code(self) -> int | None:
+        return self.code
+
+    def die(self, code: int, last_words: str = "") -> None:
+        with self.log_file.open("a") as fh:
+            fh.write(last_words)
+        self.pid, self.code = None, code
+
+    def start(self) -> None:
+        self.starts += 1
+        if self.start_error is not None:
+            raise self.start_error
+        self.pid, self.code = 5000 + self.starts, None
+
+
+@pytest.fixture
+def supervised(tmp_path):
+    clock = Clock()
+    services = {name: FakeService(name, tmp_path, pid) for name, pid in (("kafka", 11), ("namesrv-1", 22))}
+    out = io.StringIO()
+    ended: list[int] = []
+    sup = stack.Supervisor(list(services.values()), clock=clock, out=out,
+                           end_session=lambda sid, grace: ended.append(sid))
+    return sup, services, clock, out, ended
+
+
+def test_a_dead_service_is_reported_once_and_restarted_when_due_and_the_rest_is_left_alone(supervised):
+    sup, services, clock, out, ended = supervised
+    node, kafka = services["namesrv-1"], services["kafka"]
+    clock.now += 30
+    node.die(-9, "last words\n")
+    sup.check()
+    said = out.getvalue()
+    first = said.splitlines()[0]
+    assert first.startswith("namesrv-1 (pid 22) killed by SIGKILL after 30 s; the rest keeps running; "
+                            "restarting it on the same port in 1 s"), said
+    assert "  | last words" in said.splitlines()
+    assert ended == [22]  # what the dead process left in its session is ended before the restart
+    assert (node.log_file.parent / "namesrv-1.log.1").read_text().endswith("last words\n")
+    assert node.starts == 0 and sup.next_check_s() == 1.0
+    clock.now += 0.5
+    sup.check()
+    assert node.starts == 0 and sup.next_check_s() == 0.5
+    assert out.getvalue() == said  # said once, not at every check
+    clock.now += 0.5
+    sup.check()
+    assert node.starts == 1 and node.pid == 5001
+    assert out.getvalue().splitlines()[-1] == "namesrv-1 restarted (pid 5001)"
+    assert kafka.starts == 0 and kafka.pid == 11 and ended == [22]
+    sup.check()
+    assert node.starts == 1
+
+
+def test_a_restart_that_fails_is_reported_and_retried_later(supervised):
+    sup, services, clock, out, _ = supervised
+    kafka = services["kafka"]
+    kafka.die(1)
+    sup.check()
+    kafka.start_error = stack.ServiceError("kafka: port 19092 on 127.0.0.1 is already in use\nsecond line")
+    clock.now += 1
+    sup.check()
+    assert kafka.starts == 1
+    assert out.getvalue().splitlines()[-1] == ("kafka could not be restarted: kafka: port 19092 on 127.0.0.1 is "
+                                               f"already in use; next attempt in 2 s (death 2, log {kafka.log_file})")
+    kafka.start_error = RuntimeError("not a ServiceError")  # whatever goes wrong, the supervisor carries on
+    clock.now += 2
+    sup.check()
+    assert kafka.starts == 2 and "next attempt in 4 s" in out.getvalue().splitlines()[-1]
+    kafka.start_error = None
+    clock.now += 4
+    sup.check()
+    assert kafka.starts == 3 and kafka.pid is not None
+
+
+def test_nothing_is_restarted_once_stopping(supervised):
+    sup, services, clock, out, _ = supervised
+    services["kafka"].die(-15)
+    services["namesrv-1"].die(-9)
+    sup.check(stopping=lambda: True)
+    assert out.getvalue() == ""  # `up` is about to stop everything: nothing to say or do
+    sup.check()
+    assert out.getvalue().count("restarting it") == 2
+    clock.now += 1  # both due now, but `up` got its signal during the back-off wait
+    sup.check(stopping=lambda: True)
+    assert [s.starts for s in services.values()] == [0, 0]
+
+
+def test_a_log_quoted_on_the_terminal_cannot_drive_it(supervised):
+    sup, services, _, out, _ = supervised
+    services["kafka"].die(1, "evil \x1b[2J\x07 line\n")
+    sup.check()
+    assert "\x1b" not in out.getvalue() and "evil \\x1b[2J\\x07 line" in out.getvalue()
+
+
+def test_the_job_is_restarted_from_its_checkpoint(tmp_path):
+    j = job(tmp_path, "python")
+    out = io.StringIO()
+    fake = FakeService("streaming", tmp_path, 33)
+    j.running_pid, j.exit_code = fake.running_pid, fake.exit_code  # type: ignore[method-assign]
+    sup = stack.Supervisor([j], clock=Clock(), out=out, end_session=lambda sid, grace: None)
+    fake.die(-9)
+    sup.check()
+    assert out.getvalue().startswith("streaming (pid 33) killed by SIGKILL after 0 s; the rest keeps running; "
+                                     "restarting it from its checkpoint in 1 s (death 1)")
+
+
+def test_a_second_up_on_the_same_run_dir_is_refused(tmp_path, capsys):
+    conf = tmp_path / "services.properties"
+    run = tmp_path / "run"
+    conf.write_text(f"run.dir={run}\n")
+    run.mkdir()
+    # a process whose command line reads as `python -m infra.stack up`, as the first `up`'s does
+    first = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "infra.stack", "up"],
+                             stdin=subprocess.PIPE)
+    try:
+        while not Path(f"/proc/{first.pid}/cmdline").read_bytes():
+            time.sleep(0.01)
+        (run / stack.UP_PIDFILE).write_text(f"{first.pid}\n")
+        assert stack.running_up(run) == first.pid
+        assert stack.main(["up", "--services-conf", str(conf), "--no-streaming"]) == 1
+        assert f"already up (pid {first.pid}" in capsys.readouterr().err
+        assert (run / stack.UP_PIDFILE).read_text() == f"{first.pid}\n"  # the first one's pidfile is left alone
+        assert not (run / "kafka.pid").exists()
+    finally:
+        first.communicate(b"")
+    assert stack.running_up(run) is None  # gone
+
+
+def test_a_pidfile_naming_another_program_is_not_an_up(tmp_path):
+    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        while not Path(f"/proc/{other.pid}/cmdline").read_bytes():
+            time.sleep(0.01)
+        (tmp_path / stack.UP_PIDFILE).write_text(f"{other.pid}\n")
+        assert stack.running_up(tmp_path) is None
+    finally:
+        other.communicate(b"")
