@@ -5,8 +5,9 @@ does happens in :mod:`namesrv.handlers`.  A frame the decoder rejects closes tha
 nothing else.  A connection that closes, or stays silent for ``serverChannelMaxIdleTimeSeconds``,
 unregisters the brokers that registered through it, as Netty's channel events do in Java, and the
 observer hears why (the CHANNEL_CLOSED event's reason): ``connection closed`` (by the peer),
-``connection error: ...``, ``idle for N s (serverChannelMaxIdleTimeSeconds)``, ``malformed frame: ...``
-or ``node stopping``.
+``connection error: ...``, ``idle for N s (serverChannelMaxIdleTimeSeconds)`` or ``malformed frame: ...``.
+A node that stops closes every connection without reporting them: its brokers did not lose anything
+the monitor should act on.
 
 A peer that sends requests but does not read the answers gets no more answers buffered for it than
 the transport's high-water mark: past it we stop reading from that peer until it catches up.  Java
@@ -128,6 +129,8 @@ class NameServer:
     def __init__(self, node: NameServerNode) -> None:
         self.node = node
         self.connections: set[Connection] = set()
+        #: set by stop(): closes from then on are the node's own shutdown, not the brokers'
+        self._stopping = False
         self.tasks: set[asyncio.Task[Any]] = set()
         self._server: asyncio.base_events.Server | None = None
         mode = node.config.response_serialize_type.upper()
@@ -161,6 +164,10 @@ class NameServer:
         if requests:
             log.info("%s from %s: unregistering %s", reason, connection.peer, [r.broker_addr for r in requests])
             self.node.submit_unregister(requests)
+            if self._stopping:
+                # the node is going away, not the broker's connection: reporting it would tell the
+                # monitor the broker is gone here, and a fleet-wide restart would remove every broker
+                return
             for r in requests:
                 self.node.observer.broker_unregistered(r, reason)
 
@@ -208,6 +215,7 @@ class NameServer:
 
     async def stop(self, timeout: float = 5.0) -> None:
         """Stop listening, close every connection, wait up to ``timeout``, then cancel what is left."""
+        self._stopping = True
         if self._server is not None:
             self._server.close()
         for connection in list(self.connections):

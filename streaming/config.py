@@ -12,7 +12,7 @@ Keys starting with ``spark.`` are not ours: they go to the SparkSession builder 
 from __future__ import annotations
 
 import dataclasses
-import os
+import hashlib
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from namesrv.config import parse_properties
+from namesrv.events.schema import MAX_NAME_CHARS
 
 DEFAULT_CONFIG_PATH = Path("conf/streaming.properties")
 #: our format over kafka-python, or Spark's connector when its jar is on the classpath
@@ -84,8 +85,15 @@ class StreamingConfig:
 
     @property
     def monitor_name(self) -> str:
-        """Who signs the actions: ``monitor.id``, else ``host:pid``."""
-        return self.monitor_id or f"{socket.gethostname()}:{os.getpid()}"
+        """Who signs the actions: ``monitor.id``, else ``liveness@host/<checkpoint hash>``.
+
+        A job restarted from the same checkpoint is the same monitor (same state, same decisions), and
+        keeps its name, so nodes that trust the first monitor they hear keep obeying it after a restart.
+        """
+        if self.monitor_id:
+            return self.monitor_id
+        digest = hashlib.sha1(str(self.checkpoint_dir).encode()).hexdigest()[:8]
+        return f"liveness@{socket.gethostname()[:200]}/{digest}"
 
     def kafka_options(self) -> dict[str, str]:
         """Options shared by the source and the sinks, in Spark's Kafka connector spelling."""
@@ -135,6 +143,13 @@ def _non_negative(text: str) -> int:
 
 def _opt_positive(text: str) -> int | None:
     return _positive(text) if text.strip() else None
+
+
+def _monitor_id(text: str) -> str:
+    value = text.strip()
+    if len(value) > MAX_NAME_CHARS:
+        raise ValueError("too long")
+    return value
 
 
 def _bool(text: str) -> bool:
@@ -191,7 +206,8 @@ OPTIONS: tuple[Option, ...] = (
            "silence before EXPIRE when the registration carries no timeout"),
     Option("monitor.heartbeatIntervalMillis", "monitor_heartbeat_interval_millis", _positive, "milliseconds",
            "period of the MONITOR_HEARTBEAT action the nodes watch"),
-    Option("monitor.id", "monitor_id", _opt_str, "text", "name in actions (empty: host:pid)"),
+    Option("monitor.id", "monitor_id", _monitor_id, "text of at most 1024 characters",
+           "name in actions (empty: liveness@host/<hash of the checkpoint directory>)"),
     Option("monitor.removeOnChannelClose", "remove_on_channel_close", _bool, "true | false",
            "a broker whose connection closes at any node is removed at every node"),
     Option("monitor.forgetAfterMillis", "forget_after_millis", _positive, "milliseconds",

@@ -42,7 +42,17 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
-from namesrv.events.schema import Action, ActionType, SchemaError, action_key, decode_event, encode_action, wall_ms
+from namesrv.events.schema import (
+    MAX_REASON_CHARS,
+    Action,
+    ActionType,
+    SchemaError,
+    action_key,
+    check_action,
+    decode_event,
+    encode_action,
+    wall_ms,
+)
 from namesrv.retrying import retry_until_stopped
 from namesrv.routes import RouteSettings
 from streaming import kafka_io
@@ -230,10 +240,6 @@ class KafkaPublisher:
         self.producer.close()
 
 
-#: an action's reason is cut to this many characters (names in it are bounded by the event schema)
-MAX_REASON_CHARS = 2048
-
-
 def order_key(row: dict[str, Any]) -> tuple:
     """The order a batch's output is applied in: event time, then the reporting node's sequence."""
     return (row["orderTime"] or 0, row["node"] or "", row["seq"] or 0, row["step"] or 0)
@@ -283,6 +289,8 @@ class MonitorStatus:
     last_batch_done_at: int = 0
     #: events refused for being stamped ahead of the job's clock, in this run
     ahead_events: int = 0
+    #: decided actions not sent because they fail the action schema's bounds (a bug, counted)
+    bad_actions: int = 0
     #: node -> (wall time last seen ahead, events refused, furthest claim)
     ahead_nodes: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
@@ -389,6 +397,12 @@ class BatchSink:
         for row in rows:
             if row["kind"] == KIND_ACTION:
                 action = row_action(row, self.monitor, at)
+                try:
+                    check_action(action)  # what the nodes would refuse is not sent: counted and logged
+                except SchemaError as exc:
+                    self.status.bad_actions += 1
+                    log.error("action not sent, the nodes would refuse it: %s", exc)
+                    continue
                 log.info("%s %s %s (%s)", action.type, action.cluster_name, action.broker_addr, action.reason)
                 self.publisher.send(self.cfg.actions_topic, action_key(action), encode_action(action))
 
