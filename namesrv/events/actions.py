@@ -163,11 +163,14 @@ class MonitorWatchdog:
         return self.last_heard is not None and (self.now() - self.last_heard) * 1000 < self.silence_ms
 
     def heard(self, monitor: str) -> None:
+        handing_back = self.last_heard is not None  # the scan is on because the monitor fell silent
         self.last_heard = self.now()
         self.monitor = monitor
         if self.expiry.enabled:
             self.expiry.enabled = False
-            log.info("liveness monitor %r is alive: local expiry scan off, the monitor decides", monitor)
+            # a hand-back pairs with the warning that switched the scan on, so it is one too
+            log.log(logging.WARNING if handing_back else logging.INFO,
+                    "liveness monitor %r is alive: local expiry scan off, the monitor decides", monitor)
 
     def check(self) -> None:
         if self.expiry.enabled or self.last_heard is None or self.monitor_alive:

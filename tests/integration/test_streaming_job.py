@@ -1,8 +1,9 @@
 """The liveness monitor end to end: real noida-db, real Redis, local Spark, synthetic event times.
 
 Events are written to Kafka as two nodes (n1, n2) would write them, with event times chosen by
-the test, so every expiry happens at a known watermark and nothing depends on the wall clock.
-The job runs with a 200 ms trigger; ``until`` waits for what the job publishes.
+the test, so every expiry happens at a known event time and nothing depends on the wall clock.
+The watermark delay is the shipped 120 s: a broker still expires as soon as event time passes its
+deadline. The job runs with a 200 ms trigger; ``until`` waits for what the job publishes.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ pytestmark = pytest.mark.timeout(240)
 
 CLUSTER = "DefaultCluster"
 TIMEOUT = 10_000  # every broker's heartbeatTimeoutMillis
-DELAY = 2_000  # watermark delay
 NODE_SILENT = 10_000
 A = ("broker-a", "10.0.0.1:10911")  # keeps heartbeating
 B = ("broker-b", "10.0.0.2:10911")  # goes silent
@@ -68,7 +68,6 @@ class World:
             "kafka.actionsTopic": self.actions_topic,
             "kafka.alertsTopic": self.alerts_topic,
             "monitor.checkpointDir": str(tmp_path / "checkpoint"),
-            "monitor.watermarkDelayMillis": str(DELAY),
             "monitor.heartbeatIntervalMillis": "1000",
             "monitor.id": "test-monitor",
             "alerts.nodeSilentMillis": str(NODE_SILENT),
@@ -229,17 +228,18 @@ def test_expire_once_remove_once_keep_the_live_one_and_ticks_expire_the_silent(s
         assert w.decisions() == [("REMOVE", C[1], 5_000)]
         assert "broker-c" not in w.lookup.cluster_info().broker_addr_table
 
-        # t=16 s: watermark 14 s, B's deadline is 5 + 10 s: not yet
+        # t=15 s: B's deadline is 5 + 10 s: not yet
         w.heartbeat(A, 10_000)
         w.heartbeat(A, 15_000)
-        w.tick(16_000)
+        w.tick(15_000)
         w.flush()
         settle(monitor)
         assert w.decisions() == [("REMOVE", C[1], 5_000)]
         assert w.route_brokers("TB") == {"broker-b"}
 
-        # t=18 s: watermark 16 s > 15 s: B expires, once; n2 stops ticking from here on
-        w.tick(18_000, nodes=("n1",))
+        # t=16 s: past 15 s, B expires, once (the 120 s watermark delay is not waited for); n2 stops
+        # ticking from here on
+        w.tick(16_000, nodes=("n1",))
         w.flush()
         until(monitor, lambda: len(w.decisions()) == 2, what="B expired")
         assert w.decisions()[1] == ("EXPIRE", B[1], 5_000)
@@ -301,10 +301,43 @@ def test_a_restart_from_the_checkpoint_keeps_offsets_state_and_pending_expiries(
         assert str(monitor.query.id) == first_query
         until(monitor, lambda: w.decisions() == [("EXPIRE", B[1], 0)], what="B expired after the restart")
         until(monitor, lambda: w.route_brokers("TS") == {"broker-a"}, what="TS without B")
-        # A's heartbeat at 8 s was kept: not expired at watermark 12 s
+        # A's heartbeat at 8 s was kept: not expired at event time 14 s
         settle(monitor, 1.0)
         assert w.decisions() == [("EXPIRE", B[1], 0)]
         assert int(w.lookup.status()["batchId"]) > 0
+
+
+def test_poison_events_are_refused_and_the_job_keeps_deciding_after_a_restart(spark, world):
+    """Schema-shaped events a buggy node could send: a clock in 2100, a 0.9 MB node name, Long.MAX."""
+    w = world
+    poison = [
+        Event(type=EventType.TICK, node="clock-in-2100", event_time=4_102_444_800_000, seq=1),
+        Event(type=EventType.TICK, node="n" * 900_000, event_time=w.t0, seq=1),
+        Event(type=EventType.TICK, node="long-max", event_time=2**63 - 1, seq=1),
+    ]
+    big = KafkaProducer(bootstrap_servers=w.bootstrap, max_request_size=4 * 1024 * 1024)
+    with running(spark, w) as monitor:
+        a_and_b_serve_ts(w, monitor)
+        for e in poison:
+            big.send(w.events_topic, key=b"poison", value=encode_event(e))
+        big.flush()
+        w.heartbeat(A, 8_000)
+        w.tick(9_000)
+        w.flush()
+        until(monitor, lambda: monitor.status.ahead_events == 1 and monitor.status.bad_events == 2,
+              what="one event refused as ahead of the clock, two as out of the schema's bounds")
+        settle(monitor, 1.0)
+        assert w.decisions() == []  # the tick from 2100 moved nothing: nobody expired
+        until(monitor, lambda: ("NODE_CLOCK_AHEAD", "OPEN", "clock-in-2100") in w.alerts(), what="clock alert")
+        assert monitor.query.isActive
+    big.close()
+    # the poison is behind the checkpointed offsets; a restart goes on deciding
+    w.tick(14_000)
+    w.flush()
+    with running(spark, w) as monitor:
+        until(monitor, lambda: w.decisions() == [("EXPIRE", B[1], 0)], what="B expired after the restart")
+        settle(monitor, 1.0)
+        assert w.decisions() == [("EXPIRE", B[1], 0)]
 
 
 def test_malformed_events_are_counted_and_skipped(spark, world):
