@@ -886,6 +886,18 @@ class FleetRunner:
             self._silent.add(name)
             self.fleets[name].shutdown(unregister=True)
 
+    def crash(self, name: str) -> None:
+        """Close every connection of the fleet without a word, as a SIGKILLed broker's kernel does."""
+        with self._lock:
+            self._silent.add(name)
+            self.fleets[name].shutdown(unregister=False)
+
+    def drop_link(self, name: str, namesrv: str) -> None:
+        """Close the fleet's connection to ``namesrv`` only (hold it first, or it reconnects)."""
+        with self._lock:
+            for m in self.fleets[name].members:
+                m.links[namesrv].conn.close()
+
     def hold(self, namesrv: str) -> None:
         """No fleet reconnects to ``namesrv`` until :meth:`release` (links that are up stay up)."""
         with self._lock:

@@ -28,8 +28,9 @@ import pytest
 from kafka import KafkaProducer
 
 from infra.services import pid_alive
-from namesrv.events.schema import Event, EventType, encode_event
+from namesrv.events.schema import Action, ActionType, Event, EventType, encode_action, encode_event
 from tests.integration.backends import (
+    ACTIONS,
     SUMMARY,
     EVENTS,
     FleetRunner,
@@ -163,7 +164,7 @@ def test_a_crashed_broker_is_gone_in_redis_within_seconds_of_its_last_connection
     closed_at = {}
     for name in brokers:
         closed_at[name] = wall_ms()
-        stack.fleets.fleets[names[name]].shutdown(unregister=False)  # as a SIGKILL: the kernel closes them
+        stack.fleets.crash(names[name])
         time.sleep(0.41)
     gone = gone_times(stack, brokers, 30)
     redis_latency = [gone[name]["redis"] - closed_at[name] for name in brokers]
@@ -181,11 +182,10 @@ def test_a_crashed_broker_is_gone_in_redis_within_seconds_of_its_last_connection
 
 def test_a_close_at_one_node_only_drops_the_broker_there(stack: Stack):
     name, addr = stack.add("halfway")
-    fleet = stack.fleets.fleets["halfway"]
     node1 = stack.system.node_addrs[0]
     stack.fleets.hold(node1)  # it must not reconnect to node 1 meanwhile
     try:
-        fleet.members[0].links[node1].conn.close()
+        stack.fleets.drop_link("halfway", node1)
         wait_until(lambda: not stack.places(name)["node-1"], 10, f"{name} dropped by node 1")
         wait_until(lambda: [e for e in stack.system.tap.events()
                             if e.broker_addr == addr and str(e.type) == "CHANNEL_CLOSED"],
@@ -216,10 +216,30 @@ def poison(bootstrap: str) -> list[bytes]:
     return [encode_event(e) for e in events]
 
 
+def poison_actions(bootstrap: str, live_addr: str) -> None:
+    """Actions no trusted monitor sent: a lastHeartbeat of 2^64-1, and a REMOVE from a monitor nobody runs."""
+    now = wall_ms()
+    actions = [
+        Action(type=ActionType.EXPIRE, monitor="it-monitor", decided_at=now, cluster_name="DefaultCluster",
+               broker_addr=live_addr, last_heartbeat=2**64 - 1, watermark=now - 120_000),
+        Action(type=ActionType.REMOVE, monitor="rogue", decided_at=now, cluster_name="DefaultCluster",
+               broker_addr=live_addr, last_heartbeat=now + 60_000, watermark=now),
+        Action(type=ActionType.MONITOR_HEARTBEAT, monitor="rogue", decided_at=now, watermark=now - 120_000),
+    ]  # fmt: skip
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    try:
+        for a in actions:
+            producer.send(ACTIONS, key=live_addr.encode(), value=encode_action(a))
+        producer.flush()
+    finally:
+        producer.close()
+
+
 def test_poison_events_change_nothing_and_the_job_keeps_deciding_after_a_restart(stack: Stack):
     live = stack.add("steady")
     doomed = dict([stack.add("doomed0")])
     poison(stack.system.kafka_bootstrap)
+    poison_actions(stack.system.kafka_bootstrap, live[1])
     stack.fleets.silence("doomed0")
     gone_times(stack, doomed, BROKER_TIMEOUT_MS / 1000 + 30)  # still decided by the job...
     tap = stack.system.tap
@@ -227,7 +247,9 @@ def test_poison_events_change_nothing_and_the_job_keeps_deciding_after_a_restart
     wait_until(lambda: [a for a in tap.alerts() if str(a.kind) == "NODE_CLOCK_AHEAD" and a.node == "clock-in-2100"],
                30, "NODE_CLOCK_AHEAD naming the node")
     assert stack.places(live[0]) == {"node-1": True, "node-2": True, "redis": True}  # ...and nobody else
-    assert tap.decisions(live[1]) == []
+    assert tap.decisions(live[1]) == ["REMOVE"]  # only the rogue one (2^64-1 does not even decode): refused
+    for i in range(2):
+        wait_until(lambda i=i: "rogue" in stack.system.node_log(i), 10, f"node {i + 1} reporting the rogue monitor")
 
     # the poison is in the checkpointed offsets' past: a restart must not meet it and crash
     stack.system.restart_streaming(kill=True)
@@ -235,7 +257,8 @@ def test_poison_events_change_nothing_and_the_job_keeps_deciding_after_a_restart
     stack.fleets.silence("doomed1")
     gone_times(stack, again, BROKER_TIMEOUT_MS / 1000 + 30)
     assert all(tap.decisions(a) == ["EXPIRE"] for a in again.values())
-    assert tap.decisions(live[1]) == [] and stack.places(live[0])["redis"]
+    assert tap.decisions(live[1]) == ["REMOVE"]
+    assert stack.places(live[0]) == {"node-1": True, "node-2": True, "redis": True}
 
 
 def test_with_the_job_killed_the_nodes_serve_and_expire_and_hand_back_once_it_decides(stack: Stack):
