@@ -37,6 +37,7 @@ def test_vector_round_trips_byte_identical(tmp_path: Path) -> None:
     path.write_bytes(VECTOR)
     kv = loaded(path)
     assert kv.get("ORDER_TOPIC_CONFIG", "TopicOrder") == "broker-a:4"
+    kv.put("ORDER_TOPIC_CONFIG", "TopicOrder", "other")
     kv.put("ORDER_TOPIC_CONFIG", "TopicOrder", "broker-a:4")  # rewrites the file
     assert path.read_bytes() == VECTOR
 
