@@ -79,7 +79,7 @@ class RateLimited:
         if suppressed:
             msg += " (%d similar lines suppressed)"
             args += (suppressed,)
-        self.logger.log(level, msg, *args, **kwargs)
+        self.logger.log(level, msg, *args, stacklevel=2, **kwargs)
         return True
 
 

@@ -15,8 +15,9 @@ received but not yet answered (an unfinished frame may be up to 16 MiB) plus the
 not yet taken by the peer.  Past it the node stops reading from every connection that holds a large
 share (:data:`BUDGET_OFFENDER_BYTES` or more; a well-formed client holds a few KiB), so the memory
 stops growing while small requests keep being served; reading resumes once the total is back under
-three quarters of the budget.  A connection held back this way sends nothing, so the idle limit
-closes it in the end.
+three quarters of the budget.  A connection held back this way cannot even see its peer leave (the
+peer's FIN waits behind the bytes we do not read), so it is the idle limit that closes it and frees
+what it holds.
 
 A request whose work runs off the loop (:class:`namesrv.handlers.Pending`: KV and config writes,
 large registration bodies) holds its connection: nothing more is read or answered there until its
@@ -36,6 +37,7 @@ and closes.  Java keeps a pooled client connection per broker instead; notificat
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import itertools
 import logging
 import time
@@ -65,7 +67,27 @@ BUDGET_OFFENDER_BYTES = 256 * 1024
 #: how often the exact total is recounted while some connection is held back for the budget
 _BUDGET_CHECK_S = 0.05
 _DROP_LOG_PER_MINUTE = 20
+_REASON_MAX_CHARS = 300
 _drop_log = RateLimited(log, per_minute=_DROP_LOG_PER_MINUTE)
+
+
+#: glibc's mallopt parameter, and the size from which buffers get their own mapping
+_M_MMAP_THRESHOLD = -3
+_MMAP_THRESHOLD_BYTES = 256 * 1024
+
+
+def _map_large_buffers() -> None:
+    """Give every buffer of 256 KiB or more its own mapping, returned to the OS when it is freed.
+
+    glibc starts so, but raises the threshold to the size of each large buffer freed (up to 32 MiB),
+    after which the unfinished frames of an attack are carved from the heap and the node's resident
+    memory never comes back down.  Setting the threshold once turns that adjustment off.  Other C
+    libraries ignore the call or lack it; nothing else depends on it.
+    """
+    try:
+        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
+    except (OSError, AttributeError):
+        pass
 
 
 class Connection(asyncio.Protocol):
@@ -188,6 +210,8 @@ class Connection(asyncio.Protocol):
 
     def drop(self, reason: str) -> None:
         """Close this connection for something its peer sent, with one (rate-limited) warning."""
+        if len(reason) > _REASON_MAX_CHARS:  # reasons may quote what the peer sent
+            reason = reason[:_REASON_MAX_CHARS] + f"... ({len(reason)} characters)"
         _drop_log.log(logging.WARNING, "closing connection from %s: %s", self.peer, reason)
         self.close()
 
@@ -335,6 +359,7 @@ class NameServer:
             writer.close()  # flushes what is buffered, then closes
 
     async def start(self, host: str, port: int) -> None:
+        _map_large_buffers()
         self.loop = loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: Connection(self), host, port, reuse_address=True, backlog=self.node.config.server_socket_backlog
