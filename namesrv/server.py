@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import itertools
+import sys
 import logging
 import time
 from collections.abc import Coroutine
@@ -67,6 +68,9 @@ BUDGET_OFFENDER_BYTES = 256 * 1024
 #: how often the exact total is recounted while some connection is held back for the budget
 _BUDGET_CHECK_S = 0.05
 _DROP_LOG_PER_MINUTE = 20
+_GIL_SWITCH_S = 0.0005
+#: a connection holding this much of an unfinished frame reads once per turn of the loop
+_LARGE_FRAME_BYTES = 256 * 1024
 _REASON_MAX_CHARS = 300
 _drop_log = RateLimited(log, per_minute=_DROP_LOG_PER_MINUTE)
 
@@ -94,7 +98,7 @@ class Connection(asyncio.Protocol):
     """One TCP connection from a broker, a client or an admin tool."""
 
     __slots__ = ("server", "transport", "decoder", "peer", "last_active", "paused", "held_back", "pending",
-                 "reading", "held")
+                 "reading", "held", "throttled")
 
     def __init__(self, server: NameServer) -> None:
         self.server = server
@@ -112,6 +116,8 @@ class Connection(asyncio.Protocol):
         self.reading = True
         #: bytes this connection was last counted for in the node's budget
         self.held = 0
+        #: receiving a large frame: one read per turn of the loop (see data_received)
+        self.throttled = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # uvloop's transports are not asyncio.Transport subclasses
@@ -126,8 +132,19 @@ class Connection(asyncio.Protocol):
             self._answer_buffered()
         except Exception as e:  # a bug on our side must cost this connection, never the node's log or loop
             self.drop(f"{type(e).__name__}: {e}")
-        else:
-            self.server.account(self)
+            return
+        self.server.account(self)
+        if self.decoder.buffered >= _LARGE_FRAME_BYTES and not self.throttled:
+            # libuv reads a ready socket up to 32 times in a row: a peer streaming a large frame would
+            # take the loop for milliseconds each turn.  One read per turn, like everyone else.
+            self.throttled = True
+            self._update_reading()
+            self.server.loop.call_soon(self._unthrottle)
+
+    def _unthrottle(self) -> None:
+        self.throttled = False
+        if self.transport is not None and not self.transport.is_closing():
+            self._update_reading()
 
     def _answer_buffered(self) -> None:
         """Answer the whole frames received so far, until done, until the peer stops reading, or
@@ -182,7 +199,7 @@ class Connection(asyncio.Protocol):
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def _update_reading(self) -> None:
-        reading = not (self.paused or self.held_back or self.pending is not None)
+        reading = not (self.paused or self.held_back or self.throttled or self.pending is not None)
         if reading != self.reading and not self.transport.is_closing():
             self.reading = reading
             if reading:
@@ -360,6 +377,9 @@ class NameServer:
 
     async def start(self, host: str, port: int) -> None:
         _map_large_buffers()
+        # the worker thread parses large bodies in Python; the loop waits for the GIL at most this long
+        # (CPython's default is 5 ms, the whole latency budget of a route lookup)
+        sys.setswitchinterval(_GIL_SWITCH_S)
         self.loop = loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: Connection(self), host, port, reuse_address=True, backlog=self.node.config.server_socket_backlog
