@@ -103,6 +103,8 @@ def test_hostile_frames_never_stop_the_node_serving_others(node, caplog):
         with NameServerClient(node.addr) as fresh:
             assert fresh.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}).code == 17
     # no "Fatal error on transport", no handler traceback: every failure was a clean refusal
-    assert not [r.getMessage()[:200] for r in caplog.records if r.levelno >= logging.ERROR]
+    # (other tests' leftovers, e.g. kafka-python threads, may log in this process too: only ours count)
+    ours = [r for r in caplog.records if r.name.split(".")[0] in ("namesrv", "asyncio")]
+    assert not [r.getMessage()[:200] for r in ours if r.levelno >= logging.ERROR]
     # and the warnings for closed connections are rate-limited (the run takes a minute or two)
     assert sum(r.name == "namesrv.server" for r in caplog.records) <= 3 * server_mod._DROP_LOG_PER_MINUTE
