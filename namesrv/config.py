@@ -11,6 +11,11 @@ it, and so are parsing, GET_NAMESRV_CONFIG rendering and the README table (:func
 * Run time (:func:`apply_update`, UPDATE_NAMESRV_CONFIG) follows Java exactly, because remote admin
   tools rely on it: strings are trimmed, numbers are parsed as written and ignored when they do not
   parse, booleans use ``Boolean.parseBoolean`` (``"true"`` in any case is true, anything else false).
+* An update is checked whole before anything changes: at most ``MAX_UPDATE_BODY_BYTES`` of text,
+  ``MAX_UPDATE_KEYS`` keys and ``MAX_UPDATE_VALUE_CHARS`` per key or value, and no control character
+  or lone surrogate (which no properties file or answer can carry faithfully) in any of them.  Java has
+  none of these limits; a real update sets a handful of short values.  The file is written first and
+  the running configuration changed only once it is on disk, so a failure of any kind changes nothing.
 * Keys we do not know are kept as ``extras`` (Java remembers every key of the ``-c`` file and echoes
   it in GET_NAMESRV_CONFIG); an update changes an extra only if it already exists.
 
@@ -56,6 +61,10 @@ __all__ = [
     "Blacklisted",
     "Unparsable",
     "PersistFailed",
+    "Refused",
+    "MAX_UPDATE_BODY_BYTES",
+    "MAX_UPDATE_KEYS",
+    "MAX_UPDATE_VALUE_CHARS",
 ]
 
 log = logging.getLogger(__name__)
@@ -575,7 +584,7 @@ class Unparsable:
 
 @dataclass(frozen=True)
 class PersistFailed:
-    """The store file could not be written; the in-memory config was rolled back.
+    """The store file could not be written; the in-memory config is unchanged.
 
     Java keeps the change in memory and answers SUCCESS; we keep memory and disk equal instead.
     """
@@ -589,7 +598,22 @@ class PersistFailed:
         return f"cannot persist config to {self.path}: {self.reason}"
 
 
-UpdateResult = Updated | Blacklisted | Unparsable | PersistFailed
+@dataclass(frozen=True)
+class Refused:
+    """The update is too large, or a key or value is one no configuration may hold; nothing was applied."""
+
+    remark: str
+    code: ResponseCode = ResponseCode.SYSTEM_ERROR
+
+
+UpdateResult = Updated | Blacklisted | Unparsable | PersistFailed | Refused
+
+#: UPDATE_NAMESRV_CONFIG limits: a real update sets a handful of keys with short values
+MAX_UPDATE_BODY_BYTES = 64 * 1024
+MAX_UPDATE_KEYS = 256
+MAX_UPDATE_VALUE_CHARS = 4096
+#: C0 and C1 controls, DEL, and lone surrogates (which UTF-8 cannot encode)
+_UNSTORABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 # one lock for every config object: updates are rare, and readers only read single attributes
 _UPDATE_LOCK = threading.Lock()
@@ -608,19 +632,51 @@ def config_blacklist(cfg: NamesrvConfig) -> frozenset[str]:
     return HARD_BLACKLIST | frozenset(_java_split(cfg.config_black_list, ";"))
 
 
-def apply_update(cfg: NamesrvConfig, properties_text: str) -> UpdateResult:
-    """UPDATE_NAMESRV_CONFIG on ``cfg`` in place, then persist it to ``cfg.config_store_path``."""
+def _shown(text: str, limit: int = 64) -> str:
+    """A key for a remark: printable, and short however long the key is."""
+    shown = ascii(text[:limit])
+    return shown + "..." if len(text) > limit else shown
+
+
+def _update_refusal(props: Mapping[str, str]) -> str | None:
+    if len(props) > MAX_UPDATE_KEYS:
+        return f"an update may set at most {MAX_UPDATE_KEYS} keys, this one sets {len(props)}"
+    for key, value in props.items():
+        for what, text in (("key", key), ("value", value)):
+            if len(text) > MAX_UPDATE_VALUE_CHARS:
+                return f"the {what} of {_shown(key)} has {len(text)} characters, more than the limit of {MAX_UPDATE_VALUE_CHARS}"
+            if _UNSTORABLE.search(text):
+                return f"the {what} of {_shown(key)} holds a control character or a lone surrogate"
+    return None
+
+
+def apply_update(cfg: NamesrvConfig, properties: str | bytes) -> UpdateResult:
+    """UPDATE_NAMESRV_CONFIG on ``cfg``: persist to ``cfg.config_store_path``, then change ``cfg`` in place.
+
+    ``properties`` is the request body (UTF-8 bytes) or its text.  Nothing changes unless the file
+    was written.  Blocking (three fsyncs): the server calls it off the event loop.
+    """
+    if len(properties) > MAX_UPDATE_BODY_BYTES:
+        return Refused(f"an update body may have at most {MAX_UPDATE_BODY_BYTES} bytes, this one has {len(properties)}")
+    if isinstance(properties, bytes):
+        try:
+            properties = properties.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return Unparsable(f"not UTF-8: {exc.reason}")
     try:
-        props = parse_properties(properties_text)
+        props = parse_properties(properties)
     except ValueError as exc:
         return Unparsable(str(exc))
+    problem = _update_refusal(props)
+    if problem is not None:
+        return Refused(problem)
     blocked = sorted(key for key in props if key in config_blacklist(cfg))
     if blocked:
         return Blacklisted(tuple(blocked))
 
     with _UPDATE_LOCK:
-        before = {opt.attr: getattr(cfg, opt.attr) for opt in OPTIONS}
-        extras_before = dict(cfg.extras)
+        values: dict[str, Any] = {}
+        extras = dict(cfg.extras)
         changed: dict[str, str] = {}
         ignored: dict[str, str] = {}
         dropped: list[str] = []
@@ -633,22 +689,24 @@ def apply_update(cfg: NamesrvConfig, properties_text: str) -> UpdateResult:
                     log.info("update ignored %s=%r: not a valid %s", key, raw, _expected(opt))
                     ignored[key] = raw
                     continue
-                setattr(cfg, opt.attr, value)
+                values[opt.attr] = value
                 changed[key] = _format_value(value)
-            elif key in cfg.extras:
-                cfg.extras[key] = raw
+            elif key in extras:
+                extras[key] = raw
                 changed[key] = raw
             else:
                 dropped.append(key)
+        candidate = dataclasses.replace(cfg, extras=extras, **values)
         target = cfg.config_store_file
         try:
-            write_atomically(target, render_properties(cfg).encode("utf-8"))
-        except OSError as exc:
-            for attr, value in before.items():
-                setattr(cfg, attr, value)
-            cfg.extras = extras_before
-            log.error("cannot persist config to %s: %s", target, exc)
-            return PersistFailed(str(target), exc.strerror or str(exc))
+            write_atomically(target, render_properties(candidate).encode("utf-8"))
+        except Exception as exc:  # whatever went wrong, the running configuration stays as it was
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            log.error("cannot persist config to %s: %s", target, reason)
+            return PersistFailed(str(target), reason)
+        for attr, value in values.items():
+            setattr(cfg, attr, value)
+        cfg.extras = extras
     log.info("config updated: %s", changed)
     return Updated(changed, ignored, tuple(dropped))
 

@@ -4,18 +4,27 @@ Handlers are plain functions ``(node, request, channel) -> response``: no socket
 test calls them directly the way RocketMQ's ``RequestProcessorTest`` calls ``processRequest``.
 :func:`dispatch` is the only place that turns an unknown code or an escaping exception into a
 response, and the only place that knows oneway requests get no answer.
+
+Work that blocks (writing the KV store or the configuration file, with their fsyncs) or that is large
+(inflating and parsing a big registration body) does not run on the event loop: the handler starts it
+on a worker thread and returns a :class:`Pending`, whose ``finish`` builds the answer, on the loop,
+from the work's result.  ``dispatch`` waits for it unless the server asks for the Pending itself
+(``wait=False``); the server then stops reading that connection until the answer is out, so its
+requests are still answered in order.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from namesrv import config as config_mod
 from namesrv.config import NamesrvConfig
-from namesrv.kvconfig import KVConfigManager
+from namesrv.kvconfig import KVConfigManager, KVRefused
+from namesrv.logs import RateLimited
 from namesrv.protocol import bodies, fastjson
 from namesrv.protocol.codes import (
     MASTER_ID,
@@ -79,8 +88,17 @@ class NameServerNode:
     #: sends a NOTIFY_MIN_BROKER_ID_CHANGE to its targets without blocking; the server installs it
     #: when it listens (None: nothing is sent, e.g. a node driven by tests without a server)
     notify_brokers: Callable[[MinBrokerIdChange], None] | None = None
+    #: runs blocking or large work off the event loop (config persistence, big registration bodies);
+    #: one thread, so such work from any number of connections never takes more than one core
+    worker: Executor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="namesrv-worker"))
     _cache: dict[Any, bytes] = field(default_factory=dict)
     _cache_key: Any = None
+    _cache_bytes: int = 0
+
+    def close(self) -> None:
+        """Finish the work already started off the loop, then stop its threads."""
+        self.worker.shutdown(wait=True)
+        self.kv.close()
 
     def min_broker_id_changed(self, change: MinBrokerIdChange) -> None:
         """Every path that changes a group's minimum id reports here (the route tables decide when)."""
@@ -88,15 +106,61 @@ class NameServerNode:
             self.notify_brokers(change)
 
     def cached(self, key: Any, build: Callable[[], bytes]) -> bytes:
-        """Encoded answers stay valid until the route tables, the KV store or the settings change."""
+        """Encoded answers stay valid until the route tables, the KV store or the settings change.
+
+        The cache holds at most :data:`CACHE_MAX_BYTES` of answers and keys (a route's key holds its
+        topic name, which a client chooses), oldest out first; an entry larger than a quarter of that
+        is built every time.
+        """
         generation = (self.routes.version, self.kv.version, self.config.order_message_enable, self.config.support_acting_master)
         if generation != self._cache_key:
             self._cache.clear()
+            self._cache_bytes = 0
             self._cache_key = generation
         body = self._cache.get(key)
         if body is None:
-            body = self._cache[key] = build()
+            body = build()
+            cost = _cache_cost(key, body)
+            if cost <= CACHE_MAX_BYTES // 4:
+                while self._cache_bytes + cost > CACHE_MAX_BYTES:
+                    old_key = next(iter(self._cache))
+                    self._cache_bytes -= _cache_cost(old_key, self._cache.pop(old_key))
+                self._cache[key] = body
+                self._cache_bytes += cost
         return body
+
+
+#: bytes of encoded answers (and their keys) the node keeps; route answers are a few KiB each
+CACHE_MAX_BYTES = 32 * 1024 * 1024
+#: a dict slot, the key tuple and the bytes object's header, roughly
+_CACHE_ENTRY_OVERHEAD = 200
+
+
+def _cache_cost(key: Any, body: bytes) -> int:
+    key_size = len(key[1]) if type(key) is tuple and len(key) > 1 and type(key[1]) is str else 0
+    return len(body) + key_size + _CACHE_ENTRY_OVERHEAD
+
+
+@dataclass(slots=True)
+class Pending:
+    """An answer that waits for work running off the event loop.
+
+    ``finish`` runs on the loop with the work's result and returns the answer; an exception from the
+    work or from ``finish`` becomes SYSTEM_ERROR exactly as a handler's would.
+    """
+
+    request: RemotingCommand
+    future: Future
+    finish: Callable[[Any], RemotingCommand]
+
+    def resolve(self) -> RemotingCommand | None:
+        """The answer (None for a oneway request); blocks until the work is done."""
+        request = self.request
+        try:
+            response = self.finish(self.future.result())
+        except Exception as e:
+            response = _failed(request, e)
+        return None if request.is_oneway else response
 
 
 Handler = Callable[[NameServerNode, RemotingCommand, object], RemotingCommand]
@@ -113,8 +177,15 @@ def handles(code: RequestCode) -> Callable[[Handler], Handler]:
     return register
 
 
-def dispatch(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand | None:
-    """Answer one request, or None when no answer is owed (oneway requests, stray responses)."""
+def dispatch(
+    node: NameServerNode, request: RemotingCommand, channel: object, *, wait: bool = True
+) -> RemotingCommand | Pending | None:
+    """Answer one request, or None when no answer is owed (oneway requests, stray responses).
+
+    A handler that runs work off the loop gives a :class:`Pending`: with ``wait`` (tests, tools) it
+    is waited for here; without, it is returned and the caller calls its ``resolve`` once its
+    future is done.
+    """
     if request.is_response:
         log.debug("dropping a response frame nobody asked for: code=%s opaque=%s", request.code, request.opaque)
         return None
@@ -124,12 +195,24 @@ def dispatch(node: NameServerNode, request: RemotingCommand, channel: object) ->
     else:
         try:
             response = handler(node, request, channel)
-        except (HeaderError, BodyError, fastjson.FastjsonError) as e:
-            response = request.response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
-        except Exception as e:  # the one place a handler bug becomes SYSTEM_ERROR instead of a dead connection
-            log.exception("handler for code %s failed", request.code)
-            response = request.response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+        except Exception as e:
+            response = _failed(request, e)
+        if type(response) is Pending:
+            return response.resolve() if wait else response
     return None if request.is_oneway else response
+
+
+#: a request the node refuses for what it carries: SYSTEM_ERROR naming the problem, no traceback
+_REFUSALS = (HeaderError, BodyError, fastjson.FastjsonError, KVRefused, OSError)
+#: tracebacks of handler bugs: a peer that keeps triggering one must not flood the log
+_bug_log = RateLimited(log, per_minute=10)
+
+
+def _failed(request: RemotingCommand, e: Exception) -> RemotingCommand:
+    """The one place a failed request becomes SYSTEM_ERROR instead of a dead connection."""
+    if not isinstance(e, _REFUSALS):
+        _bug_log.log(logging.ERROR, "handler for code %s failed", request.code, exc_info=e)
+    return request.response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
 
 
 def min_broker_id_change_request(change: MinBrokerIdChange, opaque: int) -> RemotingCommand:
@@ -148,9 +231,15 @@ def put_kv_config(node: NameServerNode, request: RemotingCommand, channel: objec
     h = decode_header(KVConfigHeader, request.ext_fields)
     if h.namespace is None or h.key is None:
         return request.response(ResponseCode.SYSTEM_ERROR, "namespace or key is null")
-    node.kv.put(h.namespace, h.key, h.value)
-    node.observer.kv_config_changed(h.namespace, h.key, h.value)
-    return request.response()
+    problem = node.kv.refusal(h.namespace, h.key, h.value)
+    if problem is not None:
+        return request.response(ResponseCode.SYSTEM_ERROR, problem)
+
+    def stored(_: None) -> RemotingCommand:
+        node.observer.kv_config_changed(h.namespace, h.key, h.value)
+        return request.response()
+
+    return Pending(request, node.kv.submit_put(h.namespace, h.key, h.value), stored)
 
 
 @handles(RequestCode.GET_KV_CONFIG)
@@ -167,10 +256,14 @@ def get_kv_config(node: NameServerNode, request: RemotingCommand, channel: objec
 @handles(RequestCode.DELETE_KV_CONFIG)
 def delete_kv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(KVConfigHeader, request.ext_fields)
-    if h.namespace is not None and h.key is not None:
-        node.kv.delete(h.namespace, h.key)
+    if h.namespace is None or h.key is None:
+        return request.response()
+
+    def deleted(_: None) -> RemotingCommand:
         node.observer.kv_config_changed(h.namespace, h.key, None)
-    return request.response()
+        return request.response()
+
+    return Pending(request, node.kv.submit_delete(h.namespace, h.key), deleted)
 
 
 @handles(RequestCode.GET_KVLIST_BY_NAMESPACE)
@@ -185,38 +278,58 @@ def get_kvlist_by_namespace(node: NameServerNode, request: RemotingCommand, chan
 # --- brokers --------------------------------------------------------------------------------
 
 
+#: a registration body this large is checked, inflated, parsed and applied on the worker thread:
+#: 100,000 topics take about a second of CPU, which on the loop would stall every other client.  The
+#: route tables have their own lock; route answers served from the cache meanwhile need no lock.
+OFF_LOOP_BODY_BYTES = 64 * 1024
+
+
 @handles(RequestCode.REGISTER_BROKER)
-def register_broker(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+def register_broker(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
     h = decode_header(RegisterBrokerHeader, request.ext_fields)
-    if h.body_crc32 and h.body_crc32 != bodies.body_crc32(request.body):
-        return request.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
-    body = bodies.decode_register_broker_body(request.body, compressed=bool(h.compressed), version=request.version)
-    result = node.routes.register_broker(
-        h.cluster_name,
-        h.broker_addr,
-        h.broker_name,
-        h.broker_id,
-        h.ha_server_addr,
-        request.ext(ZONE_NAME_EXT),
-        h.heartbeat_timeout_millis,
-        h.enable_acting_master,
-        body,
-        channel,
-    )
-    if result is None:
-        return request.response(ResponseCode.SYSTEM_ERROR, "register broker failed")
-    node.observer.broker_registered(h, body, result)
-    if result.min_broker_id_change is not None:
-        node.min_broker_id_changed(result.min_broker_id_change)
-    ext: dict[str, str] = {}
-    if result.ha_server_addr is not None:
-        ext["haServerAddr"] = result.ha_server_addr
-    if result.master_addr is not None:
-        ext["masterAddr"] = result.master_addr
-    order_table = node.kv.get_namespace(ORDER_TOPIC_CONFIG) if node.config.return_order_topic_config_to_broker else None
-    return request.response(
-        ext_fields=ext, body=bodies.encode_kv_table(order_table) if order_table is not None else None
-    )
+
+    def register() -> Any:
+        """The refusal, or the body and what registering it did (thread-safe: the tables lock)."""
+        if h.body_crc32 and h.body_crc32 != bodies.body_crc32(request.body):
+            return request.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
+        body = bodies.decode_register_broker_body(request.body, compressed=bool(h.compressed), version=request.version)
+        result = node.routes.register_broker(
+            h.cluster_name,
+            h.broker_addr,
+            h.broker_name,
+            h.broker_id,
+            h.ha_server_addr,
+            request.ext(ZONE_NAME_EXT),
+            h.heartbeat_timeout_millis,
+            h.enable_acting_master,
+            body,
+            channel,
+        )
+        return body, result
+
+    def answer(registered: Any) -> RemotingCommand:
+        """On the loop: tell the observer and the group's brokers, and answer."""
+        if isinstance(registered, RemotingCommand):
+            return registered
+        body, result = registered
+        if result is None:
+            return request.response(ResponseCode.SYSTEM_ERROR, "register broker failed")
+        node.observer.broker_registered(h, body, result)
+        if result.min_broker_id_change is not None:
+            node.min_broker_id_changed(result.min_broker_id_change)
+        ext: dict[str, str] = {}
+        if result.ha_server_addr is not None:
+            ext["haServerAddr"] = result.ha_server_addr
+        if result.master_addr is not None:
+            ext["masterAddr"] = result.master_addr
+        order_table = node.kv.get_namespace(ORDER_TOPIC_CONFIG) if node.config.return_order_topic_config_to_broker else None
+        return request.response(
+            ext_fields=ext, body=bodies.encode_kv_table(order_table) if order_table is not None else None
+        )
+
+    if request.body is not None and len(request.body) > OFF_LOOP_BODY_BYTES:
+        return Pending(request, node.worker.submit(register), answer)
+    return answer(register())
 
 
 @handles(RequestCode.UNREGISTER_BROKER)
@@ -274,12 +387,21 @@ def get_routeinfo_by_topic(node: NameServerNode, request: RemotingCommand, chann
     h = decode_header(TopicHeader, request.ext_fields)
     zone = _zone_filter(request)
     standard = zone is None and (request.version >= Version.V4_9_4 or bool(h.accept_standard_json_only))
-    body = node.cached(("route", h.topic, standard, zone), lambda: _encode_route(node, h.topic, standard, zone))
+    if len(h.topic) <= _TOPIC_MAX_CHARS:
+        body = node.cached(("route", h.topic, standard, zone), lambda: _encode_route(node, h.topic, standard, zone))
+        shown = h.topic
+    else:  # no broker creates such a topic (RocketMQ's TopicValidator stops at 127): neither keep nor echo it
+        body = _encode_route(node, h.topic, standard, zone)
+        shown = f"{h.topic[:_TOPIC_MAX_CHARS]}... ({len(h.topic)} characters)"
     if not body:
         return request.response(
-            ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {h.topic}{FAQ_SUFFIX}"
+            ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {shown}{FAQ_SUFFIX}"
         )
     return request.response(body=body)
+
+
+#: topic names longer than this are not cached, and are cut short in the TOPIC_NOT_EXIST remark
+_TOPIC_MAX_CHARS = 1024
 
 
 def _zone_filter(request: RemotingCommand) -> str | None:
@@ -401,12 +523,8 @@ def get_system_topic_list_from_ns(node: NameServerNode, request: RemotingCommand
 def update_namesrv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
     if not request.body:
         return request.response()
-    try:
-        text = request.body.decode("utf-8")
-    except UnicodeDecodeError:
-        return request.response(ResponseCode.SYSTEM_ERROR, "string2Properties error")
-    result = config_mod.apply_update(node.config, text)
-    return request.response(result.code, result.remark)
+    future = node.worker.submit(config_mod.apply_update, node.config, request.body)
+    return Pending(request, future, lambda result: request.response(result.code, result.remark))
 
 
 @handles(RequestCode.GET_NAMESRV_CONFIG)

@@ -1,13 +1,26 @@
 """The KV config store: namespace -> key -> value, persisted as RocketMQ's ``kvConfig.json``.
 
-Theory of operation: one in-memory table guarded by its own lock.  Every put and delete rewrites the
-whole file before returning (as Java's ``KVConfigManager`` does), but through
-:func:`namesrv.fileio.write_atomically`, so a crash leaves either the old or the new file.  The file
-is compact JSON ``{"configTable":{ns:{key:value}}}``, byte-identical to fastjson's for the same
-content with keys in sorted order (Java's order is HashMap order, which no reader depends on).
+Theory of operation: one committed table, always equal to what the file holds.  A change is checked
+first (:meth:`KVConfigManager.refusal`: it must be UTF-8 encodable and within the size limits below),
+then handed to one writer thread, which applies every change waiting at that moment to a copy of the
+table, writes the whole file once through :func:`namesrv.fileio.write_atomically` (so a crash leaves
+either the old or the new file), and only then makes the copy the committed table and completes each
+change's future.  That is group commit: N concurrent PUT_KV_CONFIGs cost one write and its three
+fsyncs instead of N, and none of it runs on the event loop.  A write that fails, for any reason,
+changes nothing in memory and fails the changes of that batch (each is retried alone once, so a
+change that somehow cannot be written cannot take others down with it); later changes are unaffected.
+Java's ``KVConfigManager`` instead changes memory first and rewrites the file in place.
+
+The file is compact JSON ``{"configTable":{ns:{key:value}}}``, byte-identical to fastjson's for the
+same content with keys in sorted order (Java's order is HashMap order, which no reader depends on).
 
 A value may be ``None`` (Java stores the null, and fastjson leaves it out of the file and of every
 KVTable body): the namespace then exists but the key reads as absent and is gone after a restart.
+
+Limits (Java has none; they are far above any real use, ``ORDER_TOPIC_CONFIG`` being the main one):
+a namespace or key of at most 1,024 characters (names, not data), a value of at most 64 Ki characters
+(an order conf for hundreds of brokers is a few KiB), and 2 Mi characters in the whole table, so every
+namespace fits one 16 MiB KVTable answer even if each character is escaped as six bytes.
 
 ``version`` grows on every change of content, so callers can cache encoded answers.
 """
@@ -15,7 +28,10 @@ KVTable body): the namespace then exists but the key reads as absent and is gone
 from __future__ import annotations
 
 import logging
+import queue
 import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +40,31 @@ import orjson
 from namesrv.config import ConfigError
 from namesrv.fileio import backup_path, write_atomically
 
-__all__ = ["KVConfigManager", "ConfigError"]
+__all__ = ["KVConfigManager", "ConfigError", "KVRefused", "MAX_NAME_CHARS", "MAX_VALUE_CHARS", "MAX_TABLE_CHARS"]
 
 log = logging.getLogger(__name__)
 
 Table = dict[str, dict[str, str | None]]
+
+MAX_NAME_CHARS = 1024
+MAX_VALUE_CHARS = 64 * 1024
+MAX_TABLE_CHARS = 2 * 1024 * 1024
+
+
+class KVRefused(ValueError):
+    """A change the store will not take (unencodable, or beyond a limit); nothing was changed."""
+
+
+def _unencodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: no file or answer could carry it
+        return True
+    return False
+
+
+def _entry_chars(namespace: str, key: str, value: str | None) -> int:
+    return len(key) + (len(value) if value is not None else 0)
 
 
 class _Corrupt(ValueError):
@@ -72,14 +108,26 @@ def _encode_table(table: Table) -> bytes:
     return orjson.dumps({"configTable": persisted}, option=orjson.OPT_SORT_KEYS)
 
 
+@dataclass
+class _Change:
+    namespace: str
+    key: str
+    value: str | None
+    delete: bool
+    future: Future = field(default_factory=Future)
+
+
 class KVConfigManager:
-    """Namespace -> key -> value, persisted to ``path`` on every change."""
+    """Namespace -> key -> value, persisted to ``path`` before any change is acknowledged."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._lock = threading.RLock()
-        self._table: Table = {}
+        self._lock = threading.Lock()  # guards the swap of _table and _version
+        self._table: Table = {}  # the committed table: replaced, never changed in place
+        self._chars = 0
         self._version = 0
+        self._queue: queue.SimpleQueue[_Change | None] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
 
     @property
     def version(self) -> int:
@@ -129,76 +177,172 @@ class KVConfigManager:
                     f"KV config file {self.path} is corrupt: {problem}, and {bak} is missing or "
                     f"corrupt too; repair the file, or move it away to start with an empty KV store"
                 )
+        table = table or {}
         with self._lock:
-            self._table = table or {}
+            self._table = table
+            self._chars = sum(_entry_chars(ns, k, v) for ns, kv in table.items() for k, v in kv.items())
+            self._chars += sum(len(ns) for ns in table)
             self._version += 1
-        log.info("loaded KV config from %s: %d namespaces", self.path, len(self._table))
+        log.info("loaded KV config from %s: %d namespaces", self.path, len(table))
 
     # -- mutations -------------------------------------------------------------------------
 
-    def _persist_or_undo(self, undo: Any) -> None:
-        try:
-            write_atomically(self.path, _encode_table(self._table))
-        except OSError:
-            # Java keeps the change in memory only; we keep memory equal to disk and let the
-            # caller answer with an error
-            undo()
-            raise
+    @staticmethod
+    def refusal(namespace: str, key: str, value: str | None) -> str | None:
+        """Why a put of this entry is refused (a remark for the client), or None when it may be stored."""
+        for what, text, limit in (("namespace", namespace, MAX_NAME_CHARS), ("key", key, MAX_NAME_CHARS),
+                                  ("value", value, MAX_VALUE_CHARS)):
+            if text is None:
+                continue
+            if len(text) > limit:
+                return f"KV {what} of {len(text)} characters exceeds the limit of {limit}"
+            if _unencodable(text):
+                return f"KV {what} is not valid Unicode (a lone surrogate); it cannot be stored"
+        return None
+
+    def submit_put(self, namespace: str, key: str, value: str | None) -> Future:
+        """Queue a put; the future completes (None, or an exception) once the file holds it.
+
+        Raises :class:`KVRefused` at once, before anything changes, for an entry :meth:`refusal` refuses.
+        """
+        problem = self.refusal(namespace, key, value)
+        if problem is not None:
+            raise KVRefused(problem)
+        return self._submit(_Change(namespace, key, value, delete=False))
+
+    def submit_delete(self, namespace: str, key: str) -> Future:
+        """Queue a delete; the namespace stays even when it becomes empty."""
+        return self._submit(_Change(namespace, key, None, delete=True))
 
     def put(self, namespace: str, key: str, value: str | None) -> None:
-        """Store ``value`` (None is kept in memory, dropped on disk) and persist."""
-        with self._lock:
-            created = namespace not in self._table
-            kv = self._table.setdefault(namespace, {})
-            had_key = key in kv
-            previous = kv.get(key)
-            kv[key] = value
-
-            def undo() -> None:
-                if created:
-                    del self._table[namespace]
-                elif had_key:
-                    kv[key] = previous
-                else:
-                    del kv[key]
-
-            self._persist_or_undo(undo)
-            if created or not had_key or previous != value:
-                self._version += 1
-        log.info("KV put %s/%s=%r", namespace, key, value)
+        """Store ``value`` (None is kept in memory, dropped on disk); returns once it is on disk."""
+        self.submit_put(namespace, key, value).result()
 
     def delete(self, namespace: str, key: str) -> None:
-        """Remove ``key``; the namespace stays even when it becomes empty.  Always persists."""
+        self.submit_delete(namespace, key).result()
+
+    def close(self) -> None:
+        """Stop the writer thread after the changes already queued (it is started again on demand)."""
         with self._lock:
-            kv = self._table.get(namespace)
-            had_key = kv is not None and key in kv
-            previous = kv.pop(key) if kv is not None and had_key else None
+            writer, self._writer = self._writer, None
+        if writer is not None:
+            self._queue.put(None)
+            writer.join()
 
-            def undo() -> None:
-                if kv is not None and had_key:
-                    kv[key] = previous
+    def _submit(self, change: _Change) -> Future:
+        with self._lock:
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_loop, name="kv-writer", daemon=True)
+                self._writer.start()
+            self._queue.put(change)
+        return change.future
 
-            self._persist_or_undo(undo)
-            if had_key:
+    def _write_loop(self) -> None:
+        while True:
+            change = self._queue.get()
+            if change is None:
+                return
+            batch = [change]
+            stop = False
+            while True:  # everything queued meanwhile goes into the same write
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stop = True
+                    break
+                batch.append(more)
+            try:
+                self._commit(batch)
+            except BaseException as exc:  # a failure of one batch must not end the writer
+                log.error("KV writer failed: %s", exc)
+                if len(batch) > 1:
+                    for one in batch:
+                        try:
+                            self._commit([one])
+                        except BaseException as single:
+                            one.future.set_exception(single)
+                else:
+                    change.future.set_exception(exc)
+            if stop:
+                return
+
+    def _commit(self, batch: list[_Change]) -> None:
+        """Apply ``batch`` to a copy, write it, then make the copy the committed table."""
+        committed = self._table
+        table = dict(committed)
+        copied: set[str] = set()
+        chars = self._chars
+        changed = False
+        accepted: list[_Change] = []
+        for ch in batch:
+            kv = table.get(ch.namespace)
+            if ch.delete:
+                if kv is None or ch.key not in kv:
+                    accepted.append(ch)
+                    continue
+                previous = kv[ch.key]
+                if ch.namespace not in copied:
+                    kv = table[ch.namespace] = dict(kv)
+                    copied.add(ch.namespace)
+                del kv[ch.key]
+                chars -= _entry_chars(ch.namespace, ch.key, previous)
+                changed = True
+                accepted.append(ch)
+                continue
+            had = kv is not None and ch.key in kv
+            previous = kv.get(ch.key) if kv is not None else None
+            if kv is not None and had and previous == ch.value:
+                accepted.append(ch)
+                continue
+            grow = _entry_chars(ch.namespace, ch.key, ch.value) + (len(ch.namespace) if kv is None else 0)
+            if had:
+                grow -= _entry_chars(ch.namespace, ch.key, previous)
+            if chars + grow > MAX_TABLE_CHARS:
+                ch.future.set_exception(KVRefused(
+                    f"the KV store holds {chars} characters; this entry would take it past the limit of "
+                    f"{MAX_TABLE_CHARS}: delete entries first"
+                ))
+                continue
+            if kv is None:
+                kv = table[ch.namespace] = {}
+                copied.add(ch.namespace)
+            elif ch.namespace not in copied:
+                kv = table[ch.namespace] = dict(kv)
+                copied.add(ch.namespace)
+            kv[ch.key] = ch.value
+            chars += grow
+            changed = True
+            accepted.append(ch)
+        if changed:
+            write_atomically(self.path, _encode_table(table))
+            with self._lock:
+                self._table = table
+                self._chars = chars
                 self._version += 1
-        log.info("KV delete %s/%s", namespace, key)
+        for ch in accepted:
+            if ch.delete:
+                log.info("KV delete %s/%s", ch.namespace, ch.key)
+            else:
+                log.info("KV put %s/%s=%r", ch.namespace, ch.key, ch.value)
+            ch.future.set_result(None)
 
     # -- reads -----------------------------------------------------------------------------
 
+    # the committed table is replaced, never changed in place, so a reader needs no lock
+
     def get(self, namespace: str, key: str) -> str | None:
-        with self._lock:
-            kv = self._table.get(namespace)
-            return None if kv is None else kv.get(key)
+        kv = self._table.get(namespace)
+        return None if kv is None else kv.get(key)
 
     def get_namespace(self, namespace: str) -> dict[str, str] | None:
         """A copy of the namespace without null values; None when the namespace does not exist."""
-        with self._lock:
-            kv = self._table.get(namespace)
-            if kv is None:
-                return None
-            return {k: v for k, v in kv.items() if v is not None}
+        kv = self._table.get(namespace)
+        if kv is None:
+            return None
+        return {k: v for k, v in kv.items() if v is not None}
 
     def snapshot(self) -> dict[str, dict[str, str]]:
         """A deep copy of the whole table without null values (what the file holds)."""
-        with self._lock:
-            return {ns: {k: v for k, v in kv.items() if v is not None} for ns, kv in self._table.items()}
+        return {ns: {k: v for k, v in kv.items() if v is not None} for ns, kv in self._table.items()}

@@ -1,9 +1,17 @@
-"""Structured, quiet-by-default logs: one ``key=value`` line per record on stderr."""
+"""Structured, quiet-by-default logs: one ``key=value`` line per record on stderr.
+
+Every value is quoted when it is not a plain word, and control characters, lone surrogates and line
+separators are escaped (``\\x00``, ``\\ud800``), so text a peer chose (a topic, a KV key, a frame's
+bytes) can neither forge a second line nor break the UTF-8 of the log.  :class:`RateLimited` keeps
+what a peer can trigger at will (malformed frames, refused requests) to a few lines a minute.
+"""
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
+import threading
 import time
 from collections.abc import Callable, Hashable
 
@@ -19,10 +27,61 @@ class LogfmtFormatter(logging.Formatter):
         return line
 
 
+#: what must never reach the log raw: C0/C1 controls, DEL, lone surrogates, Unicode line separators
+_UNSAFE = re.compile("[\\\\\"\\x00-\\x1f\\x7f-\\x9f\\ud800-\\udfff\\u2028\\u2029]")
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_char(m: re.Match[str]) -> str:
+    c = m.group()
+    escaped = _ESCAPES.get(c)
+    if escaped is not None:
+        return escaped
+    code = ord(c)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape(text: str) -> str:
+    """``text`` with every character that could forge or break a log line escaped."""
+    return _UNSAFE.sub(_escape_char, text)
+
+
 def _quote(text: str) -> str:
     if text and all(c.isalnum() or c in "-_./:@" for c in text):
         return text
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    return '"' + escape(text) + '"'
+
+
+class RateLimited:
+    """At most ``per_minute`` records a minute through ``logger``; the rest are counted, and the
+    count is reported with the next record that gets through."""
+
+    def __init__(self, logger: logging.Logger, per_minute: int = 10) -> None:
+        self.logger = logger
+        self.per_minute = per_minute
+        self._lock = threading.Lock()
+        self._window = 0.0
+        self._sent = 0
+        self._suppressed = 0
+
+    def log(self, level: int, msg: str, *args: object, **kwargs: object) -> bool:
+        """Log unless the budget of this minute is spent; True when the record was written."""
+        if not self.logger.isEnabledFor(level):
+            return False
+        now = time.monotonic()
+        with self._lock:
+            if now - self._window >= 60.0:
+                self._window, self._sent = now, 0
+            if self._sent >= self.per_minute:
+                self._suppressed += 1
+                return False
+            self._sent += 1
+            suppressed, self._suppressed = self._suppressed, 0
+        if suppressed:
+            msg += " (%d similar lines suppressed)"
+            args += (suppressed,)
+        self.logger.log(level, msg, *args, stacklevel=2, **kwargs)
+        return True
 
 
 def setup_logging(level: str = "WARNING") -> None:

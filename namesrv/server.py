@@ -14,6 +14,24 @@ the transport's high-water mark: past it we stop reading from that peer until it
 queues such requests in its executors and answers SYSTEM_BUSY once they are full; holding back
 lets TCP slow the peer down instead, and no request is refused or lost.
 
+Memory held for peers has one node-wide budget (:data:`BUFFER_BUDGET_BYTES`): the bytes of frames
+received but not yet answered (an unfinished frame may be up to 16 MiB) plus the answers written but
+not yet taken by the peer.  Past it the node stops reading from every connection that holds a large
+share (:data:`BUDGET_OFFENDER_BYTES` or more; a well-formed client holds a few KiB), so the memory
+stops growing while small requests keep being served; reading resumes once the total is back under
+three quarters of the budget.  A connection held back this way cannot even see its peer leave (the
+peer's FIN waits behind the bytes we do not read), so it is the idle limit that closes it and frees
+what it holds.
+
+A request whose work runs off the loop (:class:`namesrv.handlers.Pending`: KV and config writes,
+large registration bodies) holds its connection: nothing more is read or answered there until its
+answer is out, so a connection's answers keep their order and one connection has at most one such
+piece of work in flight.
+
+Nothing a peer sends ends in a traceback: a malformed frame, and anything else that goes wrong
+while reading a connection, closes that connection with one WARNING naming the peer and the reason,
+at most :data:`_DROP_LOG_PER_MINUTE` such lines a minute (the rest are counted in the next one).
+
 The node's only outbound traffic is NOTIFY_MIN_BROKER_ID_CHANGE (``notifyMinBrokerIdChanged``):
 each one is a background task that connects to the broker's own address, writes the oneway frame
 and closes.  Java keeps a pooled client connection per broker instead; notifications are rare
@@ -23,16 +41,19 @@ and closes.  Java keeps a pooled client connection per broker instead; notificat
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import itertools
+import sys
 import logging
 import time
 from collections.abc import Coroutine
 from typing import Any
 
 from namesrv.client import parse_addr
-from namesrv.handlers import NameServerNode, dispatch, min_broker_id_change_request
-from namesrv.protocol.codec import FrameDecoder, RemoteProtocolError, encode
-from namesrv.protocol.codes import SerializeType
+from namesrv.handlers import NameServerNode, Pending, dispatch, min_broker_id_change_request
+from namesrv.logs import RateLimited
+from namesrv.protocol.codec import FrameDecoder, LocalProtocolError, RemoteProtocolError, encode
+from namesrv.protocol.codes import ResponseCode, SerializeType
 from namesrv.protocol.command import RemotingCommand
 from namesrv.routes.model import MinBrokerIdChange
 
@@ -44,12 +65,44 @@ _WRITE_BATCH_BYTES = 64 * 1024
 NOTIFY_CONNECT_TIMEOUT_S = 3.0
 #: and for a oneway NOTIFY_MIN_BROKER_ID_CHANGE to be written (RouteInfoManager passes 300 ms)
 NOTIFY_SEND_TIMEOUT_S = 0.3
+#: node-wide bytes held for peers (unfinished frames, unread answers) before the largest holders wait
+BUFFER_BUDGET_BYTES = 64 * 1024 * 1024
+#: a connection holding less than this is never held back for the budget
+BUDGET_OFFENDER_BYTES = 256 * 1024
+#: how often the exact total is recounted while some connection is held back for the budget
+_BUDGET_CHECK_S = 0.05
+_DROP_LOG_PER_MINUTE = 20
+_GIL_SWITCH_S = 0.0005
+#: a connection holding this much of an unfinished frame reads once per turn of the loop
+_LARGE_FRAME_BYTES = 256 * 1024
+_REASON_MAX_CHARS = 300
+_drop_log = RateLimited(log, per_minute=_DROP_LOG_PER_MINUTE)
+
+
+#: glibc's mallopt parameter, and the size from which buffers get their own mapping
+_M_MMAP_THRESHOLD = -3
+_MMAP_THRESHOLD_BYTES = 256 * 1024
+
+
+def _map_large_buffers() -> None:
+    """Give every buffer of 256 KiB or more its own mapping, returned to the OS when it is freed.
+
+    glibc starts so, but raises the threshold to the size of each large buffer freed (up to 32 MiB),
+    after which the unfinished frames of an attack are carved from the heap and the node's resident
+    memory never comes back down.  Setting the threshold once turns that adjustment off.  Other C
+    libraries ignore the call or lack it; nothing else depends on it.
+    """
+    try:
+        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
+    except (OSError, AttributeError):
+        pass
 
 
 class Connection(asyncio.Protocol):
     """One TCP connection from a broker, a client or an admin tool."""
 
-    __slots__ = ("server", "transport", "decoder", "peer", "last_active", "paused", "close_reason")
+    __slots__ = ("server", "transport", "decoder", "peer", "last_active", "paused", "close_reason", "held_back",
+                 "pending", "reading", "held", "throttled")
 
     def __init__(self, server: NameServer) -> None:
         self.server = server
@@ -57,10 +110,20 @@ class Connection(asyncio.Protocol):
         self.decoder = FrameDecoder()
         self.peer = "?"
         self.last_active = time.monotonic()
-        #: reading is paused because the peer is not reading our answers
+        #: the peer is not reading our answers
         self.paused = False
         #: why the node closed this connection itself (None: the peer closed it, or an error did)
         self.close_reason: str | None = None
+        #: the node is over its buffer budget and this connection is one of the large holders
+        self.held_back = False
+        #: the answer being worked out off the loop; nothing else is answered here meanwhile
+        self.pending: Pending | None = None
+        #: whether the transport is reading (it is unless one of the three above says otherwise)
+        self.reading = True
+        #: bytes this connection was last counted for in the node's budget
+        self.held = 0
+        #: receiving a large frame: one read per turn of the loop (see data_received)
+        self.throttled = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # uvloop's transports are not asyncio.Transport subclasses
@@ -70,45 +133,114 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_active = time.monotonic()
-        self.decoder.feed(data)
-        self._answer_buffered()
+        try:
+            self.decoder.feed(data)
+            self._answer_buffered()
+        except Exception as e:  # a bug on our side must cost this connection, never the node's log or loop
+            self.drop(f"{type(e).__name__}: {e}")
+            return
+        self.server.account(self)
+        if self.decoder.buffered >= _LARGE_FRAME_BYTES and not self.throttled:
+            # libuv reads a ready socket up to 32 times in a row: a peer streaming a large frame would
+            # take the loop for milliseconds each turn.  One read per turn, like everyone else.
+            self.throttled = True
+            self._update_reading()
+            self.server.loop.call_soon(self._unthrottle)
+
+    def _unthrottle(self) -> None:
+        self.throttled = False
+        if self.transport is not None and not self.transport.is_closing():
+            self._update_reading()
 
     def _answer_buffered(self) -> None:
-        """Answer the whole frames received so far, until done or until the peer stops reading."""
+        """Answer the whole frames received so far, until done, until the peer stops reading, or
+        until an answer has to wait for work off the loop."""
         out: list[bytes] = []
         size = 0
+        server = self.server
         try:
-            while not self.paused and (request := self.decoder.next_command()) is not None:
-                response = dispatch(self.server.node, request, self)
-                if response is not None:
-                    out.append(answer := self.server.encode_response(request, response))
-                    size += len(answer)
-                    if size >= _WRITE_BATCH_BYTES:  # may call pause_writing, which ends the loop
-                        self._write(out)
-                        out, size = [], 0
+            while not self.paused and self.pending is None and (request := self.decoder.next_command()) is not None:
+                response = dispatch(server.node, request, self, wait=False)
+                if response is None:
+                    continue
+                if type(response) is Pending:
+                    self.pending = response
+                    self._update_reading()
+                    response.future.add_done_callback(self._work_done)
+                    break
+                out.append(answer := server.encode_response(request, response))
+                size += len(answer)
+                if size >= _WRITE_BATCH_BYTES:  # may call pause_writing, which ends the loop
+                    self._write(out)
+                    out, size = [], 0
         except RemoteProtocolError as e:
-            log.warning("closing connection from %s: malformed frame: %s", self.peer, e)
             self._write(out)
-            self.close(f"malformed frame: {e}")
+            self.drop(f"malformed frame: {e}")
             return
         self._write(out)
+
+    def _work_done(self, future: object) -> None:
+        # called on the worker thread that finished the work: the answer is built on the loop
+        loop = self.server.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._answer_pending)
+
+    def _answer_pending(self) -> None:
+        pending, self.pending = self.pending, None
+        if pending is None or self.transport is None or self.transport.is_closing():
+            return
+        try:
+            response = pending.resolve()
+            if response is not None:
+                self._write([self.server.encode_response(pending.request, response)])
+            self._update_reading()
+            self._answer_buffered()  # frames that arrived before or with that request
+        except Exception as e:
+            self.drop(f"{type(e).__name__}: {e}")
+        else:
+            self.server.account(self)
 
     def _write(self, out: list[bytes]) -> None:
         if out:
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
+    def _update_reading(self) -> None:
+        reading = not (self.paused or self.held_back or self.throttled or self.pending is not None)
+        if reading != self.reading and not self.transport.is_closing():
+            self.reading = reading
+            if reading:
+                self.transport.resume_reading()
+            else:
+                self.transport.pause_reading()
+
+    def hold_back(self, held_back: bool) -> None:
+        """Stop (or resume) reading for the node's buffer budget."""
+        self.held_back = held_back
+        self._update_reading()
+
     def pause_writing(self) -> None:
         self.paused = True
-        self.transport.pause_reading()
+        self._update_reading()
 
     def resume_writing(self) -> None:
         self.paused = False
         if not self.transport.is_closing():
-            self.transport.resume_reading()
-            self._answer_buffered()  # frames that arrived while we were held back
+            self._update_reading()
+            try:
+                self._answer_buffered()  # frames that arrived while we were held back
+            except Exception as e:
+                self.drop(f"{type(e).__name__}: {e}")
+
+    def drop(self, reason: str) -> None:
+        """Close this connection for something its peer sent, with one (rate-limited) warning."""
+        if len(reason) > _REASON_MAX_CHARS:  # reasons may quote what the peer sent
+            reason = reason[:_REASON_MAX_CHARS] + f"... ({len(reason)} characters)"
+        _drop_log.log(logging.WARNING, "closing connection from %s: %s", self.peer, reason)
+        self.close(reason)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
+        self.server.release(self)
         reason = self.close_reason or ("connection closed" if exc is None else f"connection error: {exc}")
         self.server.channel_destroyed(self, reason)
 
@@ -137,6 +269,10 @@ class NameServer:
         self._echo_type = mode == "ECHO"
         self._response_type = SerializeType.ROCKETMQ if mode == "ROCKETMQ" else SerializeType.JSON
         self._opaque = itertools.count(1)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        #: bytes held for all connections as last counted (see Connection.held)
+        self.held_total = 0
+        self._budget_check: asyncio.TimerHandle | None = None
 
     @property
     def port(self) -> int:
@@ -145,7 +281,67 @@ class NameServer:
 
     def encode_response(self, request: RemotingCommand, response: RemotingCommand) -> bytes:
         response.serialize_type = request.serialize_type if self._echo_type else self._response_type
-        return encode(response)
+        try:
+            return encode(response)
+        except LocalProtocolError as e:  # e.g. an answer beyond the 16 MiB frame limit
+            log.warning("cannot answer code %s: %s", request.code, e)
+            failure = request.response(ResponseCode.SYSTEM_ERROR, f"the answer cannot be sent: {e}")
+            failure.serialize_type = response.serialize_type
+            return encode(failure)
+
+    # -- the node-wide buffer budget ---------------------------------------------------------
+
+    def account(self, connection: Connection) -> None:
+        """Count what ``connection`` holds now; past the budget, hold back the large holders."""
+        transport = connection.transport
+        held = connection.decoder.buffered + (0 if transport is None else transport.get_write_buffer_size())
+        self.held_total += held - connection.held
+        connection.held = held
+        if self.held_total > BUFFER_BUDGET_BYTES:
+            self._enforce_budget()
+
+    def release(self, connection: Connection) -> None:
+        self.held_total -= connection.held
+        connection.held = 0
+
+    def _recount(self) -> int:
+        """The exact total: answers drain from write buffers without telling us."""
+        total = 0
+        for c in self.connections:
+            t = c.transport
+            c.held = c.decoder.buffered + (0 if t is None else t.get_write_buffer_size())
+            total += c.held
+        self.held_total = total
+        return total
+
+    def _enforce_budget(self) -> None:
+        if self._recount() <= BUFFER_BUDGET_BYTES:
+            return
+        offenders = [c for c in self.connections if not c.held_back and c.held >= BUDGET_OFFENDER_BYTES]
+        if not offenders:
+            return
+        offenders.sort(key=lambda c: c.held, reverse=True)
+        _drop_log.log(
+            logging.WARNING, "%d bytes held for peers, over the budget of %d: no longer reading from %s",
+            self.held_total, BUFFER_BUDGET_BYTES, ", ".join(f"{c.peer} ({c.held} bytes)" for c in offenders[:5])
+            + (f" and {len(offenders) - 5} more" if len(offenders) > 5 else ""),
+        )
+        for c in offenders:
+            c.hold_back(True)
+        if self._budget_check is None and self.loop is not None:
+            self._budget_check = self.loop.call_later(_BUDGET_CHECK_S, self._check_budget)
+
+    def _check_budget(self) -> None:
+        """While connections are held back: resume them once the total is under 3/4 of the budget."""
+        self._budget_check = None
+        held_back = [c for c in self.connections if c.held_back]
+        if not held_back:
+            return
+        if self._recount() <= BUFFER_BUDGET_BYTES * 3 // 4:
+            for c in held_back:
+                c.hold_back(False)
+            return
+        self._budget_check = self.loop.call_later(_BUDGET_CHECK_S, self._check_budget)
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         """Every background task goes through here, so shutdown can find and cancel it."""
@@ -196,7 +392,11 @@ class NameServer:
             writer.close()  # flushes what is buffered, then closes
 
     async def start(self, host: str, port: int) -> None:
-        loop = asyncio.get_running_loop()
+        _map_large_buffers()
+        # the worker thread parses large bodies in Python; the loop waits for the GIL at most this long
+        # (CPython's default is 5 ms, the whole latency budget of a route lookup)
+        sys.setswitchinterval(_GIL_SWITCH_S)
+        self.loop = loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: Connection(self), host, port, reuse_address=True, backlog=self.node.config.server_socket_backlog
         )
@@ -224,5 +424,9 @@ class NameServer:
             task.cancel()
         if self.tasks:
             await asyncio.wait(self.tasks, timeout=timeout)
+        if self._budget_check is not None:
+            self._budget_check.cancel()
+        # KV and config writes already acknowledged to no one may still be running: let them end
+        await asyncio.wait_for(asyncio.to_thread(self.node.close), timeout)
         if self._server is not None:
             await asyncio.wait_for(self._server.wait_closed(), timeout)

@@ -35,8 +35,10 @@ __all__ = [
     "decode_topic_list",
 ]
 
-#: a registration inflating beyond this is a zip bomb, not a topic table
-MAX_INFLATED_SIZE = FRAME_MAX_LENGTH * 8
+#: a registration inflating beyond this is a zip bomb, not a topic table.  Inflated, a topic is a text
+#: line of ~40 bytes where the JSON body spends ~150, and the JSON body must fit one 16 MiB frame: so
+#: 16 MiB inflated holds four times the topics any uncompressed registration can carry
+MAX_INFLATED_SIZE = FRAME_MAX_LENGTH
 _I32 = struct.Struct(">i")
 #: first byte of a zlib stream (deflate, 32 KiB window); a JSON body starts with '{'
 _ZLIB_FIRST_BYTE = 0x78
@@ -136,10 +138,11 @@ class _Reader:
 def _inflate(body: bytes) -> bytes:
     inflater = zlib.decompressobj()
     try:
+        # max_length stops inflating at the limit: a bomb costs the limit's worth of work, no more
         data = inflater.decompress(body, MAX_INFLATED_SIZE)
     except zlib.error as e:
         raise BodyError(f"compressed RegisterBrokerBody is not a zlib stream: {e}") from None
-    if inflater.unconsumed_tail:
+    if inflater.unconsumed_tail or (not inflater.eof and inflater.decompress(b"", 1)):
         raise BodyError(f"compressed RegisterBrokerBody inflates beyond {MAX_INFLATED_SIZE} bytes")
     if not inflater.eof:
         raise BodyError("compressed RegisterBrokerBody is truncated")

@@ -24,6 +24,7 @@ is too large, or whose opaque cannot be located unambiguously, takes the full pa
 from __future__ import annotations
 
 import functools
+import json
 import re
 import struct
 import threading
@@ -108,8 +109,18 @@ def _shape(cmd: RemotingCommand) -> tuple[Any, ...]:
     return cmd.code, cmd.flag, cmd.language, cmd.version, cmd.remark, ext
 
 
+def _memorable(cmd: RemotingCommand) -> bool:
+    """Whether a header is small enough to remember: a remark may repeat a topic name of any length."""
+    size = len(cmd.remark) if cmd.remark else 0
+    if cmd.ext_fields:
+        for k, v in cmd.ext_fields.items():
+            size += len(k) + (len(v) if type(v) is str else 16)
+    return size <= _MEMO_MAX_HEADER
+
+
 def _encode_json_header(cmd: RemotingCommand) -> bytes:
-    head, tail = _json_template(*_shape(cmd))
+    template = _json_template if _memorable(cmd) else _json_template.__wrapped__
+    head, tail = template(*_shape(cmd))
     return b"%b%d%b" % (head, _int32(cmd.opaque, "opaque"), tail)
 
 
@@ -132,12 +143,17 @@ def _json_template(
     try:
         head, tail = orjson.dumps(before), orjson.dumps(after)
     except TypeError as e:
-        raise LocalProtocolError(f"header of command code={code} cannot be written as JSON: {e}") from None
+        try:  # a lone surrogate (a peer may send "\ud800"): written as '?', as Java's getBytes(UTF_8) does
+            head, tail = (json.dumps(d, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace")
+                          for d in (before, after))
+        except (TypeError, ValueError):
+            raise LocalProtocolError(f"header of command code={code} cannot be written as JSON: {e}") from None
     return head[:-1] + b',"opaque":', b"," + tail[1:]
 
 
 def _encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
-    header = _rocketmq_template(*_shape(cmd))
+    template = _rocketmq_template if _memorable(cmd) else _rocketmq_template.__wrapped__
+    header = template(*_shape(cmd))
     try:
         opaque = _I32.pack(cmd.opaque)
     except struct.error:
@@ -150,10 +166,11 @@ def _rocketmq_template(
     code: int, flag: int, language: Any, version: int, remark: str | None, ext: tuple[tuple[str, str], ...] | None
 ) -> bytes:
     """A ROCKETMQ header with opaque 0."""
-    remark_bytes = remark.encode() if remark else b""
+    # a lone surrogate is written as '?', as Java's String.getBytes(UTF_8) does
+    remark_bytes = remark.encode("utf-8", "replace") if remark else b""
     ext_block = bytearray()
     for key, value in _wire_ext(dict(ext or ())).items():
-        k, v = str(key).encode(), value.encode()
+        k, v = str(key).encode("utf-8", "replace"), value.encode("utf-8", "replace")
         if len(k) > 0x7FFF:
             raise LocalProtocolError(f"ext key of {len(k)} bytes does not fit the ROCKETMQ int16 length")
         ext_block += _I16.pack(len(k)) + k + _I32.pack(len(v)) + v
@@ -256,7 +273,8 @@ class FrameDecoder:
         header_end = start + 8 + header_len
         cmd = _decode_header(buf, start + 8, header_end, stype)
         if header_end < end:
-            cmd.body = bytes(buf[header_end:end])
+            with memoryview(buf) as view:  # one copy of a body of up to 16 MiB, not two
+                cmd.body = bytes(view[header_end:end])
         if end == size:
             buf.clear()
             self._start = 0
@@ -434,7 +452,7 @@ def _header_int(obj: dict, key: str) -> int:
     value = obj.get(key)
     if value is None:
         return 0  # a missing key keeps the Java bean default
-    if type(value) is str and value.strip().lstrip("-").isdigit():
+    if type(value) is str and len(value) <= 16 and value.strip().lstrip("-").isdigit():
         value = int(value)  # fastjson reads "105" into an int field too
     if type(value) is not int or not _INT32_MIN <= value <= _INT32_MAX:
         raise RemoteProtocolError(f"header {key} must be a 32-bit integer, got {value!r}")

@@ -35,6 +35,8 @@ _JS_SAFE_MAX = 2**53 - 1
 _INF = float("inf")
 #: deeper nesting than any RocketMQ body has; guards the recursive parser against stack exhaustion
 _MAX_DEPTH = 256
+#: a Java long has 19 digits; fastjson reads longer ones as BigInteger, which no RocketMQ field is
+_MAX_INT_DIGITS = 64
 
 
 class FastjsonError(ValueError):
@@ -96,11 +98,17 @@ def _value(s: str, i: int, depth: int) -> tuple[Any, int]:
         text = m.group()
         if m.group(1) or m.group(2):
             return float(text), m.end()
-        return int(text), m.end()
+        return _int(text, i), m.end()
     for word, value in _LITERALS.items():
         if s.startswith(word, i):
             return value, i + len(word)
     raise FastjsonError("expected a JSON value" if c else "unexpected end of text", i)
+
+
+def _int(text: str, pos: int) -> int:
+    if len(text) > _MAX_INT_DIGITS:  # Python refuses past 4,300 digits anyway, after a long parse
+        raise FastjsonError(f"integer of {len(text)} digits is longer than any Java number", pos)
+    return int(text)
 
 
 def _object(s: str, i: int, depth: int) -> tuple[dict, int]:
@@ -132,7 +140,7 @@ def _key(s: str, i: int) -> tuple[Any, int]:
             raise FastjsonError(e.msg, e.pos) from None
     m = _INT_KEY.match(s, i)
     if m:
-        return int(m.group()), m.end()
+        return _int(m.group(), i), m.end()
     m = _NAME_KEY.match(s, i)
     if m:
         return m.group(), m.end()

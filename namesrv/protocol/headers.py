@@ -55,8 +55,17 @@ def _fields(cls: type) -> list[tuple[str, str, type, bool]]:
 
 def decode_header(cls: type[T], ext_fields: dict[str, str] | None) -> T:
     """Build header ``cls`` from a request's extFields; raise HeaderError naming a missing required field."""
-    # a broker sends the same header with every heartbeat: decode each one once (headers are frozen)
-    return _decode_header_memo(cls, tuple(ext_fields.items()) if ext_fields else ())
+    # a broker sends the same header with every heartbeat: decode each one once (headers are frozen);
+    # a large header (a client chooses its topic name's length) is not worth remembering
+    if not ext_fields:
+        return _decode_header_memo(cls, ())
+    if sum(map(len, ext_fields.values())) > _MEMO_MAX_CHARS:
+        return _decode_header(cls, ext_fields)
+    return _decode_header_memo(cls, tuple(ext_fields.items()))
+
+
+#: the remembered headers then hold at most 4,096 x this many characters of values
+_MEMO_MAX_CHARS = 1024
 
 
 @functools.lru_cache(maxsize=4096)

@@ -181,3 +181,37 @@ def test_one_shape_many_opaques(cmd, other):
     first, second = encode(cmd), encode(dataclasses.replace(cmd, opaque=other))
     assert decode_frame(first) == expected_after_round_trip(cmd)
     assert decode_frame(second) == expected_after_round_trip(dataclasses.replace(cmd, opaque=other))
+
+
+# --- what a hostile peer can put into a command -------------------------------------------------
+# A lone surrogate reaches us through a JSON "\ud800" escape, and the answer may repeat it (a topic
+# name in a remark).  Encoding never fails on it: it is written as '?', as Java's getBytes(UTF_8) does.
+
+_any_text = st.text(st.characters(blacklist_categories=()), max_size=20)
+
+
+@FUZZ
+@given(commands(), _any_text, st.dictionaries(_any_text, _any_text, max_size=3))
+def test_any_text_in_an_answer_encodes_with_lone_surrogates_as_question_marks(cmd, remark, ext):
+    cmd = dataclasses.replace(cmd, remark=remark or None, ext_fields=ext)
+    decoded = decode_frame(encode(cmd))
+
+    def java(text):
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+    assert decoded.remark == expected_after_round_trip(dataclasses.replace(cmd, remark=java(remark) or None)).remark
+    want = {java(k): java(v) for k, v in ext.items()}
+    assert decoded.ext_fields == expected_after_round_trip(dataclasses.replace(cmd, ext_fields=want)).ext_fields
+
+
+@FUZZ
+@given(st.sampled_from(["code", "opaque", "flag", "version"]), st.integers(11, 6000), st.booleans())
+def test_absurd_integers_in_a_header_are_a_protocol_error(key, digits, quoted):
+    number = "9" * digits
+    text = ('{"code":105,"%s":%s}' % (key, f'"{number}"' if quoted else number)).encode()
+    try:
+        decode_frame(_json_frame(text))
+    except RemoteProtocolError as e:
+        assert len(str(e)) < 8000
+    else:
+        raise AssertionError("a number beyond 32 bits was accepted")

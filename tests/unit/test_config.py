@@ -291,3 +291,34 @@ def test_update_that_cannot_be_persisted_is_rolled_back(tmp_path: Path, monkeypa
     assert isinstance(result, PersistFailed) and "No space left" in result.remark
     assert cfg.cluster_test is False
     assert path.read_text() == "clusterTest=false\n"
+
+
+def test_update_whose_persistence_fails_in_any_way_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from namesrv import config as config_mod
+
+    cfg = cfg_in(tmp_path)
+    before = dataclasses.asdict(cfg)
+
+    def broken(target: object, data: bytes) -> None:
+        raise RuntimeError("not an OSError")
+
+    monkeypatch.setattr(config_mod, "write_atomically", broken)
+    result = apply_update(cfg, "clusterTest=true\n")
+    assert isinstance(result, PersistFailed) and "not an OSError" in result.remark
+    assert dataclasses.asdict(cfg) == before
+    monkeypatch.undo()
+    assert isinstance(apply_update(cfg, "clusterTest=true\n"), Updated) and cfg.cluster_test is True
+
+
+@pytest.mark.parametrize("text", ["productEnvName=\\ud800\n", "productEnvName=a\\u0000b\n", "a\\u0007b=1\n",
+                                  "productEnvName=" + "x" * 4097 + "\n", "".join(f"k{i}=1\n" for i in range(257)),
+                                  b"x=" + b"y" * 64 * 1024])
+def test_update_that_cannot_be_stored_is_refused_before_anything_changes(tmp_path: Path, text) -> None:
+    from namesrv.config import Refused
+
+    cfg = cfg_in(tmp_path)
+    before = dataclasses.asdict(cfg)
+    result = apply_update(cfg, text)
+    assert isinstance(result, Refused) and result.code == ResponseCode.SYSTEM_ERROR and result.remark
+    assert dataclasses.asdict(cfg) == before
+    assert render_properties(cfg).encode("utf-8")

@@ -35,6 +35,7 @@ def test_vector_round_trips_byte_identical(tmp_path: Path) -> None:
     path.write_bytes(VECTOR)
     kv = loaded(path)
     assert kv.get("ORDER_TOPIC_CONFIG", "TopicOrder") == "broker-a:4"
+    kv.put("ORDER_TOPIC_CONFIG", "TopicOrder", "other")
     kv.put("ORDER_TOPIC_CONFIG", "TopicOrder", "broker-a:4")  # rewrites the file
     assert path.read_bytes() == VECTOR
 
@@ -181,3 +182,75 @@ def test_snapshot_and_namespace_are_copies(tmp_path: Path) -> None:
     kv.snapshot()["ns"]["k"] = "changed"
     kv.get_namespace("ns")["k"] = "changed"  # type: ignore[index]
     assert kv.get("ns", "k") == "v"
+
+
+# --- nothing a request does can leave the store stuck --------------------------------------------
+
+
+def test_a_write_failing_in_any_way_changes_nothing_and_later_writes_work(tmp_path: Path, monkeypatch) -> None:
+    from namesrv import kvconfig
+
+    path = tmp_path / "kvConfig.json"
+    kv = loaded(path)
+    kv.put("ns", "k", "v")
+    real = kvconfig.write_atomically
+
+    def broken(target: Path, data: bytes) -> None:
+        raise RuntimeError("not an OSError")
+
+    monkeypatch.setattr(kvconfig, "write_atomically", broken)
+    with pytest.raises(RuntimeError):
+        kv.put("ns", "k", "changed")
+    with pytest.raises(RuntimeError):
+        kv.put("other", "k", "v")
+    assert kv.snapshot() == {"ns": {"k": "v"}}
+    monkeypatch.setattr(kvconfig, "write_atomically", real)
+    kv.put("other", "k", "v")
+    assert loaded(path).snapshot() == {"ns": {"k": "v"}, "other": {"k": "v"}}
+
+
+@pytest.mark.parametrize("namespace, key, value", [("ns", "k", "\ud800"), ("\udc00", "k", "v"), ("ns", "k" * 1025, "v"),
+                                                   ("ns", "k", "v" * (64 * 1024 + 1))])
+def test_an_entry_that_cannot_be_stored_is_refused_before_anything_changes(tmp_path, namespace, key, value) -> None:
+    from namesrv.kvconfig import KVRefused
+
+    kv = loaded(tmp_path / "kvConfig.json")
+    assert kv.refusal(namespace, key, value) is not None
+    with pytest.raises(KVRefused):
+        kv.put(namespace, key, value)
+    assert kv.snapshot() == {} and kv.version == 1
+    kv.put("ns", "k", "v\x00 control characters are fine, as in Java")
+    assert loaded(tmp_path / "kvConfig.json").get("ns", "k").startswith("v\x00")
+
+
+def test_the_whole_table_is_bounded(tmp_path: Path) -> None:
+    from namesrv.kvconfig import MAX_TABLE_CHARS, MAX_VALUE_CHARS, KVRefused
+
+    kv = loaded(tmp_path / "kvConfig.json")
+    n = 0
+    with pytest.raises(KVRefused) as refused:
+        while n < MAX_TABLE_CHARS // MAX_VALUE_CHARS + 2:
+            kv.put("ns", f"k{n}", "v" * MAX_VALUE_CHARS)
+            n += 1
+    assert "delete entries first" in str(refused.value)
+    assert n == MAX_TABLE_CHARS // (MAX_VALUE_CHARS + 3)  # the one that did not fit changed nothing
+    kv.put("ns", "k0", "small")  # replacing an entry with a smaller one always fits
+    kv.delete("ns", "k1")
+    kv.put("ns", "new", "v" * 1000)
+
+
+def test_concurrent_changes_share_writes(tmp_path: Path, monkeypatch) -> None:
+    from concurrent.futures import wait
+
+    from namesrv import kvconfig
+
+    writes = []
+    real = kvconfig.write_atomically
+    monkeypatch.setattr(kvconfig, "write_atomically", lambda p, d: (writes.append(d), real(p, d)))
+    kv = loaded(tmp_path / "kvConfig.json")
+    futures = [kv.submit_put("ns", f"k{i}", str(i)) for i in range(200)]
+    wait(futures, timeout=30)
+    assert all(f.result() is None for f in futures)
+    assert loaded(tmp_path / "kvConfig.json").get_namespace("ns") == {f"k{i}": str(i) for i in range(200)}
+    assert len(writes) < 200  # group commit: one write covers every change queued meanwhile
+    kv.close()

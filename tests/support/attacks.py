@@ -1,0 +1,291 @@
+"""The attacks of issue 9 as frames and threads, and a well-formed client that times its route lookups.
+
+Shared by the conformance tests (bounded counts) and ``bench/soak.py`` (minutes, all at once).
+Every attacker uses one connection, reconnecting when the node closes it, and counts what happened.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from namesrv.client import NameServerClient
+from namesrv.protocol import bodies
+from namesrv.protocol.codec import FrameDecoder, encode
+from namesrv.protocol.codes import RequestCode, ResponseCode
+from namesrv.protocol.command import request
+from namesrv.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
+
+MiB = 1024 * 1024
+GOOD_TOPIC = "GoodTopic"
+
+
+def json_frame(header: dict, body: bytes = b"") -> bytes:
+    """A frame whose JSON header is written by the json module: ASCII, lone surrogates as ``\\ud800``."""
+    h = json.dumps(header).encode()
+    return struct.pack(">II", 4 + len(h) + len(body), len(h)) + h + body
+
+
+def _registration(ext: dict[str, str], body: bytes, compressed: bool) -> bytes:
+    ext = {"brokerName": "attacker", "brokerAddr": "127.0.0.9:10911", "clusterName": "AttackCluster", "brokerId": "0",
+           "haServerAddr": "127.0.0.9:10912", "enableActingMaster": "false", "compressed": str(compressed).lower(), **ext}
+    return encode(request(RequestCode.REGISTER_BROKER, ext, body, opaque=1))
+
+
+def zip_bomb_registration(inflated: int = 256 * MiB) -> bytes:
+    """A compressed REGISTER_BROKER of ~1/1000 its inflated size, all zeros inside."""
+    deflater = zlib.compressobj(9)
+    zeros = bytes(MiB)
+    parts = [deflater.compress(zeros) for _ in range(inflated // MiB)]
+    parts.append(deflater.flush())
+    return _registration({}, b"".join(parts), compressed=True)
+
+
+def big_registration(topics: int = 100_000, compressed: bool = True) -> bytes:
+    body = RegisterBrokerBody(DataVersion(1, 0, 1_700_000_000_000),
+                              {f"AttackTopic{i}": TopicConfig(f"AttackTopic{i}", 8, 8) for i in range(topics)}, [])
+    return _registration({}, bodies.encode_register_broker_body(body, compressed=compressed), compressed)
+
+
+def huge_config_update(keys: int = 900_000) -> bytes:
+    text = "".join(f"k{i}=v\n" for i in range(keys)).encode()
+    return encode(request(RequestCode.UPDATE_NAMESRV_CONFIG, None, text, opaque=1))
+
+
+def kv_put(i: int) -> bytes:
+    """PUT_KV_CONFIG with a NUL and an escape sequence in the key and a lone surrogate every third time."""
+    value = "\ud800" if i % 3 == 0 else f"v{i}"
+    return json_frame({"code": int(RequestCode.PUT_KV_CONFIG), "flag": 0, "opaque": i, "version": 479,
+                       "extFields": {"namespace": f"ATTACK{i % 7}", "key": f"k\x00\x1b[2J{i % 500}", "value": value}})
+
+
+def unknown_topic_lookup(size: int = MiB) -> bytes:
+    return encode(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "u" * size}, opaque=1))
+
+
+def garbage(i: int) -> bytes:
+    """Malformed frames: a lone surrogate topic, a 5,001-digit opaque, an unknown serialize type."""
+    kind = i % 3
+    if kind == 0:
+        return json_frame({"code": 105, "flag": 0, "opaque": i, "extFields": {"topic": f"t\ud800{i}"}})
+    if kind == 1:
+        h = b'{"code":105,"flag":0,"opaque":' + b"9" * 5001 + b"}"
+        return struct.pack(">II", 4 + len(h), len(h)) + h
+    return b"\x00\x00\x00\x10\x07\x00\x00\x00\x1b[2J\x00\nlevel=x"
+
+
+@dataclass
+class Attacker:
+    """Sends ``frames(i)`` on one connection, one at a time, reading each answer (or the close)."""
+
+    addr: str
+    name: str
+    frames: Callable[[int], bytes]
+    #: an unfinished frame is sent instead: its header, then the body bytes trickle until the node stops reading
+    sent: int = 0
+    answered: int = 0
+    closed: int = 0
+    codes: dict[int, int] = field(default_factory=dict)
+    stop: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+    def start(self) -> Attacker:
+        self.thread = threading.Thread(target=self._run, name=f"attack-{self.name}", daemon=True)
+        self.thread.start()
+        return self
+
+    def halt(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(30)
+
+    def _run(self) -> None:
+        host, port = self.addr.rsplit(":", 1)
+        sock: socket.socket | None = None
+        decoder = FrameDecoder()
+        i = 0
+        while not self.stop.is_set():
+            try:
+                if sock is None:
+                    sock = socket.create_connection((host, int(port)), timeout=5)
+                    decoder = FrameDecoder()
+                sock.sendall(self.frames(i))
+                self.sent += 1
+                i += 1
+                while (answer := decoder.next_command()) is None:
+                    data = sock.recv(65536)
+                    if not data:
+                        raise ConnectionError("closed")
+                    decoder.feed(data)
+                self.answered += 1
+                self.codes[answer.code] = self.codes.get(answer.code, 0) + 1
+            except (OSError, ConnectionError):
+                self.closed += 1
+                if sock is not None:
+                    sock.close()
+                sock = None
+        if sock is not None:
+            sock.close()
+
+
+class UnfinishedFrames:
+    """``connections`` sockets each sending most of a ``size``-byte frame and never its end."""
+
+    def __init__(self, addr: str, connections: int = 20, size: int = 16 * MiB - 8) -> None:
+        self.addr, self.connections, self.size = addr, connections, size
+        self.stop = threading.Event()
+        self.sent = 0
+        self.thread = threading.Thread(target=self._run, name="attack-unfinished", daemon=True)
+
+    def start(self) -> UnfinishedFrames:
+        self.thread.start()
+        return self
+
+    def halt(self) -> None:
+        self.stop.set()
+        self.thread.join(30)
+
+    def _run(self) -> None:
+        host, port = self.addr.rsplit(":", 1)
+        chunk = bytes(256 * 1024)
+        while not self.stop.is_set():  # a round: open, send until closed (idle limit) or stopped
+            socks, left = [], []
+            for _ in range(self.connections):
+                s = socket.create_connection((host, int(port)))
+                s.sendall(struct.pack(">II", self.size, 2) + b"{}")
+                s.setblocking(False)
+                socks.append(s)
+                left.append(self.size - 16 * 1024)
+            while not self.stop.is_set() and any(n > 0 for n in left):
+                progress = False
+                for k, s in enumerate(socks):
+                    if left[k] <= 0:
+                        continue
+                    try:
+                        n = s.send(chunk[: min(len(chunk), left[k])])
+                        left[k] -= n
+                        self.sent += n
+                        progress = True
+                    except BlockingIOError:
+                        pass
+                    except OSError:  # closed by the node
+                        left[k] = 0
+                if not progress:
+                    self.stop.wait(0.02)
+            for s in socks:
+                s.close()
+
+
+class LatencyProbe:
+    """A well-formed client: route lookups of ``GOOD_TOPIC`` one after another, each one timed."""
+
+    def __init__(self, addr: str) -> None:
+        self.addr = addr
+        self.latencies: list[float] = []
+        self.failures: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="probe", daemon=True)
+
+    def start(self) -> LatencyProbe:
+        self.thread.start()
+        return self
+
+    def halt(self) -> None:
+        self.stop.set()
+        self.thread.join(30)
+
+    def lookups(self, count: int) -> list[float]:
+        """``count`` timed lookups on this thread (no background thread)."""
+        with NameServerClient(self.addr, timeout=10) as client:
+            out = []
+            for _ in range(count):
+                out.append(self._one(client))
+            return out
+
+    def _one(self, client: NameServerClient) -> float:
+        start = time.perf_counter()
+        response = client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": GOOD_TOPIC})
+        took = time.perf_counter() - start
+        if response is None or response.code != ResponseCode.SUCCESS:
+            self.failures.append(f"code {None if response is None else response.code}")
+        return took
+
+    def _run(self) -> None:
+        with NameServerClient(self.addr, timeout=10) as client:
+            while not self.stop.is_set():
+                try:
+                    self.latencies.append(self._one(client))
+                except OSError as e:
+                    self.failures.append(repr(e))
+                    return
+
+
+#: the attacks by name, for an attacker in another process (its work must not share the probe's GIL)
+ATTACKS: dict[str, Callable[[], Callable[[int], bytes]]] = {
+    "zip-bomb": lambda: (lambda frame: lambda i: frame)(zip_bomb_registration()),
+    "100k-topics": lambda: (lambda frame: lambda i: frame)(big_registration()),
+    "huge-config": lambda: (lambda frame: lambda i: frame)(huge_config_update()),
+    "kv-puts": lambda: kv_put,
+    "huge-unknown-topic": lambda: (lambda frame: lambda i: frame)(unknown_topic_lookup()),
+    "garbage": lambda: garbage,
+}
+
+
+def _attack_main(addr: str, kind: str, ready, stop, results) -> None:
+    if kind == "unfinished-frames":
+        attack = UnfinishedFrames(addr)
+    else:
+        attack = Attacker(addr, kind, ATTACKS[kind]())
+    attack.start()
+    ready.set()
+    stop.wait()
+    attack.halt()
+    if isinstance(attack, UnfinishedFrames):
+        results.put({"sent_bytes": attack.sent})
+    else:
+        results.put({"sent": attack.sent, "answered": attack.answered, "closed": attack.closed, "codes": attack.codes})
+
+
+class AttackProcess:
+    """One attack (a name of :data:`ATTACKS` or ``unfinished-frames``) in a child process."""
+
+    def __init__(self, addr: str, kind: str) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self.kind = kind
+        self._ready, self._stop, self._results = ctx.Event(), ctx.Event(), ctx.Queue()
+        self.process = ctx.Process(target=_attack_main, args=(addr, kind, self._ready, self._stop, self._results),
+                                   name=f"attack-{kind}", daemon=True)
+
+    def __enter__(self) -> AttackProcess:
+        self.process.start()
+        if not self._ready.wait(60):
+            raise AssertionError(f"the {self.kind} attacker did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process.is_alive():
+            self.stop()
+
+    def stop(self) -> dict:
+        """Stop the attack; what it did (frames sent, answered, connections closed by the node, codes)."""
+        self._stop.set()
+        try:
+            result = self._results.get(timeout=60)
+        finally:
+            self.process.join(10)
+            if self.process.is_alive():
+                self.process.kill()
+        return result
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]

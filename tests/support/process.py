@@ -1,0 +1,77 @@
+"""A name-server node in its own process (``namesrv start``), for tests and soaks that measure its memory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from namesrv.client import NameServerClient
+from tests.support.node import REPO, free_port
+
+
+def wait_until(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.05) -> object:
+    """Poll ``condition`` until it is truthy (returned) or ``timeout`` seconds pass (AssertionError)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class NodeProcess:
+    proc: subprocess.Popen
+    addr: str
+    log: Path
+
+    def rss(self) -> int:
+        """Resident memory of the node process, in bytes."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS line")
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def _answers(addr: str, proc: subprocess.Popen) -> bool:
+    assert proc.poll() is None, "the node exited at start-up"
+    try:
+        with NameServerClient(addr, timeout=0.5) as c:
+            c.cluster_info()
+            return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def node_process(tmp_path: Path, *, log_level: str = "WARNING", **overrides: str) -> Iterator[NodeProcess]:
+    """``namesrv start`` on a free loopback port with its files in ``tmp_path``; killed afterwards."""
+    port = free_port()
+    props = {"listenPort": str(port), "bindAddress": "127.0.0.1", "kvConfigPath": str(tmp_path / "kvConfig.json"),
+             "configStorePath": str(tmp_path / "namesrv.properties"), "logLevel": log_level, **overrides}
+    conf = tmp_path / "node.properties"
+    conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    log = tmp_path / "node.log"
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    with log.open("wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "namesrv", "start", "-c", str(conf)], cwd=REPO, stderr=err,
+                                stdout=subprocess.DEVNULL, env=env)
+    addr = f"127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _answers(addr, proc), 20, f"the node to listen on {addr} (log: {log})")
+        yield NodeProcess(proc, addr, log)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
