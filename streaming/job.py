@@ -172,6 +172,8 @@ def build_pipeline(spark: SparkSession, cfg: StreamingConfig) -> DataFrame:
 # --------------------------------------------------------------------------- sinks
 
 
+#: what Spark's StreamExecution recognises as a stop interrupting a foreachBatch call
+_INTERRUPTED = "py4j.protocol.Py4JJavaError: An error occurred while calling collectToPython: java.lang.InterruptedException"
 #: a NODE_CLOCK_AHEAD incident ends after this long (wall clock) without a refused event from the node
 _CLOCK_QUIET_MS = 60_000
 #: one attempt to reach Kafka at start-up; short, so a stop request is answered within it
@@ -371,7 +373,16 @@ class BatchSink:
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         self._lineage_set.wait()
-        rows = sorted((r.asDict() for r in batch_df.collect()), key=order_key)
+        try:
+            collected = batch_df.collect()
+        except Exception as exc:
+            if "java.lang.InterruptedException" not in str(exc):
+                raise
+            # stop() interrupted this batch. Spark tells such an interruption from a failure by matching
+            # the error's text with a regex that overflows the JVM's stack on a long Java trace (a
+            # StackOverflowError at every stop during a batch): hand it the short text it looks for.
+            raise RuntimeError(_INTERRUPTED) from None
+        rows = sorted((r.asDict() for r in collected), key=order_key)
         self.process(rows, batch_id)
         self.status.last_batch_done_at = self.clock()
 
