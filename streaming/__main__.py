@@ -3,7 +3,9 @@
 ``spark-submit streaming/__main__.py`` runs it too, from the activated venv or with
 ``PYSPARK_DRIVER_PYTHON`` set to its python; the job's ``spark.master`` (``-D spark.master=…``, default
 ``local[*]``) overrides spark-submit's ``--master``.  SIGTERM (or Ctrl-C) to this process, the driver, stops
-the query and the session; spark-submit's JVM then exits with its code.
+the query and the session; spark-submit's JVM then exits with its code. A query that fails is started
+again from its checkpoint in this process, after 2 s doubling to 60 s; after more than five failures in
+ten minutes the process exits 1 and leaves the restart to its supervisor (``make run``'s stack).
 """
 
 from __future__ import annotations
@@ -13,11 +15,18 @@ import logging
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from namesrv.logs import setup_logging
 from streaming.config import DEFAULT_CONFIG_PATH, ConfigError, load_config, parse_overrides
+
+
+log = logging.getLogger("streaming.main")
+#: failures of the query within _FAILURE_WINDOW_S that the process recovers from by itself
+_MAX_FAILURES = 5
+_FAILURE_WINDOW_S = 600.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -62,20 +71,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, _stop)
     spark = job.build_spark(cfg)
     spark.sparkContext.setLogLevel("WARN")
+    failures: list[float] = []
     try:
-        monitor = job.start(spark, cfg, stopping=stopping)  # waits for Kafka
-        if monitor is None:
-            return 0
-        while not stopping.wait(1.0) and monitor.query.isActive:
-            pass
-        monitor.stop()
+        while True:
+            monitor = job.start(spark, cfg, stopping=stopping)  # waits for Kafka
+            if monitor is None:
+                return 0
+            while not stopping.wait(1.0) and monitor.query.isActive:
+                pass
+            monitor.stop()
+            failure = monitor.query.exception()
+            if failure is None or stopping.is_set():
+                return 0
+            # A failed query is started again from its checkpoint, in this process: a Python worker
+            # that did not connect back in time on a loaded machine, a Kafka hiccup mid-batch. Inputs
+            # cannot fail it (they are checked), so a query failing again and again is something
+            # else: after a few within the window, give up and let the supervisor restart the process.
+            now = time.monotonic()
+            failures = [t for t in failures if now - t < _FAILURE_WINDOW_S] + [now]
+            first_line = str(failure).splitlines()[0] if str(failure) else repr(failure)
+            if len(failures) > _MAX_FAILURES:
+                print(f"error: the streaming query failed {len(failures)} times within "
+                      f"{_FAILURE_WINDOW_S:.0f} s; last: {first_line}", file=sys.stderr)
+                return 1
+            wait_s = min(60.0, 2.0 ** len(failures))
+            log.error("the streaming query failed (%s); starting it again from its checkpoint in %.0f s",
+                      first_line, wait_s)
+            if stopping.wait(wait_s):
+                return 0
     finally:
         spark.stop()
-    failure = monitor.query.exception()
-    if failure is not None:
-        print(f"error: the streaming query failed: {failure}", file=sys.stderr)
-        return 1
-    return 0
 
 
 if __name__ == "__main__":
