@@ -1,8 +1,7 @@
-"""The Kafka data source's reader and writer, called directly (as Spark calls them) on real brokers."""
+"""The Kafka data source's reader, called directly (as Spark calls them) on real brokers."""
 
 from __future__ import annotations
 
-import pyarrow as pa
 import pytest
 from kafka import KafkaProducer
 from pyspark.sql.datasource import CaseInsensitiveDict
@@ -16,7 +15,6 @@ from streaming.kafka_io import (
     KafkaSourceError,
     KafkaStreamReader,
     parse_offsets,
-    produce_batches,
     read_range,
     split_limit,
 )
@@ -120,21 +118,6 @@ def test_a_missing_topic_or_subscription_is_named(kafka):
             r.initialOffset()
     finally:
         r.stop()
-
-
-def test_the_writer_produces_every_row_and_the_reader_reads_them_back(kafka):
-    opts = KafkaOptions(bootstrap_servers=kafka.bootstrap_servers, topic="out")
-    batch = pa.RecordBatch.from_pylist([{"key": "a", "value": "1"}, {"key": None, "value": "2"}])
-    assert produce_batches(opts, iter([batch])) == 2
-    probe = reader(kafka, subscribe="out")
-    try:
-        start = {"out": {"0": 0}}
-        end = probe.latestOffset(start, ReadAllAvailable())
-        (part,) = probe.partitions(start, end)
-        values = [row["value"] for b in read_range(opts, part) for row in b.to_pylist()]
-        assert values[-2:] == [b"1", b"2"]
-    finally:
-        probe.stop()
 
 
 def test_a_range_the_broker_does_not_have_is_an_error_or_skipped_on_request(kafka):
