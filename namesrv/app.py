@@ -61,7 +61,7 @@ def build_node(config: NamesrvConfig) -> tuple[NameServerNode, BatchUnregistrati
     )
     unregistration.on_min_broker_id_change = node.min_broker_id_changed
     expiry = ExpiryScan(routes, config.scan_not_active_broker_interval,
-                        on_expired=lambda r: node.observer.broker_unregistered(r, "expired"),
+                        on_expired=lambda r, why: node.observer.broker_unregistered(r, why),
                         on_min_broker_id_change=node.min_broker_id_changed)
     return node, unregistration, expiry
 

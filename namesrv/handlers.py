@@ -23,6 +23,7 @@ from typing import Any
 
 from namesrv import config as config_mod
 from namesrv.config import NamesrvConfig
+from namesrv.departure import BROKER_ASKED, Departure
 from namesrv.kvconfig import KVConfigManager, KVRefused
 from namesrv.logs import RateLimited
 from namesrv.protocol import bodies, fastjson
@@ -49,26 +50,46 @@ from namesrv.protocol.headers import (
     decode_header,
     encode_header,
 )
-from namesrv.protocol.types import BodyError, TopicRouteData
+from namesrv.protocol.types import BodyError, QueueData, RegisterBrokerBody, TopicRouteData
 from namesrv.routes.manager import RouteInfoManager, UnregisterRequest
-from namesrv.routes.model import MinBrokerIdChange
+from namesrv.routes.model import MinBrokerIdChange, RegisterBrokerResult
 
 log = logging.getLogger("namesrv.handlers")
 
 FAQ_SUFFIX = "\nSee https://rocketmq.apache.org/docs/bestPractice/06FAQ for further details."
 
 
+@dataclass(frozen=True, slots=True)
+class AdminChange:
+    """A route change made by an admin request; which fields are set depends on ``code``."""
+
+    code: RequestCode
+    #: WIPE / ADD_WRITE_PERM_OF_BROKER: the group, and how many of its topics changed
+    broker_name: str | None = None
+    topic_count: int | None = None
+    #: DELETE_TOPIC_IN_NAMESRV (with the cluster it was limited to, if any), REGISTER_TOPIC_IN_NAMESRV
+    topic: str | None = None
+    cluster_name: str | None = None
+    #: REGISTER_TOPIC_IN_NAMESRV: the queues registered
+    queue_datas: tuple[QueueData, ...] | None = None
+
+
 class NodeObserver:
     """What a node tells the outside world about brokers and routes (the event publisher overrides these).
 
-    The default does nothing, which is a node that behaves exactly like Apache RocketMQ's.
+    The default does nothing, which is a node that behaves exactly like Apache RocketMQ's.  Every
+    call happens on the event loop, after the route tables changed.
     """
 
-    def broker_registered(self, header: RegisterBrokerHeader, body: Any, result: Any) -> None: ...
+    #: a registration the tables accepted or refused (``result.conflict``): the body as decoded
+    def broker_registered(self, header: RegisterBrokerHeader, body: RegisterBrokerBody,
+                          result: RegisterBrokerResult) -> None: ...
+    #: ``source`` is QUERY_DATA_VERSION or BROKER_HEARTBEAT
     def broker_heartbeat(self, cluster_name: str, broker_addr: str, source: RequestCode) -> None: ...
-    def broker_unregistered(self, request: UnregisterRequest, reason: str) -> None: ...
-    def route_changed_by_admin(self, code: RequestCode, detail: dict[str, Any]) -> None: ...
-    # after PUT_KV_CONFIG (value as stored, possibly None) or DELETE_KV_CONFIG (value None)
+    #: the broker's removal was queued, and why (see :mod:`namesrv.departure`)
+    def broker_unregistered(self, request: UnregisterRequest, departure: Departure) -> None: ...
+    def route_changed_by_admin(self, change: AdminChange) -> None: ...
+    #: after PUT_KV_CONFIG (value as stored, possibly None) or DELETE_KV_CONFIG (value None)
     def kv_config_changed(self, namespace: str, key: str, value: str | None) -> None: ...
 
 
@@ -344,7 +365,7 @@ def unregister_broker(node: NameServerNode, request: RemotingCommand, channel: o
     )
     if not node.submit_unregister([unregister]):
         return request.response(ResponseCode.SYSTEM_ERROR)
-    node.observer.broker_unregistered(unregister, "UNREGISTER_BROKER")
+    node.observer.broker_unregistered(unregister, BROKER_ASKED)
     return request.response()
 
 
@@ -449,7 +470,7 @@ def _write_perm_handler(code: RequestCode, change: Callable[[RouteInfoManager, s
     def handler(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
         h = decode_header(BrokerNameHeader, request.ext_fields)
         count = change(node.routes, h.broker_name)
-        node.observer.route_changed_by_admin(code, {"brokerName": h.broker_name, "topics": count})
+        node.observer.route_changed_by_admin(AdminChange(code, broker_name=h.broker_name, topic_count=count))
         return request.response(ext_fields={count_key: str(count)})
 
     handler.__name__ = code.name.lower()
@@ -464,7 +485,9 @@ _write_perm_handler(RequestCode.ADD_WRITE_PERM_OF_BROKER, RouteInfoManager.add_w
 def delete_topic_in_namesrv(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(TopicHeader, request.ext_fields)
     node.routes.delete_topic(h.topic, h.cluster_name or None)
-    node.observer.route_changed_by_admin(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": h.topic, "clusterName": h.cluster_name})
+    node.observer.route_changed_by_admin(
+        AdminChange(RequestCode.DELETE_TOPIC_IN_NAMESRV, topic=h.topic, cluster_name=h.cluster_name or None)
+    )
     return request.response()
 
 
@@ -476,7 +499,7 @@ def register_topic_in_namesrv(node: NameServerNode, request: RemotingCommand, ch
         if queue_datas:
             node.routes.register_topic(h.topic, queue_datas)
             node.observer.route_changed_by_admin(
-                RequestCode.REGISTER_TOPIC_IN_NAMESRV, {"topic": h.topic, "queueDatas": [q.to_wire() for q in queue_datas]}
+                AdminChange(RequestCode.REGISTER_TOPIC_IN_NAMESRV, topic=h.topic, queue_datas=tuple(queue_datas))
             )
     return request.response()
 

@@ -17,6 +17,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from namesrv.departure import LOCAL_EXPIRY, Departure
 from namesrv.routes.manager import RouteInfoManager, UnregisterRequest
 from namesrv.routes.model import MinBrokerIdChange
 
@@ -74,7 +75,7 @@ class ExpiryScan:
     """
 
     def __init__(self, routes: RouteInfoManager, interval_ms: int,
-                 on_expired: Callable[[UnregisterRequest], None] | None = None,
+                 on_expired: Callable[[UnregisterRequest, Departure], None] | None = None,
                  on_min_broker_id_change: MinIdOutlet | None = None) -> None:
         self.routes = routes
         self.interval_ms = interval_ms
@@ -93,7 +94,7 @@ class ExpiryScan:
                 close()
         if self.on_expired is not None:
             for r in outcome.applied:
-                self.on_expired(r)
+                self.on_expired(r, LOCAL_EXPIRY)
         forward_min_broker_id_changes(outcome.min_broker_id_changes, self.on_min_broker_id_change)
         return outcome.applied
 

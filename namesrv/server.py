@@ -4,10 +4,13 @@
 does happens in :mod:`namesrv.handlers`.  A frame the decoder rejects closes that connection and
 nothing else.  A connection that closes, or stays silent for ``serverChannelMaxIdleTimeSeconds``,
 unregisters the brokers that registered through it, as Netty's channel events do in Java, and the
-observer hears why (the CHANNEL_CLOSED event's reason): ``connection closed`` (by the peer),
-``connection error: ...``, ``idle for N s (serverChannelMaxIdleTimeSeconds)`` or ``malformed frame: ...``.
-A node that stops closes every connection without reporting them: its brokers did not lose anything
-the monitor should act on.
+observer hears why, as a :class:`~namesrv.departure.Departure` (the CHANNEL_CLOSED event's reason):
+closed by the peer, a connection error, idle past ``serverChannelMaxIdleTimeSeconds`` or a malformed
+frame.  A node that stops closes every connection without reporting them: its brokers did not lose
+anything the monitor should act on.
+
+Time comes from the server's ``clock`` (monotonic seconds, injected so that a test drives the idle
+scan, :meth:`NameServer.close_idle_connections`, without waiting).
 
 A peer that sends requests but does not read the answers gets no more answers buffered for it than
 the transport's high-water mark: past it we stop reading from that peer until it catches up.  Java
@@ -46,10 +49,12 @@ import itertools
 import sys
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
+from namesrv import departure
 from namesrv.client import parse_addr
+from namesrv.departure import Departure
 from namesrv.handlers import NameServerNode, Pending, dispatch, min_broker_id_change_request
 from namesrv.logs import RateLimited
 from namesrv.protocol.codec import FrameDecoder, LocalProtocolError, RemoteProtocolError, encode
@@ -109,11 +114,11 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.decoder = FrameDecoder()
         self.peer = "?"
-        self.last_active = time.monotonic()
+        self.last_active = server.clock()
         #: the peer is not reading our answers
         self.paused = False
         #: why the node closed this connection itself (None: the peer closed it, or an error did)
-        self.close_reason: str | None = None
+        self.close_reason: Departure | None = None
         #: the node is over its buffer budget and this connection is one of the large holders
         self.held_back = False
         #: the answer being worked out off the loop; nothing else is answered here meanwhile
@@ -132,12 +137,12 @@ class Connection(asyncio.Protocol):
         self.server.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
-        self.last_active = time.monotonic()
+        self.last_active = self.server.clock()
         try:
             self.decoder.feed(data)
             self._answer_buffered()
         except Exception as e:  # a bug on our side must cost this connection, never the node's log or loop
-            self.drop(f"{type(e).__name__}: {e}")
+            self.drop(departure.read_failed(e))
             return
         self.server.account(self)
         if self.decoder.buffered >= _LARGE_FRAME_BYTES and not self.throttled:
@@ -175,7 +180,7 @@ class Connection(asyncio.Protocol):
                     out, size = [], 0
         except RemoteProtocolError as e:
             self._write(out)
-            self.drop(f"malformed frame: {e}")
+            self.drop(departure.malformed_frame(e))
             return
         self._write(out)
 
@@ -196,7 +201,7 @@ class Connection(asyncio.Protocol):
             self._update_reading()
             self._answer_buffered()  # frames that arrived before or with that request
         except Exception as e:
-            self.drop(f"{type(e).__name__}: {e}")
+            self.drop(departure.read_failed(e))
         else:
             self.server.account(self)
 
@@ -229,26 +234,26 @@ class Connection(asyncio.Protocol):
             try:
                 self._answer_buffered()  # frames that arrived while we were held back
             except Exception as e:
-                self.drop(f"{type(e).__name__}: {e}")
+                self.drop(departure.read_failed(e))
 
-    def drop(self, reason: str) -> None:
+    def drop(self, why: Departure) -> None:
         """Close this connection for something its peer sent, with one (rate-limited) warning."""
-        if len(reason) > _REASON_MAX_CHARS:  # reasons may quote what the peer sent
-            reason = reason[:_REASON_MAX_CHARS] + f"... ({len(reason)} characters)"
-        _drop_log.log(logging.WARNING, "closing connection from %s: %s", self.peer, reason)
-        self.close(reason)
+        why = why.bounded(_REASON_MAX_CHARS)  # reasons may quote what the peer sent
+        _drop_log.log(logging.WARNING, "closing connection from %s: %s", self.peer, why)
+        self.close(why)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
         self.server.release(self)
-        reason = self.close_reason or ("connection closed" if exc is None else f"connection error: {exc}")
-        self.server.channel_destroyed(self, reason)
+        why = self.close_reason or (departure.PEER_CLOSED if exc is None else departure.connection_error(exc))
+        self.server.channel_destroyed(self, why)
 
-    def close(self, reason: str | None = None) -> None:
-        """Close from our side; ``reason`` is what the brokers' CHANNEL_CLOSED events will say."""
+    def close(self, why: Departure | None = None) -> None:
+        """Close from our side; ``why`` is what the brokers' CHANNEL_CLOSED events will say (None:
+        as if the peer had closed it)."""
         if self.transport is not None and not self.transport.is_closing():
             if self.close_reason is None:
-                self.close_reason = reason
+                self.close_reason = why
             self.transport.close()
 
     def __repr__(self) -> str:
@@ -258,8 +263,10 @@ class Connection(asyncio.Protocol):
 class NameServer:
     """A listening name-server node and the background work that belongs to it."""
 
-    def __init__(self, node: NameServerNode) -> None:
+    def __init__(self, node: NameServerNode, clock: Callable[[], float] = time.monotonic) -> None:
         self.node = node
+        #: monotonic seconds, for the connections' idle limit
+        self.clock = clock
         self.connections: set[Connection] = set()
         #: set by stop(): closes from then on are the node's own shutdown, not the brokers'
         self._stopping = False
@@ -355,17 +362,17 @@ class NameServer:
         if not task.cancelled() and task.exception() is not None:
             log.error("background task %s failed", task.get_name(), exc_info=task.exception())
 
-    def channel_destroyed(self, connection: Connection, reason: str) -> None:
+    def channel_destroyed(self, connection: Connection, why: Departure) -> None:
         requests = self.node.routes.on_channel_destroy(connection)
         if requests:
-            log.info("%s from %s: unregistering %s", reason, connection.peer, [r.broker_addr for r in requests])
+            log.info("%s from %s: unregistering %s", why, connection.peer, [r.broker_addr for r in requests])
             self.node.submit_unregister(requests)
             if self._stopping:
                 # the node is going away, not the broker's connection: reporting it would tell the
                 # monitor the broker is gone here, and a fleet-wide restart would remove every broker
                 return
             for r in requests:
-                self.node.observer.broker_unregistered(r, reason)
+                self.node.observer.broker_unregistered(r, why)
 
     def notify_min_broker_id_change(self, change: MinBrokerIdChange) -> None:
         """Send the change to each of its targets in the background; failures are logged, never raised."""
@@ -408,10 +415,17 @@ class NameServer:
             return
         while True:
             await asyncio.sleep(min(idle_limit, 1.0))
-            deadline = time.monotonic() - idle_limit
-            for connection in [c for c in self.connections if c.last_active < deadline]:
-                log.info("closing idle connection from %s (no traffic for %ss)", connection.peer, idle_limit)
-                connection.close(f"idle for {idle_limit} s (serverChannelMaxIdleTimeSeconds)")
+            self.close_idle_connections()
+
+    def close_idle_connections(self) -> None:
+        """Close every connection silent for longer than serverChannelMaxIdleTimeSeconds (0: never)."""
+        idle_limit = self.node.config.server_channel_max_idle_time_seconds
+        if idle_limit <= 0:
+            return
+        deadline = self.clock() - idle_limit
+        for connection in [c for c in self.connections if c.last_active < deadline]:
+            log.info("closing idle connection from %s (no traffic for %ss)", connection.peer, idle_limit)
+            connection.close(departure.idle(idle_limit))
 
     async def stop(self, timeout: float = 5.0) -> None:
         """Stop listening, close every connection, wait up to ``timeout``, then cancel what is left."""
@@ -419,7 +433,7 @@ class NameServer:
         if self._server is not None:
             self._server.close()
         for connection in list(self.connections):
-            connection.close("node stopping")
+            connection.close(departure.NODE_STOPPING)
         for task in list(self.tasks):
             task.cancel()
         if self.tasks:

@@ -68,10 +68,6 @@ class AlertState(enum.StrEnum):
     RESOLVED = "RESOLVED"
 
 
-#: kinds the driver owns (the rest are decided in the stateful step)
-DRIVER_KINDS = frozenset({
-    AlertKind.GROUP_WITHOUT_MASTER, AlertKind.TOPIC_NOT_WRITABLE, AlertKind.MONITOR_LAGGING, AlertKind.NODE_CLOCK_AHEAD,
-})  # fmt: skip
 #: an alert's message is cut to this many characters, so no alert can outgrow a Kafka record
 MAX_MESSAGE_CHARS = 4096
 

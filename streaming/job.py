@@ -285,7 +285,6 @@ class MonitorStatus:
     batches: int = 0
     events: int = 0
     bad_events: int = 0
-    last_batch_ms: int = 0
     batch_durations_ms: list[int] = field(default_factory=list)
     #: wall clock when this run last finished a batch (0: none yet); the nodes hear the monitor only after one
     last_batch_done_at: int = 0
@@ -538,7 +537,6 @@ def _make_listener_class() -> type:
             s.batches += 1
             s.events += int(p.numInputRows)
             s.bad_events += bad
-            s.last_batch_ms = int(p.batchDuration)
             s.batch_durations_ms.append(int(p.batchDuration))
             del s.batch_durations_ms[:-1000]
             if wm:
@@ -593,9 +591,6 @@ class MonitorJob:
 
     def process_all_available(self) -> None:
         self.query.processAllAvailable()
-
-    def await_termination(self, timeout_s: float | None = None) -> bool | None:
-        return self.query.awaitTermination(timeout_s) if timeout_s is not None else self.query.awaitTermination()
 
     def stop(self) -> None:
         self.heartbeat.stop()

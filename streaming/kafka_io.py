@@ -1,4 +1,4 @@
-"""Kafka as a Spark streaming source and sink, through PySpark 4's Python Data Source API.
+"""Kafka as a Spark streaming source, through PySpark 4's Python Data Source API.
 
 Theory of operation
 -------------------
@@ -17,10 +17,8 @@ partitions). The end of a partition is the high watermark returned by a fetch, n
 ListOffsets(LATEST), which Tansu answers wrongly; ``endOffsets=listoffsets`` switches to the
 latter for brokers that answer it properly.
 
-Writing. An Arrow writer (batch and streaming) produces each row's ``value`` (and optional
-``key``, ``topic``, ``partition``) with kafka-python and flushes before the task reports
-success, so a micro-batch that Spark commits has been acknowledged by the broker. Python
-data source sinks accept Append mode only.
+The job writes to Kafka from its ``foreachBatch`` sink on the driver (:mod:`streaming.job`), so
+there is no writer here.
 
 Options are read case-insensitively (Spark hands us lower-cased keys), and every
 ``kafka.<name>`` option is passed to kafka-python as ``<name>`` with dots turned into
@@ -37,20 +35,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
-    DataSourceStreamReader,
-    InputPartition,
-    WriterCommitMessage,
-)
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import KafkaConsumer
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
@@ -73,7 +64,7 @@ _END_OFFSET_MODES = ("highwater", "listoffsets")
 
 
 class KafkaSourceError(RuntimeError):
-    """The Kafka source or sink cannot go on; the message says what to check or change."""
+    """The Kafka source cannot go on; the message says what to check or change."""
 
 
 # --------------------------------------------------------------------------- options
@@ -125,8 +116,6 @@ class KafkaOptions:
     poll_timeout_ms: int = 30_000
     #: ``failOnDataLoss``: a range that is gone from the broker (retention) is an error
     fail_on_data_loss: bool = True
-    #: ``topic``: where the writer sends rows without a ``topic`` column
-    topic: str | None = None
     #: every ``kafka.*`` option but bootstrap.servers, as kafka-python keyword arguments
     client_config: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
 
@@ -162,7 +151,6 @@ class KafkaOptions:
             end_offsets=end_mode,
             poll_timeout_ms=_positive_int(opts.get("polltimeoutms", "30000"), "pollTimeoutMs"),
             fail_on_data_loss=_flag(opts.get("failondataloss", "true"), "failOnDataLoss"),
-            topic=opts.get("topic") or None,
             client_config=client,
         )
 
@@ -227,19 +215,6 @@ def _consumer(opts: KafkaOptions, **overrides: Any) -> KafkaConsumer:
     return KafkaConsumer(**config)
 
 
-def _producer(opts: KafkaOptions) -> KafkaProducer:
-    from kafka import KafkaProducer
-
-    config: dict[str, Any] = {
-        "bootstrap_servers": opts.bootstrap_servers.split(","),
-        "acks": 1,
-        "linger_ms": 5,
-        "enable_idempotence": False,
-    }
-    config.update(dict(opts.client_config))
-    return KafkaProducer(**config)
-
-
 class _ClientPool:
     """Kafka clients kept per Python worker between tasks: a connection costs more than a batch.
 
@@ -250,7 +225,6 @@ class _ClientPool:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._consumers: dict[KafkaOptions, list[KafkaConsumer]] = {}
-        self._producers: dict[KafkaOptions, KafkaProducer] = {}
 
     def take_consumer(self, opts: KafkaOptions) -> KafkaConsumer:
         with self._lock:
@@ -262,13 +236,6 @@ class _ClientPool:
     def give_back(self, opts: KafkaOptions, consumer: KafkaConsumer) -> None:
         with self._lock:
             self._consumers.setdefault(opts, []).append(consumer)
-
-    def producer(self, opts: KafkaOptions) -> KafkaProducer:
-        with self._lock:
-            producer = self._producers.get(opts)
-            if producer is None:
-                producer = self._producers[opts] = _producer(opts)
-            return producer
 
 
 _POOL = _ClientPool()
@@ -536,73 +503,7 @@ def read_range(opts: KafkaOptions, part: KafkaInputPartition) -> Iterator[pa.Rec
             consumer.close()
 
 
-# --------------------------------------------------------------------------- sink
-
-
-@dataclass
-class KafkaCommitMessage(WriterCommitMessage):
-    records: int
-
-
-def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
-    index = batch.schema.get_field_index(name)
-    return None if index < 0 else batch.column(index).to_pylist()
-
-
-def _as_bytes(value: Any) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    return str(value).encode("utf-8")
-
-
-def produce_batches(opts: KafkaOptions, batches: Iterator[pa.RecordBatch]) -> int:
-    """Send every row and wait for the broker's acknowledgement; returns the count sent."""
-    producer = _POOL.producer(opts)
-    errors: list[BaseException] = []
-    sent = 0
-    for batch in batches:
-        values = _column(batch, "value")
-        if values is None:
-            raise KafkaSourceError(f"the Kafka sink needs a value column; got {batch.schema.names}")
-        keys = _column(batch, "key") or [None] * len(values)
-        topics = _column(batch, "topic") or [None] * len(values)
-        partitions = _column(batch, "partition") or [None] * len(values)
-        for key, value, topic, part in zip(keys, values, topics, partitions):
-            target = topic or opts.topic
-            if not target:
-                raise KafkaSourceError("no topic: set the topic option or give the rows a topic column")
-            future = producer.send(target, key=_as_bytes(key), value=_as_bytes(value), partition=part)
-            future.add_errback(errors.append)
-            sent += 1
-    producer.flush()
-    if errors:
-        raise KafkaSourceError(f"the broker refused {len(errors)} of {sent} records: {errors[0]!r}")
-    return sent
-
-
-class KafkaStreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, opts: KafkaOptions) -> None:
-        self.opts = opts
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return KafkaCommitMessage(produce_batches(self.opts, iterator))
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        total = sum(m.records for m in messages if isinstance(m, KafkaCommitMessage))
-        log.debug("kafka sink: batch %d wrote %d records", batchId, total)
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        # Records already acknowledged stay; the batch is retried and consumers must accept
-        # duplicates, as with Spark's native Kafka sink.
-        log.warning("kafka sink: batch %d aborted; it will be written again", batchId)
-
-
-class KafkaBatchWriter(DataSourceArrowWriter):
-    def __init__(self, opts: KafkaOptions) -> None:
-        self.opts = opts
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return KafkaCommitMessage(produce_batches(self.opts, iterator))
+# --------------------------------------------------------------------------- the data source
 
 
 class KafkaDataSource(DataSource):
@@ -617,12 +518,6 @@ class KafkaDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return KafkaStreamReader(KafkaOptions.from_options(self.options))
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:
-        return KafkaStreamWriter(KafkaOptions.from_options(self.options))
-
-    def writer(self, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
-        return KafkaBatchWriter(KafkaOptions.from_options(self.options))
 
 
 def register(spark: SparkSession) -> None:

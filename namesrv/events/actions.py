@@ -59,7 +59,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-
+from namesrv.departure import MONITOR_EXPIRE, MONITOR_REMOVE, Departure
 from namesrv.events.schema import Action, ActionType, SchemaError, decode_action, wall_ms
 from namesrv.handlers import NodeObserver
 from namesrv.liveness import ExpiryScan
@@ -77,6 +77,10 @@ log = logging.getLogger("namesrv.actions")
 
 #: see publisher.KAFKA_API_VERSION: pinned so that building the consumer needs no broker
 KAFKA_API_VERSION = (3, 3)
+
+
+#: what applying each removing action tells the observer (the UNREGISTER event's source)
+_DEPARTURES: dict[ActionType, Departure] = {ActionType.EXPIRE: MONITOR_EXPIRE, ActionType.REMOVE: MONITOR_REMOVE}
 
 
 class Outcome(enum.Enum):
@@ -263,7 +267,7 @@ class ActionApplier:
             return Outcome.ROLE_CHANGED
         if not self.submit_unregister([request]):
             return Outcome.REJECTED
-        self.observer.broker_unregistered(request, action.type.value)
+        self.observer.broker_unregistered(request, _DEPARTURES[action.type])
         return Outcome.APPLIED
 
     def _ahead(self, action: Action) -> bool:

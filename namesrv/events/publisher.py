@@ -78,7 +78,8 @@ from namesrv.events.schema import (
     is_light,
     wall_ms,
 )
-from namesrv.handlers import NodeObserver
+from namesrv.departure import Cause, Departure
+from namesrv.handlers import AdminChange, NodeObserver
 from namesrv.logs import LogThrottle
 from namesrv.protocol import fastjson
 from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS, ORDER_TOPIC_CONFIG, RequestCode
@@ -99,15 +100,16 @@ MAX_REDELIVERIES = 20
 #: at most one warning per this many seconds about each kind of refused event or clamped timeout
 INVALID_LOG_INTERVAL_S = 60.0
 
-#: what NodeObserver.broker_unregistered's ``reason`` means; any other reason is a closed connection
-UNREGISTER_REASONS: dict[str, UnregisterSource] = {
-    "UNREGISTER_BROKER": UnregisterSource.UNREGISTER_BROKER,
-    "expired": UnregisterSource.LOCAL_EXPIRY,
-    "EXPIRE": UnregisterSource.EXPIRE,
-    "REMOVE": UnregisterSource.REMOVE,
+#: the UNREGISTER event's source for each decided departure; the other causes are a connection's end
+#: (CHANNEL_CLOSED), and a test checks that every cause is one or the other
+UNREGISTER_SOURCES: dict[Cause, UnregisterSource] = {
+    Cause.UNREGISTER_BROKER: UnregisterSource.UNREGISTER_BROKER,
+    Cause.LOCAL_EXPIRY: UnregisterSource.LOCAL_EXPIRY,
+    Cause.MONITOR_EXPIRE: UnregisterSource.EXPIRE,
+    Cause.MONITOR_REMOVE: UnregisterSource.REMOVE,
 }
 
-_ADMIN_OPS: dict[int, AdminOp] = {
+_ADMIN_OPS: dict[RequestCode, AdminOp] = {
     RequestCode.WIPE_WRITE_PERM_OF_BROKER: AdminOp.WIPE_WRITE_PERM,
     RequestCode.ADD_WRITE_PERM_OF_BROKER: AdminOp.ADD_WRITE_PERM,
     RequestCode.DELETE_TOPIC_IN_NAMESRV: AdminOp.DELETE_TOPIC,
@@ -331,12 +333,11 @@ class EventPublisher(NodeObserver):
     # ------------------------------------------------------------------ NodeObserver (loop thread)
 
     @_never_raises
-    def broker_registered(self, header: RegisterBrokerHeader, body: Any, result: Any) -> None:
-        assert isinstance(result, RegisterBrokerResult)
+    def broker_registered(self, header: RegisterBrokerHeader, body: RegisterBrokerBody,
+                          result: RegisterBrokerResult) -> None:
         if result.conflict:  # the registration was ignored and the address is not live
             self._counts.ignored += 1
             return
-        body = body if isinstance(body, RegisterBrokerBody) else RegisterBrokerBody()
         cluster, addr, name, broker_id = header.cluster_name, header.broker_addr, header.broker_name, header.broker_id
         self._identity[(cluster, addr)] = (name, broker_id)
         dv = body.data_version
@@ -391,37 +392,35 @@ class EventPublisher(NodeObserver):
         self._last_event_time[(cluster_name, broker_addr)] = event.event_time
 
     @_never_raises
-    def broker_unregistered(self, request: UnregisterRequest, reason: str) -> None:
+    def broker_unregistered(self, request: UnregisterRequest, departure: Departure) -> None:
         identity = dict(
             cluster_name=request.cluster_name, broker_name=request.broker_name,
             broker_id=request.broker_id, broker_addr=request.broker_addr,
         )  # fmt: skip
-        source = UNREGISTER_REASONS.get(reason)
-        if source is None:
-            self._emit(EventType.CHANNEL_CLOSED, **identity, reason=reason[:MAX_REASON_CHARS])
+        if departure.cause.connection_ended:
+            self._emit(EventType.CHANNEL_CLOSED, **identity, reason=departure.reason[:MAX_REASON_CHARS])
         else:
-            self._emit(EventType.UNREGISTER, **identity, source=source.value)
+            self._emit(EventType.UNREGISTER, **identity, source=UNREGISTER_SOURCES[departure.cause].value)
 
     @_never_raises
-    def route_changed_by_admin(self, code: RequestCode, detail: dict[str, Any]) -> None:
-        op = _ADMIN_OPS.get(int(code))
+    def route_changed_by_admin(self, change: AdminChange) -> None:
+        op = _ADMIN_OPS.get(change.code)
         if op is None:
-            log.debug("no event for admin request code %s", code)
+            log.debug("no event for admin request code %s", change.code)
             return
         queue_datas = None
-        if "queueDatas" in detail:
+        if change.queue_datas is not None:
             queue_datas = [
-                BrokerQueueInfo(q["brokerName"], QueueInfo(q["readQueueNums"], q["writeQueueNums"], q["perm"],
-                                                           q.get("topicSysFlag", 0)))
-                for q in detail["queueDatas"]
+                BrokerQueueInfo(q.broker_name, QueueInfo(q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag))
+                for q in change.queue_datas
             ]
         self._emit(
             EventType.ADMIN,
             op=op,
-            broker_name=detail.get("brokerName"),
-            cluster_name=detail.get("clusterName") or None,
-            topic=detail.get("topic"),
-            topic_count=detail.get("topics"),
+            broker_name=change.broker_name,
+            cluster_name=change.cluster_name,
+            topic=change.topic,
+            topic_count=change.topic_count,
             queue_datas=queue_datas,
         )
 

@@ -254,8 +254,8 @@ def test_a_closed_and_an_idled_out_connection_each_drop_their_broker_and_say_whi
         def __init__(self) -> None:
             self.reasons: dict[str, str] = {}
 
-        def broker_unregistered(self, request, reason):
-            self.reasons[request.broker_addr] = reason
+        def broker_unregistered(self, request, departure):
+            self.reasons[request.broker_addr] = str(departure)
 
     closes = Closes()
     cluster = V3_EXT["clusterName"]

@@ -596,11 +596,6 @@ class System:
             with contextlib.suppress(ServiceError):
                 node.stop()
 
-    def restart_node(self, i: int, *, warm_start: bool = False) -> float:
-        """Stop node ``i`` (SIGTERM) and start it again on the same port; returns the start-up seconds."""
-        self.stop_node(i)
-        return self.start_node(i, warm_start=warm_start)
-
     def node_log(self, i: int) -> str:
         node = self.nodes[i]
         return node.log_file.read_text(errors="replace") if node else ""
@@ -612,11 +607,6 @@ class System:
 
     def start_kafka(self) -> None:
         self.infra.start_kafka()
-
-    def restart_kafka(self) -> None:
-        """Stop the broker (its data stays) and start it again on the same port."""
-        self.stop_kafka()
-        self.start_kafka()
 
     # -- the streaming job
 
@@ -1013,9 +1003,6 @@ class RouteProbe:
                 answer = self._ask(addr)
                 self.answers.append(answer)
             self._stop.wait(self.interval)
-
-    def between(self, start: float, end: float) -> list[Answer]:
-        return [a for a in list(self.answers) if start <= a.at <= end]
 
     def stop(self) -> None:
         self._stop.set()

@@ -17,6 +17,7 @@ from namesrv.events.actions import (
     trusted_monitors,
 )
 from namesrv.events.schema import Action, ActionType, encode_action
+from namesrv.departure import MONITOR_EXPIRE, Departure
 from namesrv.handlers import NodeObserver
 from namesrv.liveness import BatchUnregistration, ExpiryScan
 from namesrv.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
@@ -28,10 +29,10 @@ BODY = RegisterBrokerBody(DataVersion(1, 0, 1), {"A": TopicConfig("A"), "B": Top
 
 class Recorder(NodeObserver):
     def __init__(self) -> None:
-        self.unregistered: list[tuple[str, str]] = []
+        self.unregistered: list[tuple[str, Departure]] = []
 
-    def broker_unregistered(self, request, reason):
-        self.unregistered.append((request.broker_addr, reason))
+    def broker_unregistered(self, request, departure):
+        self.unregistered.append((request.broker_addr, departure))
 
 
 class FakeClock:
@@ -64,7 +65,7 @@ def test_an_action_based_on_the_latest_event_removes_the_broker_like_an_unregist
     assert applier.apply(expire(1_000)) is Outcome.APPLIED
     batch.drain_now()
     assert routes.last_seen(CLUSTER, ADDR) is None and routes.get_all_topic_list() == []
-    assert observer.unregistered == [(ADDR, "EXPIRE")]
+    assert observer.unregistered == [(ADDR, MONITOR_EXPIRE)]
 
 
 def test_an_action_older_than_what_the_node_saw_is_stale_and_changes_nothing():

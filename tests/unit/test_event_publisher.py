@@ -11,7 +11,9 @@ from kafka.future import Future
 
 from namesrv.config import ConfigError
 from namesrv.events import check_bootstrap_servers
-from namesrv.events.publisher import EventPublisher, EventQueue, PublisherSettings
+from namesrv import departure
+from namesrv.departure import Cause
+from namesrv.events.publisher import UNREGISTER_SOURCES, EventPublisher, EventQueue, PublisherSettings
 from namesrv.events.schema import (
     AdminOp,
     DataVersionInfo,
@@ -22,6 +24,7 @@ from namesrv.events.schema import (
     encode_event,
     event_key,
 )
+from namesrv.handlers import AdminChange
 from namesrv.protocol import fastjson
 from namesrv.protocol.codes import RequestCode
 from namesrv.protocol.headers import RegisterBrokerHeader
@@ -191,8 +194,9 @@ def test_heartbeats_name_the_broker_and_skip_brokers_the_node_does_not_hold():
 def test_unregistrations_say_why_and_closed_connections_are_their_own_type():
     p, _ = make_publisher()
     req = UnregisterRequest(CLUSTER, ADDR, NAME, 0, 1)
-    for reason in ("UNREGISTER_BROKER", "expired", "EXPIRE", "REMOVE", "connection closed"):
-        p.broker_unregistered(req, reason)
+    for why in (departure.BROKER_ASKED, departure.LOCAL_EXPIRY, departure.MONITOR_EXPIRE, departure.MONITOR_REMOVE,
+                departure.PEER_CLOSED, departure.idle(30), departure.malformed_frame(ValueError("bad length"))):
+        p.broker_unregistered(req, why)
     events = drain(p)
     assert [(e.type, e.source) for e in events[:4]] == [
         (EventType.UNREGISTER, "UNREGISTER_BROKER"), (EventType.UNREGISTER, "LOCAL_EXPIRY"),
@@ -201,14 +205,24 @@ def test_unregistrations_say_why_and_closed_connections_are_their_own_type():
     closed = events[4]
     assert (closed.type, closed.reason, closed.broker_addr, closed.broker_name) == (
         EventType.CHANNEL_CLOSED, "connection closed", ADDR, NAME)
+    assert [(e.type, e.reason) for e in events[5:]] == [
+        (EventType.CHANNEL_CLOSED, "idle for 30 s (serverChannelMaxIdleTimeSeconds)"),
+        (EventType.CHANNEL_CLOSED, "malformed frame: bad length"),
+    ]
+
+
+@pytest.mark.parametrize("cause", list(Cause))
+def test_every_departure_cause_is_either_an_unregister_source_or_a_connection_end(cause):
+    # a new cause must be given its event on purpose, never fall through to CHANNEL_CLOSED
+    assert cause.connection_ended != (cause in UNREGISTER_SOURCES)
 
 
 def test_admin_operations_carry_their_details():
     p, _ = make_publisher()
-    p.route_changed_by_admin(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": NAME, "topics": 2})
-    p.route_changed_by_admin(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "T1", "clusterName": ""})
+    p.route_changed_by_admin(AdminChange(RequestCode.WIPE_WRITE_PERM_OF_BROKER, broker_name=NAME, topic_count=2))
+    p.route_changed_by_admin(AdminChange(RequestCode.DELETE_TOPIC_IN_NAMESRV, topic="T1"))
     p.route_changed_by_admin(
-        RequestCode.REGISTER_TOPIC_IN_NAMESRV, {"topic": "T3", "queueDatas": [QueueData(NAME, 8, 8, 6).to_wire()]}
+        AdminChange(RequestCode.REGISTER_TOPIC_IN_NAMESRV, topic="T3", queue_datas=(QueueData(NAME, 8, 8, 6),))
     )
     wipe, delete, reg = drain(p)
     assert (wipe.op, wipe.broker_name, wipe.topic_count) == (AdminOp.WIPE_WRITE_PERM, NAME, 2)
@@ -219,7 +233,8 @@ def test_admin_operations_carry_their_details():
 
 def test_a_publishing_bug_never_escapes_into_the_request(caplog):
     p, _ = make_publisher()
-    p.route_changed_by_admin(RequestCode.REGISTER_TOPIC_IN_NAMESRV, {"topic": "T", "queueDatas": [{"oops": 1}]})
+    broken = AdminChange(RequestCode.REGISTER_TOPIC_IN_NAMESRV, topic="T", queue_datas=(None,))  # type: ignore[arg-type]
+    p.route_changed_by_admin(broken)
     assert drain(p) == []
     assert "could not publish" in caplog.text
 
@@ -353,7 +368,7 @@ def test_a_broker_timeout_outside_the_schema_range_is_clamped_not_dropped(caplog
 
 def test_a_long_close_reason_is_cut_to_its_bound():
     p, _ = make_publisher()
-    p.broker_unregistered(UnregisterRequest(CLUSTER, ADDR, NAME, 0, 1), "connection error: " + "x" * 10_000)
+    p.broker_unregistered(UnregisterRequest(CLUSTER, ADDR, NAME, 0, 1), departure.connection_error(OSError("x" * 10_000)))
     (closed,) = drain(p)
     assert closed.type is EventType.CHANNEL_CLOSED and len(closed.reason) == 4096
     assert decode_event(encode_event(closed)) == closed

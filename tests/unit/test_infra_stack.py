@@ -1,19 +1,21 @@
-"""The stack's streaming job: how each launcher is started and which PID counts as the job (no Spark here)."""
+"""The stack's streaming job: how each launcher is started, and its supervisor on a fake clock (no Spark here).
+
+Which live PID counts as the job or as a running ``up`` is tested with real processes in
+tests/integration/test_infra_stack_processes.py.
+"""
 
 from __future__ import annotations
 
 import io
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from infra import stack
 from infra.services import ServiceError
-from infra.stack import REPO, Launcher, StreamingJob
+from infra.stack import REPO, StreamingJob
 
 
 def job(tmp_path: Path, launcher: str = "spark-submit") -> StreamingJob:
@@ -45,21 +47,6 @@ def test_spark_submit_gets_this_interpreter_and_this_tree_without_an_activated_v
 def test_an_unknown_launcher_is_refused_naming_the_choices(tmp_path):
     with pytest.raises(ServiceError, match=r"'spark'.*python \| spark-submit"):
         job(tmp_path, "spark")
-
-
-@pytest.mark.parametrize("extra, is_job", [([], False), (["streaming/__main__.py"], True)])
-def test_a_live_pid_counts_as_the_job_only_if_it_runs_the_job(tmp_path, extra, is_job):
-    # same binary as the job, so only the command line tells them apart (java and bash are as common)
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", *extra], stdin=subprocess.PIPE)
-    try:
-        while not Path(f"/proc/{child.pid}/cmdline").read_bytes():
-            time.sleep(0.01)  # just past exec, a process shows no command line for a moment
-        j = job(tmp_path)
-        j.pidfile.write_text(f"{child.pid}\n")
-        assert j.status().pid == (child.pid if is_job else None)
-        assert j.pidfile.exists() == is_job
-    finally:
-        child.communicate(b"")
 
 
 @pytest.mark.parametrize("env, shown", [(None, "python"), ("spark-submit", "spark-submit")])
@@ -287,36 +274,3 @@ def test_the_job_is_restarted_from_its_checkpoint(tmp_path):
     sup.check()
     assert out.getvalue().startswith("streaming (pid 33) killed by SIGKILL after 0 s; the rest keeps running; "
                                      "restarting it from its checkpoint in 1 s (death 1)")
-
-
-def test_a_second_up_on_the_same_run_dir_is_refused(tmp_path, capsys):
-    conf = tmp_path / "services.properties"
-    run = tmp_path / "run"
-    conf.write_text(f"run.dir={run}\n")
-    run.mkdir()
-    # a process whose command line reads as `python -m infra.stack up`, as the first `up`'s does
-    first = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "infra.stack", "up"],
-                             stdin=subprocess.PIPE)
-    try:
-        while not Path(f"/proc/{first.pid}/cmdline").read_bytes():
-            time.sleep(0.01)
-        (run / stack.UP_PIDFILE).write_text(f"{first.pid}\n")
-        assert stack.running_up(run) == first.pid
-        assert stack.main(["up", "--services-conf", str(conf), "--no-streaming"]) == 1
-        assert f"already up (pid {first.pid}" in capsys.readouterr().err
-        assert (run / stack.UP_PIDFILE).read_text() == f"{first.pid}\n"  # the first one's pidfile is left alone
-        assert not (run / "kafka.pid").exists()
-    finally:
-        first.communicate(b"")
-    assert stack.running_up(run) is None  # gone
-
-
-def test_a_pidfile_naming_another_program_is_not_an_up(tmp_path):
-    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
-    try:
-        while not Path(f"/proc/{other.pid}/cmdline").read_bytes():
-            time.sleep(0.01)
-        (tmp_path / stack.UP_PIDFILE).write_text(f"{other.pid}\n")
-        assert stack.running_up(tmp_path) is None
-    finally:
-        other.communicate(b"")

@@ -1,4 +1,4 @@
-"""The route model against the node's own route tables, and the Redis store against a real Redis."""
+"""The route model against the node's own route tables (the Redis store against a real Redis: tests/integration)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,11 @@ import pytest
 
 import orjson
 
-from infra.services import RedisService, free_port
 from namesrv.config import load_config
 from namesrv.events.publisher import EventPublisher, PublisherSettings
 from namesrv.events.schema import (
     AdminOp,
     BrokerQueueInfo,
-    DataVersionInfo,
     Event,
     EventType,
     QueueInfo,
@@ -26,25 +24,8 @@ from namesrv.protocol.codes import ORDER_TOPIC_CONFIG, ZONE_NAME_EXT, RequestCod
 from namesrv.protocol.command import request
 from namesrv.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig
 from namesrv.routes import RouteInfoManager, RouteSettings
-from streaming.alerts import Alert, AlertKind, AlertState, Severity
-from streaming.routes import RedisKeys, RedisRouteStore, RouteLookup, RouteModel
-
-T0 = 1_700_000_000_000
-CLUSTER = "C1"
-
-
-def reg_event(name: str, addr: str, bid: int, topics: dict[str, tuple[int, int, int]], counter: int = 1,
-              t: int = T0, acting: bool | None = False, filters: list[str] | None = None,
-              mappings: dict[str, dict] | None = None) -> Event:
-    return Event(
-        type=EventType.REGISTER, node="n1", event_time=t, seq=1, cluster_name=CLUSTER, broker_name=name,
-        broker_id=bid, broker_addr=addr, ha_server_addr=addr, enable_acting_master=acting,
-        heartbeat_timeout_millis=120_000, data_version=DataVersionInfo(counter, 0, 1),
-        topics={n: QueueInfo(r, w, p) for n, (r, w, p) in topics.items()}, filter_server_list=filters,
-        topic_queue_mapping_info_map=None if mappings is None else {
-            topic: fastjson.dumps_legacy(info).decode() for topic, info in mappings.items()
-        },
-    )  # fmt: skip
+from streaming.routes import RedisKeys, RouteModel
+from tests.support.route_events import A0, A1, B0, CLUSTER, T0, reg_event
 
 
 def node_register(m: RouteInfoManager, e: Event) -> None:
@@ -71,11 +52,6 @@ def same(model: RouteModel, node: RouteInfoManager) -> None:
         want = node.pickup_topic_route_data(t)
         assert model.route(t) == (None if want is None else bodies.encode_route(want, standard=True)), t
     assert model.cluster_info() == bodies.encode_cluster_info(*node.get_all_cluster_info())
-
-
-A0 = reg_event("a", "10.0.0.1:1", 0, {"T1": (4, 4, 6), "T2": (8, 8, 6), "C1": (1, 1, 7)})
-A1 = reg_event("a", "10.0.0.2:1", 1, {"T1": (4, 4, 6), "T2": (8, 8, 6), "C1": (1, 1, 7)})
-B0 = reg_event("b", "10.0.0.3:1", 0, {"T1": (2, 2, 6), "T3": (1, 1, 6), "C1": (1, 1, 7)})
 
 
 @pytest.mark.parametrize("acting", [False, True])
@@ -145,106 +121,6 @@ def test_a_clean_unregistration_loses_no_topic():
     assert model.changes().lost_topics == set()
 
 
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    svc = RedisService(port=free_port(), run_dir=tmp_path_factory.mktemp("redis"))
-    svc.start()
-    yield svc.url
-    svc.stop()
-
-
-@pytest.fixture
-def store(redis_url, request):
-    s = RedisRouteStore.from_url(redis_url, prefix=f"t{abs(hash(request.node.name))}")
-    yield s
-    s.reset()
-
-
-def expired_alert() -> Alert:
-    return Alert(AlertKind.BROKER_EXPIRED, AlertState.OPEN, Severity.WARNING, "gone", T0,
-                 cluster_name=CLUSTER, broker_addr=A0.broker_addr)
-
-
-def test_a_batch_is_written_atomically_announced_and_read_back_after_a_restart(store, redis_url):
-    model = RouteModel()
-    for e in (A0, A1, B0):
-        model.apply_event(e)
-    lookup = RouteLookup(redis_url, prefix=store.keys.prefix)
-    announced = []
-    watcher = lookup.client.pubsub(ignore_subscribe_messages=True)
-    watcher.subscribe(store.keys.channel)
-    watcher.get_message(timeout=1)
-
-    topics = store.commit("q1", 0, model.changes(), [expired_alert()], watermark=T0, replace=True)
-    assert topics == ["C1", "T1", "T2", "T3"]
-    while (m := watcher.get_message(timeout=1)) is not None:
-        announced.append(m["data"].decode())
-    assert announced == topics
-    assert lookup.get_raw("T1") == model.route("T1")
-    assert lookup.get("T3").queue_datas[0].broker_name == "b"
-    assert lookup.get("nope") is None
-    assert lookup.topics() == ["C1", "T1", "T2", "T3"]
-    assert lookup.cluster_info() == bodies.decode_cluster_info(model.cluster_info())
-    assert [a.incident for a in lookup.alerts()] == [expired_alert().incident]
-    assert lookup.status()["batchId"] == "0"
-
-    stored = store.load()
-    assert (stored.lineage, stored.batch_id) == ("q1", 0)
-    assert set(stored.alerts) == {expired_alert().incident}
-    for t in ("T1", "T2", "T3", "C1"):
-        assert stored.model.route(t) == model.route(t)
-    assert stored.model.changes().empty  # it knows what is already written
-
-    # the restored model goes on exactly like the original
-    for m in (model, stored.model):
-        m.apply_removal(CLUSTER, B0.broker_addr, T0 + 1, unclean=True)
-    a, b = model.changes(), stored.model.changes()
-    assert a.routes == b.routes and a.lost_topics == b.lost_topics == {"T3"}
-    store.commit("q1", 1, b, [expired_alert().resolved("back", T0 + 2)])
-    assert lookup.get_raw("T3") is None and "T3" not in lookup.topics()
-    assert lookup.alerts() == []
-
-
-def test_replace_drops_what_an_earlier_lineage_wrote(store, redis_url):
-    old = RouteModel()
-    old.apply_event(B0)
-    store.commit("old", 7, old.changes(), replace=True)
-    new = RouteModel()
-    new.apply_event(A0)
-    store.commit("new", 0, new.changes(full=True), replace=True)
-    lookup = RouteLookup(redis_url, prefix=store.keys.prefix)
-    assert lookup.topics() == ["C1", "T1", "T2"]
-    assert lookup.get("T3") is None
-    assert store.load().lineage == "new"
-
-
-def test_watch_yields_changed_topic_names(store, redis_url):
-    import threading
-
-    lookup = RouteLookup(redis_url, prefix=store.keys.prefix)
-    seen: list[str] = []
-    ready = threading.Event()
-
-    def watch():
-        gen = lookup.watch(timeout=2)
-        ready.set()
-        seen.extend(gen)
-
-    th = threading.Thread(target=watch)
-    th.start()
-    ready.wait()
-    model = RouteModel()
-    model.apply_event(B0)
-    # the subscription starts on the generator's first step; publish until it is seen
-    for i in range(20):
-        store.client.publish(store.keys.channel, "T3")
-        th.join(timeout=0.05)
-        if seen:
-            break
-    th.join(timeout=5)
-    assert seen and set(seen) == {"T3"}
-
-
 def test_keys_document_layout():
     k = RedisKeys("p")
     assert (k.route("T"), k.topics, k.cluster, k.alerts, k.meta, k.channel) == (
@@ -265,27 +141,6 @@ def test_a_replayed_unchanged_registration_re_adds_a_topic_an_admin_deleted_as_a
     model.apply_event(A0)  # what the processor passes again (cause REREGISTER)
     same(model, node)
     assert "T1" in model.changes().routes
-
-
-def test_namesrv_routes_cli_reads_what_the_job_wrote(store, redis_url):
-    import subprocess
-    import sys
-
-    model = RouteModel()
-    for e in (A0, A1, B0):
-        model.apply_event(e)
-    store.commit("q1", 0, model.changes(), [expired_alert()], watermark=T0, replace=True)
-
-    def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "namesrv", "routes", "--redis", redis_url,
-                               "--prefix", store.keys.prefix, *args], capture_output=True, timeout=60)
-
-    got = cli("get", "T1")
-    assert got.returncode == 0 and got.stdout.rstrip(b"\n") == model.route("T1")
-    missing = cli("get", "nope")
-    assert missing.returncode == 1 and b"no route for nope" in missing.stderr
-    assert cli("topics").stdout.decode().split() == ["C1", "T1", "T2", "T3"]
-    assert expired_alert().incident in cli("alerts").stdout.decode()
 
 
 # --------------------------------------------------------------------------- filter servers and static topics

@@ -1,0 +1,121 @@
+"""The job's foreachBatch sink against a real Redis (publishing to a fake), and its Kafka
+publisher's start-up wait with Kafka down."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from infra.services import RedisService, free_port
+from namesrv.events.schema import ActionType, Event, EventType, decode_action, encode_event
+from streaming import job
+from streaming.alerts import decode_alert
+from streaming.liveness import KIND_ROUTE
+from streaming.routes import RedisRouteStore, RouteLookup
+from tests.support.streaming import T0, expire_row, make_sink, out_row, register, route_row
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    svc = RedisService(port=free_port(), run_dir=tmp_path_factory.mktemp("redis"))
+    svc.start()
+    yield svc.url
+    svc.stop()
+
+
+def test_the_sink_publishes_actions_then_writes_routes_and_skips_a_replayed_batch(redis_url):
+    sink, pub = make_sink(redis_url, "s1")
+    sink.set_lineage("q")
+    lookup = RouteLookup(redis_url, prefix="s1")
+    sink.process([route_row(register())], 0)
+    assert lookup.get("T").broker_datas[0].broker_addrs == {0: "10.0.0.1:1"}
+
+    alerts = sink.process([expire_row(T0 + 20_000)], 1)
+    (action,) = [decode_action(v) for topic, _, v in pub.sent if topic == sink.cfg.actions_topic]
+    assert (action.type, action.broker_addr, action.last_heartbeat, action.monitor) == (
+        ActionType.EXPIRE, "10.0.0.1:1", T0, "m"
+    )
+    assert lookup.get("T") is None and lookup.topics() == []
+    # topics lost with their last broker are an incident, published and kept open in Redis
+    assert {a.incident for a in alerts} == {"TOPIC_NOT_WRITABLE|T", "TOPIC_NOT_WRITABLE|C"}
+    assert {decode_alert(v).incident for t, _, v in pub.sent if t == sink.cfg.alerts_topic} == {
+        "TOPIC_NOT_WRITABLE|T", "TOPIC_NOT_WRITABLE|C"
+    }
+    assert len(lookup.alerts()) == 2
+
+    # the same batch again (a replay after a crash): nothing is published or written
+    sent = len(pub.sent)
+    assert sink.process([route_row(register(t=T0 + 30_000))], 1) == []
+    assert len(pub.sent) == sent and lookup.get("T") is None
+
+    # a restarted driver with the same query carries on from Redis
+    again, _ = make_sink(redis_url, "s1")
+    again.set_lineage("q")
+    assert again.process([route_row(register(t=T0 + 40_000))], 1) == []
+    resolved = again.process([route_row(register(t=T0 + 40_000))], 2)
+    assert {(a.incident, str(a.state)) for a in resolved} == {
+        ("TOPIC_NOT_WRITABLE|T", "RESOLVED"), ("TOPIC_NOT_WRITABLE|C", "RESOLVED")
+    }
+    assert lookup.get("T") is not None and lookup.alerts() == []
+
+
+def test_the_sink_applies_order_conf_when_configured_and_a_restart_keeps_it(redis_url):
+    conf = Event(type=EventType.ORDER_TOPIC_CONF, node="n1", event_time=T0 + 1, seq=2, topic="T",
+                 order_topic_conf="a:4")  # fmt: skip
+    conf_row = out_row(KIND_ROUTE, conf.event_time, node="n1", seq=2, type="ORDER_TOPIC_CONF",
+                       raw=encode_event(conf).decode())  # fmt: skip
+    lookup = RouteLookup(redis_url, prefix="s5")
+    sink, _ = make_sink(redis_url, "s5", **{"routes.orderMessageEnable": "true"})
+    sink.set_lineage("q")
+    sink.process([route_row(register()), conf_row], 0)
+    assert lookup.get("T").order_topic_conf == "a:4" and lookup.get("C").order_topic_conf is None
+
+    again, _ = make_sink(redis_url, "s5", **{"routes.orderMessageEnable": "true"})
+    again.set_lineage("q")
+    assert again.model.order_topic_conf("T") == "a:4"
+    again.process([route_row(register(t=T0 + 20_000, seq=3))], 1)  # the group changes nothing here
+    assert lookup.get("T").order_topic_conf == "a:4"
+
+    off, _ = make_sink(redis_url, "s6")  # the default, as on a node
+    off.set_lineage("q")
+    off.process([route_row(register()), conf_row], 0)
+    assert RouteLookup(redis_url, prefix="s6").get("T").order_topic_conf is None
+
+
+def test_a_new_query_lineage_replaces_what_redis_held(redis_url):
+    old, _ = make_sink(redis_url, "s2")
+    old.set_lineage("old")
+    old.process([route_row(register(addr="10.0.0.9:1", name="z"))], 5)
+    new, _ = make_sink(redis_url, "s2")
+    new.set_lineage("new")
+    new.process([route_row(register())], 0)
+    lookup = RouteLookup(redis_url, prefix="s2")
+    assert [b.broker_name for b in lookup.get("T").broker_datas] == ["a"]
+    assert lookup.status()["lineage"] == "new"
+
+
+def test_redis_down_does_not_stop_decisions_and_the_next_write_catches_up(redis_url, caplog):
+    sink, pub = make_sink(redis_url, "s3")
+    sink.set_lineage("q")
+    good_client = sink.store.client
+    sink.store.client = RedisRouteStore.from_url(f"redis://127.0.0.1:{free_port()}/0").client
+    with caplog.at_level(logging.ERROR, logger="streaming.job"):
+        sink.process([route_row(register()), expire_row(T0 + 20_000, addr="10.0.0.7:1")], 0)
+    assert "not written" in caplog.text
+    assert [t for t, _, _ in pub.sent if t == sink.cfg.actions_topic]  # the action went out anyway
+    sink.store.client = good_client
+    sink.process([], 1)
+    assert RouteLookup(redis_url, prefix="s3").get("T") is not None
+
+
+def test_the_monitor_waits_for_kafka_at_start_and_can_be_stopped_meanwhile(caplog):
+    """Kafka down at start-up is a wait with one warning, not a crash; a stop request ends the wait."""
+    import threading
+
+    stopping = threading.Event()
+    threading.Timer(1.0, stopping.set).start()
+    with caplog.at_level(logging.WARNING, logger="streaming.job"):
+        assert job.KafkaPublisher.connect(f"127.0.0.1:{free_port()}", stopping) is None
+    warnings = [r.getMessage() for r in caplog.records if r.name == "streaming.job"]
+    assert len(warnings) == 1 and "does not answer yet" in warnings[0] and "kafka.bootstrap" in warnings[0]

@@ -1,0 +1,57 @@
+"""The job's steps on small static DataFrames, on a local Spark session."""
+
+from __future__ import annotations
+
+import pytest
+
+from namesrv.events.schema import Event, EventType, encode_event
+from streaming import job
+from streaming.config import load_config
+from streaming.liveness import KIND_ROUTE, OUTPUT_COLUMNS
+from tests.support.streaming import SKEW, T0, YEAR_2100, register
+
+
+@pytest.fixture(scope="module")
+def spark():
+    cfg = load_config(None, {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"})
+    session = job.build_spark(cfg)
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+@pytest.fixture(scope="module")
+def parsed(spark):
+    tick = Event(type=EventType.TICK, node="n2", event_time=T0 + 5, seq=9)
+    future = Event(type=EventType.TICK, node="n3", event_time=YEAR_2100, seq=1)
+    records = spark.createDataFrame(
+        [(encode_event(register()),), (b"junk",), (encode_event(tick),), (b'{"v":1,"type":"TICK"}',),
+         (encode_event(future),)],
+        "value binary",
+    )  # fmt: skip
+    return job.parse(records, SKEW)
+
+
+def test_parse_keeps_checked_events_keyed_by_broker_or_node(parsed):
+    rows = sorted(parsed.collect(), key=lambda r: r.eventTime)
+    assert [(r.key, r.type, r.eventTime) for r in rows] == [
+        ("broker:C|10.0.0.1:1", "REGISTER", T0),
+        ("node:n2", "TICK", T0 + 5),
+    ]
+    assert rows[0].raw.startswith('{"v":1,"type":"REGISTER"') and rows[1].raw is None
+    assert "error" not in parsed.columns
+
+
+def test_event_time_is_a_timestamp_with_a_watermark(parsed):
+    timed = job.with_event_time(parsed, 2_000)
+    (row,) = timed.filter("type = 'TICK'").collect()
+    assert int(row.eventTs.timestamp() * 1000) == T0 + 5
+
+
+def test_decide_passes_one_copy_of_a_registration_reported_by_two_nodes(spark):
+    records = spark.createDataFrame(
+        [(encode_event(register("n1")),), (encode_event(register("n2", T0 + 3, seq=4)),)], "value binary"
+    )
+    out = job.decide(job.with_event_time(job.parse(records, SKEW), 2_000), job.liveness_settings(load_config(None, {})))
+    assert out.columns == [c for c, _, _ in OUTPUT_COLUMNS]
+    rows = out.collect()
+    assert [(r.kind, r.type, r.node) for r in rows] == [(KIND_ROUTE, "REGISTER", "n1")]

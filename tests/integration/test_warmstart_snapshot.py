@@ -1,0 +1,197 @@
+"""Warm start of filter servers and static topics: the job's own store writes the model into a real
+Redis (``RedisService``), and a warm-started node's answers are compared, byte for byte, with the
+answers of the node the model came from.  The clock is injected; nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from namesrv.protocol import bodies
+from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
+from namesrv.protocol.types import DataVersion
+from namesrv.routes import BrokerAddrInfo, RouteInfoManager, RouteSettings
+from namesrv.warmstart import load_model
+from tests.unit.routes_support import Clock
+
+
+FILTERS_A0, FILTERS_A1 = ["10.0.1.1:1", "10.0.1.1:2"], ["10.0.1.2:1"]
+A0, A1, B0 = ("a", "10.0.0.1:1", 0), ("a", "10.0.0.2:1", 1), ("b", "10.0.0.3:1", 0)
+
+
+def mapping(topic: str, bname: str, queues: int, epoch: int = 1) -> dict:
+    """A TopicQueueMappingInfo; more than ten queues, so integer and text keys would sort differently."""
+    return {"topic": topic, "scope": "__global__", "totalQueues": queues, "bname": bname, "epoch": epoch,
+            "dirty": False, "currIdMap": {i: i for i in range(queues)}}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    from infra.services import RedisService, free_port
+
+    service = RedisService(port=free_port(), run_dir=tmp_path_factory.mktemp("redis"))
+    service.start()
+    yield service.url
+    service.stop()
+
+
+class Node:
+    """A node's handlers over its own route tables and clock; ``publisher`` is set on the original only."""
+
+    def __init__(self, tmp_path, name: str, clock: Clock, *, publish: bool) -> None:
+        from namesrv.config import load_config
+        from namesrv.events.publisher import EventPublisher, PublisherSettings
+        from namesrv.handlers import NameServerNode
+        from namesrv.kvconfig import KVConfigManager
+
+        kv = tmp_path / f"{name}-kv.json"
+        config = load_config(None, {"kvConfigPath": str(kv), "configStorePath": str(tmp_path / f"{name}-p")})
+        self.routes = RouteInfoManager(config, now_ms=clock)
+        self.publisher = EventPublisher(PublisherSettings("k:1", "events", name), self.routes) if publish else None
+        observer = {} if self.publisher is None else {"observer": self.publisher}
+        self.node = NameServerNode(config, self.routes, KVConfigManager(kv), lambda _: True, **observer)
+
+    def register(self, broker: tuple[str, str, int], counter: int, topics: tuple[str, ...], filters: list[str],
+                 mappings: dict | None = None) -> list:
+        """One REGISTER_BROKER through the handler; returns the events the node published."""
+        from namesrv.handlers import dispatch
+        from namesrv.protocol.codes import RequestCode, ResponseCode
+        from namesrv.protocol.command import request
+        from namesrv.protocol.types import RegisterBrokerBody, TopicConfig
+
+        name, addr, bid = broker
+        body = RegisterBrokerBody(DataVersion(counter, 0, 1_700_000_000_000 + counter),
+                                  {t: TopicConfig(t, 8, 8, 6) for t in topics}, filters, mappings or {})  # fmt: skip
+        ext = {"brokerName": name, "brokerAddr": addr, "clusterName": "C1", "haServerAddr": addr,
+               "brokerId": str(bid), "enableActingMaster": "false"}  # fmt: skip
+        raw = bodies.encode_register_broker_body(body, compressed=False)
+        response = dispatch(self.node, request(RequestCode.REGISTER_BROKER, ext, raw), object())
+        assert response.code == ResponseCode.SUCCESS, response.remark
+        return [] if self.publisher is None else self.publisher.queue.take(10, 0)
+
+    def answer(self, topic: str, version: int) -> bytes | None:
+        """GET_ROUTEINFO_BY_TOPIC as a client of ``version`` asks it; None for TOPIC_NOT_EXIST."""
+        from namesrv.handlers import dispatch
+        from namesrv.protocol.codes import RequestCode, ResponseCode
+        from namesrv.protocol.command import request
+
+        response = dispatch(self.node, request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, version=version),
+                            None)  # fmt: skip
+        return response.body if response.code == ResponseCode.SUCCESS else None
+
+
+TOPICS = ("T1", "T2", "T3", "nope")
+
+
+def answers(node: Node) -> dict:
+    from namesrv.protocol.codes import Version
+
+    # both dialects: the legacy one writes the mappings' integer keys as integers
+    return {(t, v): node.answer(t, v) for t in TOPICS for v in (Version.V4_9_4, Version.V4_9_4 - 1)}
+
+
+def original_and_snapshot(tmp_path, redis_url: str, prefix: str) -> tuple[Node, bytes]:
+    """A node with filter servers and static mappings; the job's model of it, written to Redis by the job's store.
+
+    Returns the node and the ``model:brokers`` value the store wrote.
+    """
+    import redis
+
+    from namesrv.events.schema import decode_event, encode_event
+    from streaming.routes import RedisKeys, RedisRouteStore, RouteModel
+
+    original = Node(tmp_path, "before", Clock(), publish=True)
+    job = RouteModel(RouteSettings())
+    regs = [
+        (A0, ("T1", "T2"), FILTERS_A0, {"T1": mapping("T1", "a", 12)}),
+        (A1, ("T1", "T2"), FILTERS_A1, None),
+        (B0, ("T1", "T3"), [], {"T1": mapping("T1", "b", 4), "T3": mapping("T3", "b", 2)}),
+    ]
+    for broker, topics, filters, mappings in regs:
+        for event in original.register(broker, 1, topics, filters, mappings):
+            job.apply_event(decode_event(encode_event(event)))  # through JSON, as the job reads it
+    client = redis.Redis.from_url(redis_url)
+    store = RedisRouteStore(client, RedisKeys(prefix))
+    try:
+        store.commit("lineage-1", 1, job.changes(full=True), replace=True)
+        brokers = client.get(store.keys.model_brokers)
+    finally:
+        client.close()
+    assert b'"filterServers"' in brokers and b'"mappings"' in brokers
+    return original, brokers
+
+
+def warm_node(tmp_path, redis_url: str, prefix: str, clock: Clock) -> Node:
+    from namesrv.warmstart import READ_TIMEOUT_S, _read
+
+    node = Node(tmp_path, "after", clock, publish=False)
+    load_model(node.routes, _read(redis_url, prefix, READ_TIMEOUT_S), "test", 0)
+    return node
+
+
+def test_a_warm_started_node_answers_routes_byte_for_byte_as_before_its_restart(tmp_path, redis_url):
+    original, _ = original_and_snapshot(tmp_path, redis_url, "fs1")
+    node = warm_node(tmp_path, redis_url, "fs1", Clock())
+    before = answers(original)
+    route = orjson.loads(before["T1", 401])
+    assert route["filterServerTable"] == {A0[1]: FILTERS_A0, A1[1]: FILTERS_A1}
+    assert set(route["topicQueueMappingByBroker"]) == {"a", "b"}
+    assert answers(node) == before
+    assert len(node.routes.provisional_brokers()) == 3
+
+
+def test_registrations_replace_copied_filter_servers_and_a_dropped_entry_takes_its_own(tmp_path, redis_url):
+    original, _ = original_and_snapshot(tmp_path, redis_url, "fs2")
+    clock = Clock()
+    node = warm_node(tmp_path, redis_url, "fs2", clock)
+
+    # a0's own registration lists none: its copied ones go; a new mapping epoch (and DataVersion)
+    # replaces the copy
+    for n in (original, node):
+        n.register(A0, 2, ("T1", "T2"), [], {"T1": mapping("T1", "a", 12, epoch=2)})
+    assert answers(node) == answers(original)
+    t1 = orjson.loads(node.answer("T1", 401))
+    assert t1["filterServerTable"] == {A1[1]: FILTERS_A1}
+    assert t1["topicQueueMappingByBroker"]["a"]["epoch"] == 2
+    assert BrokerAddrInfo("C1", A0[1]) not in node.routes.filter_server_table
+
+    # a1 never registers: dropped as the original unregisters it, filter servers included
+    original.routes.unregister_broker("C1", A1[1], "a", 1)
+    clock.advance(DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS + 1)
+    node.register(A0, 2, ("T1", "T2"), [], {"T1": mapping("T1", "a", 12, epoch=2)})  # a0 stays live
+    node.register(B0, 1, ("T1", "T3"), [], {"T1": mapping("T1", "b", 4), "T3": mapping("T3", "b", 2)})
+    assert [r.broker_addr for r in node.routes.drop_unconfirmed_provisional().applied] == [A1[1]]
+    assert BrokerAddrInfo("C1", A1[1]) not in node.routes.filter_server_table
+    assert answers(node) == answers(original)
+
+    # b unregisters: its mappings stay, on both, as Java keeps them (spec §3.4)
+    for n in (original, node):
+        n.routes.unregister_broker("C1", B0[1], "b", 0)
+    assert node.routes.topic_queue_mapping_info_table["T3"] == original.routes.topic_queue_mapping_info_table["T3"]
+    assert answers(node) == answers(original)
+
+
+def test_a_snapshot_older_than_filter_servers_and_mappings_loads_the_rest_as_before(tmp_path, redis_url):
+    import redis
+
+    original, brokers = original_and_snapshot(tmp_path, redis_url, "fs3")
+    old = orjson.loads(brokers)
+    del old["filterServers"], old["mappings"]
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.set("fs3:model:brokers", orjson.dumps(old, option=orjson.OPT_SORT_KEYS))
+    finally:
+        client.close()
+    node = warm_node(tmp_path, redis_url, "fs3", Clock())
+    assert node.routes.filter_server_table == {} and node.routes.topic_queue_mapping_info_table == {}
+    assert len(node.routes.provisional_brokers()) == 3
+    for topic in TOPICS:
+        want = original.answer(topic, 401)
+        if want is None:
+            assert node.answer(topic, 401) is None
+            continue
+        route = orjson.loads(want)
+        route["filterServerTable"] = {}
+        route.pop("topicQueueMappingByBroker", None)
+        assert orjson.loads(node.answer(topic, 401)) == route, topic

@@ -1,0 +1,373 @@
+"""The asyncio adapter without sockets or waiting: a fake transport, a fake loop and a fake clock.
+
+As uvicorn tests its protocol classes (``MockTransport`` / ``MockLoop``): raw frame bytes go into
+``Connection.data_received`` and the test reads what the node wrote back.  The fake transport
+calls ``pause_writing`` / ``resume_writing`` around its high- and low-water marks as asyncio's do,
+and delivers ``connection_lost`` on the next turn of the fake loop, as asyncio does after ``close``.
+Time moves only when a test moves it, so the idle limit (120 s) and the budget check are instant.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from namesrv import server as server_mod
+from namesrv.app import build_node
+from namesrv.config import load_config
+from namesrv.departure import Cause, Departure
+from namesrv.handlers import NodeObserver
+from namesrv.logs import RateLimited
+from namesrv.protocol.codec import FrameDecoder, encode
+from namesrv.protocol.codes import FRAME_MAX_LENGTH, RequestCode, ResponseCode
+from namesrv.protocol.command import RemotingCommand, request
+from namesrv.server import Connection, NameServer
+from tests.support.brokers import registration
+
+KiB = 1024
+IDLE_LIMIT_S = 120
+BROKER = "127.0.0.1:10911"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class _Timer:
+    when: float
+    callback: Callable[..., Any]
+    args: tuple[Any, ...]
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class FakeLoop:
+    """What the server asks of its loop: callbacks now, callbacks later (on the fake clock)."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.ready: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+        self.timers: list[_Timer] = []
+
+    def call_soon(self, callback: Callable[..., Any], *args: Any) -> None:
+        self.ready.append((callback, args))
+
+    call_soon_threadsafe = call_soon
+
+    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> _Timer:
+        timer = _Timer(self.clock.now + delay, callback, args)
+        self.timers.append(timer)
+        return timer
+
+    def is_closed(self) -> bool:
+        return False
+
+    def run_ready(self) -> None:
+        while self.ready:
+            callback, args = self.ready.pop(0)
+            callback(*args)
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock, then run the timers that came due and what they scheduled."""
+        self.clock.now += seconds
+        self.run_ready()
+        due = [t for t in self.timers if t.when <= self.clock.now and not t.cancelled]
+        self.timers = [t for t in self.timers if t not in due]
+        for timer in sorted(due, key=lambda t: t.when):
+            timer.callback(*timer.args)
+            self.run_ready()
+
+
+class FakeTransport:
+    """Records what is written; the 'peer' reads it with :meth:`peer_reads`."""
+
+    def __init__(self, loop: FakeLoop, peer: tuple[str, int], high_water: int = 64 * KiB,
+                 low_water: int = 16 * KiB) -> None:
+        self.loop = loop
+        self.peer = peer
+        self.high_water, self.low_water = high_water, low_water
+        self.protocol: Connection | None = None
+        #: written by the node and not yet read by the peer
+        self.unread = bytearray()
+        #: every pause_reading / resume_reading call, in order
+        self.reading_calls: list[str] = []
+        self.closing = False
+        self._writing_paused = False
+
+    def get_extra_info(self, name: str) -> Any:
+        return self.peer if name == "peername" else None
+
+    def write(self, data: bytes) -> None:
+        assert not self.closing, "write after close"
+        self.unread += data
+        if len(self.unread) > self.high_water and not self._writing_paused:
+            self._writing_paused = True
+            self.protocol.pause_writing()
+
+    def get_write_buffer_size(self) -> int:
+        return len(self.unread)
+
+    def pause_reading(self) -> None:
+        self.reading_calls.append("pause")
+
+    def resume_reading(self) -> None:
+        self.reading_calls.append("resume")
+
+    @property
+    def reading(self) -> bool:
+        return not self.reading_calls or self.reading_calls[-1] == "resume"
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        if not self.closing:
+            self.closing = True
+            self.loop.call_soon(self.protocol.connection_lost, None)
+
+    def peer_reads(self) -> list[RemotingCommand]:
+        """The peer takes everything written so far; the node may resume writing."""
+        decoder = FrameDecoder()
+        decoder.feed(bytes(self.unread))
+        self.unread.clear()
+        if self._writing_paused and len(self.unread) <= self.low_water:
+            self._writing_paused = False
+            self.protocol.resume_writing()
+        answers = []
+        while (cmd := decoder.next_command()) is not None:
+            answers.append(cmd)
+        assert decoder.buffered == 0, "the node wrote part of a frame"
+        return answers
+
+
+class Departures(NodeObserver):
+    def __init__(self) -> None:
+        self.seen: dict[str, Departure] = {}
+
+    def broker_unregistered(self, request, departure):
+        self.seen[request.broker_addr] = departure
+
+
+@dataclass
+class Harness:
+    server: NameServer
+    loop: FakeLoop
+    clock: FakeClock
+    observer: Departures
+    drain_unregistrations: Callable[[], None]
+    connections: list[tuple[Connection, FakeTransport]] = field(default_factory=list)
+
+    def connect(self, port: int, **transport: Any) -> tuple[Connection, FakeTransport]:
+        connection = Connection(self.server)
+        fake = FakeTransport(self.loop, ("10.0.0.1", port), **transport)
+        fake.protocol = connection
+        connection.connection_made(fake)
+        return connection, fake
+
+
+@pytest.fixture
+def harness(tmp_path, monkeypatch) -> Harness:
+    config = load_config(None, {
+        "kvConfigPath": str(tmp_path / "kv.json"), "configStorePath": str(tmp_path / "namesrv.properties"),
+        "serverChannelMaxIdleTimeSeconds": str(IDLE_LIMIT_S),
+    })  # fmt: skip
+    node, unregistration, _ = build_node(config)
+    observer = Departures()
+    node.observer = observer
+    clock = FakeClock()
+    server = NameServer(node, clock=clock)
+    loop = FakeLoop(clock)
+    server.loop = loop  # type: ignore[assignment]
+    # the drop warnings are rate-limited per process: give this test its own budget
+    monkeypatch.setattr(server_mod, "_drop_log", RateLimited(server_mod.log, per_minute=20))
+    yield Harness(server, loop, clock, observer, unregistration.drain_now)
+    node.close()
+
+
+def register_frame(broker_addr: str = BROKER, opaque: int = 1) -> bytes:
+    ext, body = registration(broker_addr=broker_addr, topics=["TopicTest"])
+    return encode(request(RequestCode.REGISTER_BROKER, ext, body, opaque=opaque))
+
+
+def route_frame(opaque: int, topic: str = "TopicTest") -> bytes:
+    return encode(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, opaque=opaque))
+
+
+def routes_of(harness: Harness) -> Any:
+    return harness.server.node.routes
+
+
+# --------------------------------------------------------------------------- framing
+
+
+def test_a_request_split_across_reads_is_answered_once_it_is_whole(harness):
+    connection, transport = harness.connect(5000)
+    connection.data_received(register_frame())
+    assert [a.code for a in transport.peer_reads()] == [ResponseCode.SUCCESS]
+    second, third = route_frame(2), route_frame(3)
+    for i in range(len(second) - 1):  # one byte at a time: nothing until the frame is whole
+        connection.data_received(second[i:i + 1])
+        assert transport.unread == b""
+    connection.data_received(second[-1:] + third[:5])  # its last byte, and the start of the next
+    assert [(a.opaque, a.code) for a in transport.peer_reads()] == [(2, ResponseCode.SUCCESS)]
+    assert connection.decoder.buffered == 5
+    connection.data_received(third[5:])
+    assert [(a.opaque, a.code) for a in transport.peer_reads()] == [(3, ResponseCode.SUCCESS)]
+    assert connection.decoder.buffered == 0 and not transport.closing
+
+
+# --------------------------------------------------------------------------- idle limit
+
+
+def test_a_connection_silent_past_the_idle_limit_is_closed_and_its_broker_reported_idle(harness):
+    broker, broker_transport = harness.connect(5000)
+    client, client_transport = harness.connect(5001)
+    broker.data_received(register_frame())
+    harness.clock.now += IDLE_LIMIT_S / 2
+    client.data_received(route_frame(1))
+    harness.clock.now += IDLE_LIMIT_S / 2
+    harness.server.close_idle_connections()  # exactly the limit: not yet
+    assert not broker_transport.closing
+    harness.clock.now += 0.001
+    harness.server.close_idle_connections()
+    assert broker_transport.closing and not client_transport.closing
+    assert harness.observer.seen == {}  # reported when the transport says it is gone
+    harness.loop.run_ready()
+    why = harness.observer.seen[BROKER]
+    assert (why.cause, why.reason) == (Cause.IDLE, "idle for 120 s (serverChannelMaxIdleTimeSeconds)")
+    assert broker not in harness.server.connections and client in harness.server.connections
+    harness.drain_unregistrations()
+    assert routes_of(harness).last_seen("DefaultCluster", BROKER) is None
+    harness.clock.now += IDLE_LIMIT_S / 2 + 0.001
+    harness.server.close_idle_connections()
+    assert client_transport.closing
+
+
+def test_an_idle_limit_of_zero_closes_nothing(harness):
+    harness.server.node.config.server_channel_max_idle_time_seconds = 0
+    _, transport = harness.connect(5000)
+    harness.clock.now += 10 * IDLE_LIMIT_S
+    harness.server.close_idle_connections()
+    assert not transport.closing
+
+
+def test_a_peer_that_closes_reports_connection_closed(harness):
+    broker, _ = harness.connect(5000)
+    broker.data_received(register_frame())
+    broker.connection_lost(None)
+    assert str(harness.observer.seen[BROKER]) == "connection closed"
+    assert harness.observer.seen[BROKER].cause is Cause.PEER_CLOSED
+
+
+# --------------------------------------------------------------------------- back-pressure
+
+
+def test_a_peer_that_does_not_read_is_paused_above_the_high_water_mark_and_loses_nothing(harness):
+    connection, transport = harness.connect(5000)
+    connection.data_received(register_frame())
+    transport.peer_reads()
+    n = 2_000  # ~0.6 MB of answers: far more than the 64 KiB high-water mark
+    connection.data_received(b"".join(route_frame(i) for i in range(10, 10 + n)))
+    assert connection.paused and transport.reading_calls == ["pause"]
+    held = len(transport.unread)
+    assert transport.high_water < held <= transport.high_water + server_mod._WRITE_BATCH_BYTES + 1 * KiB
+    assert connection.decoder.buffered > 0  # the rest waits in the decoder, unanswered
+    answered: list[int] = []
+    for _ in range(n):
+        answered += [a.opaque for a in transport.peer_reads()]  # resume_writing answers the next batch
+        if len(answered) == n:
+            break
+        assert transport.unread, "resumed but wrote nothing"
+    assert answered == list(range(10, 10 + n))
+    assert not connection.paused and transport.reading and connection.decoder.buffered == 0
+    assert transport.reading_calls[-1] == "resume"
+
+
+# --------------------------------------------------------------------------- malformed frames
+
+
+def test_a_malformed_frame_closes_only_its_connection_with_one_warning(harness, caplog):
+    caplog.set_level(logging.INFO, logger="namesrv")
+    bad, bad_transport = harness.connect(6000)
+    good, good_transport = harness.connect(6001)
+    bad.data_received(register_frame())
+    bad_transport.peer_reads()
+    too_long = struct.pack(">II", FRAME_MAX_LENGTH - 3, 0x10)  # one byte over the limit, judged from 8 bytes
+    bad.data_received(route_frame(7) + too_long)
+    assert [a.opaque for a in bad_transport.peer_reads()] == [7]  # what came before it is still answered
+    assert bad_transport.closing
+    good.data_received(route_frame(8))
+    assert [a.opaque for a in good_transport.peer_reads()] == [8] and not good_transport.closing
+    harness.loop.run_ready()
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1
+    assert "closing connection from 10.0.0.1:6000: malformed frame:" in warnings[0].getMessage()
+    why = harness.observer.seen[BROKER]
+    assert why.cause is Cause.MALFORMED_FRAME and why.reason.startswith("malformed frame: ")
+    assert good in harness.server.connections and bad not in harness.server.connections
+
+
+def test_a_failure_on_our_side_while_answering_costs_only_that_connection(harness, monkeypatch, caplog):
+    connection, transport = harness.connect(6000)
+    connection.data_received(register_frame())
+    transport.peer_reads()
+
+    def broken(*args: Any) -> bytes:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(harness.server, "encode_response", broken)
+    connection.data_received(route_frame(2))
+    assert transport.closing and transport.unread == b""
+    harness.loop.run_ready()
+    assert harness.observer.seen[BROKER] == Departure(Cause.READ_FAILED, "KeyError: 'a bug'")
+    assert sum(r.levelno == logging.WARNING for r in caplog.records) == 1
+
+
+# --------------------------------------------------------------------------- the node-wide budget
+
+
+def unfinished_frame(size: int) -> bytes:
+    """The first ``size`` bytes of a 2 MiB frame: the decoder must hold them until the rest comes."""
+    whole = encode(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}, b"x" * (2048 * KiB), opaque=1))
+    return whole[:size]
+
+
+def test_past_the_budget_the_large_holders_stop_being_read_until_the_total_is_back_under_three_quarters(
+        harness, monkeypatch, caplog):
+    monkeypatch.setattr(server_mod, "BUFFER_BUDGET_BYTES", 1024 * KiB)
+    large, large_t = harness.connect(7000)
+    small, small_t = harness.connect(7001)
+    larger, larger_t = harness.connect(7002)
+    large.data_received(unfinished_frame(400 * KiB))
+    small.data_received(unfinished_frame(100 * KiB))  # under BUDGET_OFFENDER_BYTES: never held back
+    harness.loop.run_ready()  # the one-read-per-turn throttle of large frames lets go
+    assert not large.held_back and large_t.reading
+    larger.data_received(unfinished_frame(600 * KiB))  # 1100 KiB in all
+    harness.loop.run_ready()
+    assert large.held_back and larger.held_back and not small.held_back
+    assert not large_t.reading and not larger_t.reading and small_t.reading
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.index("10.0.0.1:7002") < warning.index("10.0.0.1:7000")  # the largest first
+    assert "7001" not in warning
+    harness.loop.advance(server_mod._BUDGET_CHECK_S)  # still 1100 KiB: checked again later
+    assert large.held_back and larger.held_back
+    small.connection_lost(None)  # 1000 KiB: under the budget, but not under 3/4 of it
+    harness.loop.advance(server_mod._BUDGET_CHECK_S)
+    assert large.held_back and larger.held_back
+    larger.connection_lost(None)  # 400 KiB left
+    harness.loop.advance(server_mod._BUDGET_CHECK_S)
+    assert not large.held_back and large_t.reading
+    assert harness.server.held_total == 400 * KiB
+    assert not [t for t in harness.loop.timers if not t.cancelled]  # nothing held back: no more checks
