@@ -320,3 +320,48 @@ def test_a_peer_that_does_not_read_its_answers_is_held_back_and_loses_nothing(no
                     opaques.append(cmd.opaque)
             sender.join(10)
     assert opaques == list(range(n))
+
+
+def _accepted_socket_settings(n) -> list[tuple[int, int, tuple[int, int]]]:
+    """(SO_SNDBUF, SO_RCVBUF, (low, high) write-buffer marks) of every connection the node accepted."""
+
+    def read():
+        out = []
+        for c in n.running.server.connections:
+            sock = c.transport.get_extra_info("socket")
+            out.append((sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+                        sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF), c.transport.get_write_buffer_limits()))
+        return out
+
+    return n.call(read)
+
+
+def test_socket_buffer_sizes_and_write_buffer_marks_apply_to_every_accepted_connection(tmp_path):
+    from tests.support.node import running_node
+
+    # sizes no kernel picks by default; Linux reports twice what was set (its bookkeeping overhead)
+    snd, rcv = 40_000, 50_000
+    with running_node(tmp_path, serverSocketSndBufSize=str(snd), serverSocketRcvBufSize=str(rcv),
+                      writeBufferHighWaterMark="8192", writeBufferLowWaterMark="2048") as n:
+        with NameServerClient(n.addr) as a, NameServerClient(n.addr) as b:
+            a.cluster_info()
+            b.cluster_info()
+            settings = _accepted_socket_settings(n)
+    assert len(settings) == 2
+    for got_snd, got_rcv, marks in settings:
+        assert got_snd in (snd, 2 * snd) and got_rcv in (rcv, 2 * rcv)
+        assert marks == (2048, 8192)
+
+
+def test_one_write_buffer_mark_alone_leaves_the_loop_defaults(tmp_path):
+    """As Java: the marks apply only when both are set."""
+    from tests.support.node import running_node
+
+    seen = []
+    for i, settings in enumerate([{}, {"writeBufferHighWaterMark": "8192"}, {"writeBufferLowWaterMark": "2048"}]):
+        with running_node(tmp_path / str(i), **settings) as n:
+            with NameServerClient(n.addr) as client:
+                client.cluster_info()
+                ((_, _, marks),) = _accepted_socket_settings(n)
+        seen.append(marks)
+    assert seen[0][1] == 64 * 1024 and seen[1] == seen[0] and seen[2] == seen[0]
