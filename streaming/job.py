@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
+from namesrv import kafka_clients
 from namesrv.events.schema import (
     MAX_REASON_CHARS,
     Action,
@@ -194,12 +195,13 @@ class KafkaPublisher:
         The job may start before Kafka does (a reboot, a deployment's start order): it waits rather
         than dies, and says once what it is waiting for.
         """
-        from kafka import KafkaProducer
         from kafka.errors import KafkaError
 
         def producer() -> KafkaProducer:
-            return KafkaProducer(
-                bootstrap_servers=bootstrap_servers.split(","), acks=1, linger_ms=2, enable_idempotence=False,
+            # not pinned (namesrv.kafka_clients): the constructor raises while Kafka does not answer,
+            # which is how this waits for it
+            return kafka_clients.producer(
+                bootstrap_servers, key="kafka.bootstrap", acks=1, linger_ms=2, enable_idempotence=False,
                 bootstrap_timeout_ms=_BOOTSTRAP_ATTEMPT_MS,
             )
 
