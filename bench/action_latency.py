@@ -32,8 +32,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
+from kafka import KafkaProducer, TopicPartition  # noqa: E402
 
+from namesrv import kafka_clients  # noqa: E402
 from namesrv.events.actions import ActionConsumer, ConsumerSettings  # noqa: E402
 from namesrv.events.schema import Action, ActionType, action_key, encode_action, wall_ms  # noqa: E402
 from tests.support.kafka import CLIENT, kafka_broker  # noqa: E402
@@ -57,8 +58,7 @@ def idle_cost(run: Callable[[float], object], seconds: float, broker_pid: int) -
 
 
 def blocking_poll_reference(bootstrap: str, seconds: float, broker_pid: int) -> tuple[float, float]:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                             fetch_max_wait_ms=100, **CLIENT)
+    consumer = kafka_clients.consumer(bootstrap, fetch_max_wait_ms=100, **CLIENT)
     tps = [TopicPartition(TOPIC, p) for p in range(3)]
     consumer.assign(tps)
     consumer.seek_to_end(*tps)
@@ -115,7 +115,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, kafka_broker("noida", Path(tmp), {TOPIC: 3}) as kafka:
         broker_pid = int(kafka.pidfile.read_text())
-        producer = KafkaProducer(bootstrap_servers=kafka.bootstrap_servers, acks=1, linger_ms=0, **CLIENT)
+        producer = kafka_clients.producer(kafka.bootstrap_servers, acks=1, linger_ms=0, **CLIENT)
         try:
             own, broker = blocking_poll_reference(kafka.bootstrap_servers, args.idle, broker_pid)
             print(f"reference: kafka-python poll(timeout_ms=100), idle: this process {own:.1f}% CPU, "

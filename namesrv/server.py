@@ -11,10 +11,10 @@ the monitor should act on.
 
 A peer that sends requests but does not read the answers gets no more answers buffered for it than
 the transport's high-water mark (``writeBufferHighWaterMark`` when it and ``writeBufferLowWaterMark``
-are both set, as Netty's ``WRITE_BUFFER_WATER_MARK``; else the loop's default, 64 KiB): past it we stop
-reading from that peer until fewer than the low-water mark wait.  ``serverSocketSndBufSize`` and ``serverSocketRcvBufSize``
-set each accepted socket's SO_SNDBUF and SO_RCVBUF, as Netty's child options do; both marks and
-buffer sizes are read once, when the node starts listening.  Java
+are both set, as Netty's ``WRITE_BUFFER_WATER_MARK``; else the loop's default, 64 KiB): past it we
+stop reading from that peer until fewer than the low-water mark wait.  ``serverSocketSndBufSize``
+and ``serverSocketRcvBufSize`` set each accepted socket's SO_SNDBUF and SO_RCVBUF, as Netty's child
+options do; marks and sizes are read once, when the node starts listening.  Java
 queues such requests in its executors and answers SYSTEM_BUSY once they are full; holding back
 lets TCP slow the peer down instead, and no request is refused or lost.
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,8 +142,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("kafka.eventsTopic", "events_topic", _TEXT, "where the nodes publish events"),
     Option("kafka.actionsTopic", "actions_topic", _TEXT, "where the job publishes EXPIRE/REMOVE"),
     Option("kafka.alertsTopic", "alerts_topic", _TEXT, "where the job publishes health alerts"),
-    Option("kafka.startingOffsets", "starting_offsets", options.text(required=True, expected="earliest | latest | JSON"),
-           "where a query without a checkpoint starts"),
+    Option("kafka.startingOffsets", "starting_offsets",
+           options.text(required=True, expected="earliest | latest | JSON"), "where a query without a checkpoint starts"),
     Option("kafka.maxOffsetsPerTrigger", "max_offsets_per_trigger", _OPTIONAL_POSITIVE,
            "events per micro-batch (empty: all available)"),
     Option("kafka.endOffsets", "end_offsets", options.choice("highwater", "listoffsets"),

@@ -138,9 +138,10 @@ class KafkaOptions:
         # Spark lower-cases option names; normalise again so any mapping works the same way.
         opts = {str(k).lower(): str(v) for k, v in options.items()}
         try:
-            bootstrap = ",".join(bootstrap_list(opts.get("kafka.bootstrap.servers", ""), "option kafka.bootstrap.servers"))
+            servers = bootstrap_list(opts.get("kafka.bootstrap.servers", ""), "option kafka.bootstrap.servers")
         except ConfigError as exc:
             raise KafkaSourceError(f"{exc}; e.g. .option('kafka.bootstrap.servers', '127.0.0.1:19092')") from None
+        bootstrap = ",".join(servers)
         topics = tuple(t.strip() for t in opts.get("subscribe", "").split(",") if t.strip())
         end_mode = opts.get("endoffsets", "highwater").strip().lower()
         if end_mode not in _END_OFFSET_MODES:

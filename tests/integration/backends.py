@@ -55,6 +55,7 @@ from infra.services import (
     tcp_answers,
 )
 from infra.stack import NamesrvNode, StreamingJob
+from namesrv import kafka_clients
 from namesrv.client import NameServerClient
 from namesrv.protocol import bodies
 from namesrv.protocol.codes import RequestCode, ResponseCode
@@ -766,15 +767,14 @@ class KafkaTap:
     """Every record of the events, actions and alerts topics, read from the beginning in a thread."""
 
     def __init__(self, bootstrap: str, topics: tuple[str, ...] = (EVENTS, ACTIONS, ALERTS)) -> None:
-        from kafka import KafkaConsumer, TopicPartition
+        from kafka import TopicPartition
 
         from namesrv.events.schema import decode_action, decode_event
         from streaming.alerts import decode_alert
 
         self._decoders = {EVENTS: decode_event, ACTIONS: decode_action, ALERTS: decode_alert}
-        self._consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                                       auto_offset_reset="earliest", fetch_max_wait_ms=100,
-                                       reconnect_backoff_max_ms=500, request_timeout_ms=5000)  # fmt: skip
+        self._consumer = kafka_clients.consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100,
+                                                timeout_ms=5000, reconnect_backoff_max_ms=500)
         parts = []
         for topic in topics:
             ids = wait_until(lambda t=topic: self._consumer.partitions_for_topic(t), 15, f"topic {topic}")

@@ -17,10 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from kafka import KafkaProducer
-
 from infra.services import TopicSpec, pid_alive
 from infra.stack import REPO, StreamingJob
+from namesrv import kafka_clients
 from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo, encode_event, event_key
 from streaming.routes import RouteLookup
 from tests.integration.backends import _start_time, descendants, log_tail
@@ -105,7 +104,7 @@ def test_the_job_keeps_routes_in_redis_and_stops_without_leftovers(launcher, ser
                            "spark.sql.shuffle.partitions": "2",
                        })  # fmt: skip
     lookup = RouteLookup(redis.url, prefix=prefix)
-    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap_servers)
+    producer = kafka_clients.producer(kafka.bootstrap_servers)
     try:
         job.start()
         top = job.status().pid

@@ -7,13 +7,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import TopicPartition
 
 from infra.services import KafkaService, TopicSpec, free_port
+from namesrv import kafka_clients
 from namesrv.events.schema import Action, Event, decode_event, encode_action
 
 BACKENDS = ("noida", "tansu")
-CLIENT = dict(api_version=(3, 3), reconnect_backoff_max_ms=500, request_timeout_ms=5000)
+#: settings of the tests' clients (namesrv.kafka_clients): pinned, like the node's, and quick to give up
+CLIENT = dict(pinned=True, timeout_ms=5000, reconnect_backoff_max_ms=500)
 
 
 @contextmanager
@@ -34,8 +36,8 @@ class TopicReader:
     """Reads every partition of a topic from its beginning, keeping what it has read."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                                      auto_offset_reset="earliest", fetch_max_wait_ms=100, **CLIENT)
+        self.consumer = kafka_clients.consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100,
+                                               **CLIENT)
         self.topic = topic
         self.records: list = []
         self._assigned = False
@@ -81,7 +83,7 @@ class EventReader(TopicReader):
 
 
 def publish_actions(bootstrap: str, topic: str, *actions: Action) -> None:
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=False, **CLIENT)
+    producer = kafka_clients.producer(bootstrap, acks="all", enable_idempotence=False, **CLIENT)
     try:
         for action in actions:
             producer.send(topic, key=(action.broker_addr or action.monitor).encode(), value=encode_action(action))

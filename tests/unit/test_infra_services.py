@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import KafkaAdminClient
+from kafka import TopicPartition
 
 from infra.services import (
     BinaryNotFoundError,
@@ -37,6 +36,7 @@ from infra.services import (
     pid_alive,
     port_is_free,
 )
+from namesrv import kafka_clients
 
 REPO = Path(__file__).resolve().parents[2]
 TOPICS = (TopicSpec("ev", 4), TopicSpec("act", 1))
@@ -122,7 +122,7 @@ def kafka(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KafkaServi
 
 
 def _partitions(bootstrap: str) -> dict[str, int]:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = kafka_clients.admin(bootstrap)
     try:
         return {t["name"]: len(t["partitions"]) for t in admin.describe_topics([t.name for t in TOPICS])}
     finally:
@@ -136,10 +136,10 @@ def test_kafka_start_creates_topics_and_carries_a_message(kafka: KafkaService) -
     assert kafka.log_file.is_file()
     assert _partitions(kafka.bootstrap_servers) == {"ev": 4, "act": 1}
 
-    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap_servers)
+    producer = kafka_clients.producer(kafka.bootstrap_servers)
     sent = producer.send("ev", key=b"10.0.0.1:10911", value=b"hello", partition=3).get(timeout=10)
     producer.close()
-    consumer = KafkaConsumer(bootstrap_servers=kafka.bootstrap_servers, enable_auto_commit=False)
+    consumer = kafka_clients.consumer(kafka.bootstrap_servers)
     tp = TopicPartition("ev", 3)
     consumer.assign([tp])
     consumer.seek(tp, sent.offset)

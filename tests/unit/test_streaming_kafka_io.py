@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from kafka import KafkaProducer
 from pyspark.sql.datasource import CaseInsensitiveDict
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from infra.services import KafkaService, TopicSpec, free_port
+from namesrv import kafka_clients
 from streaming.kafka_io import (
     KafkaDataSource,
     KafkaInputPartition,
@@ -40,8 +40,8 @@ def test_options_are_case_insensitive_and_kafka_keys_reach_kafka_python():
     for flag in ("yes", "1", "no", "0"):
         with pytest.raises(KafkaSourceError, match=f"failOnDataLoss='{flag}' is not a valid boolean"):
             KafkaOptions.from_options({"kafka.bootstrap.servers": "h:1", "failOnDataLoss": flag})
-    assert KafkaOptions.from_options({"kafka.bootstrap.servers": "h:1", "failOnDataLoss": " FALSE "}).fail_on_data_loss \
-        is False
+    lenient = KafkaOptions.from_options({"kafka.bootstrap.servers": "h:1", "failOnDataLoss": " FALSE "})
+    assert lenient.fail_on_data_loss is False
     with pytest.raises(KafkaSourceError, match="maxOffsetsPerTrigger"):
         KafkaOptions.from_options({"kafka.bootstrap.servers": "h:1", "maxOffsetsPerTrigger": "-1"})
 
@@ -81,7 +81,7 @@ def test_the_reader_plans_and_reads_exactly_the_new_records(kafka):
     r = reader(kafka)
     try:
         start = r.initialOffset()
-        producer = KafkaProducer(bootstrap_servers=kafka.bootstrap_servers)
+        producer = kafka_clients.producer(kafka.bootstrap_servers)
         for i in range(30):
             producer.send("ev", key=b"k", value=b"v%d" % i, partition=i % 2)
         producer.flush()
@@ -158,7 +158,7 @@ def test_a_range_the_broker_does_not_have_is_an_error_or_skipped_on_request(kafk
 def test_every_call_sees_the_records_produced_before_it(kafka):
     # regression: the high watermark of the previous call's fetch was reported as the end
     r = reader(kafka, startingOffsets="latest")
-    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap_servers)
+    producer = kafka_clients.producer(kafka.bootstrap_servers)
     try:
         end = r.initialOffset()
         for round_ in range(6):
