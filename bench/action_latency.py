@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from kafka import KafkaProducer, TopicPartition  # noqa: E402
 
+from infra import procfs  # noqa: E402
 from namesrv import kafka_clients  # noqa: E402
 from namesrv.events.actions import ActionConsumer, ConsumerSettings  # noqa: E402
 from namesrv.events.schema import Action, ActionType, action_key, encode_action, wall_ms  # noqa: E402
@@ -43,9 +44,10 @@ TOPIC = "actions"
 
 
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / 100
+    """utime + stime of a process (all its threads)."""
+    st = procfs.stat(pid)
+    assert st is not None, f"pid {pid} is gone"
+    return st.cpu_seconds
 
 
 def idle_cost(run: Callable[[float], object], seconds: float, broker_pid: int) -> tuple[float, float]:

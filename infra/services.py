@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 # The name server's reader, so both files follow java.util.Properties.load the same way.
+from infra import procfs
 from namesrv import kafka_clients, options
 from namesrv.config import parse_properties
 from namesrv.options import ConfigError
@@ -254,19 +255,12 @@ def pid_alive(pid: int) -> bool:
     other threads are still tearing down, and those still hold its sockets; it counts
     as alive until the last of them is gone.
     """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return _kill0(pid)
-    state = stat.rpartition(")")[2].split()[0]
-    if state not in ("Z", "X"):
+    st = procfs.stat(pid)
+    if st is None:
+        return _kill0(pid)  # gone (ProcessLookupError), or /proc not readable here: the kernel knows
+    if not st.exited:
         return True
-    try:
-        return len(os.listdir(f"/proc/{pid}/task")) > 1
-    except OSError:
-        return False
+    return (procfs.thread_count(pid) or 0) > 1
 
 
 def _kill0(pid: int) -> bool:
@@ -277,13 +271,6 @@ def _kill0(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _pid_exe(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        return None
 
 
 def _read_pidfile(path: Path) -> int | None:
@@ -489,7 +476,7 @@ class ProcessService:
             return None
         if self._proc is not None and self._proc.pid == pid:
             self._proc.poll()  # reap our own child so it does not linger as a zombie
-        exe = _pid_exe(pid)
+        exe = procfs.exe(pid)
         known = {os.path.realpath(p) for p in self._known_binaries()}
         if pid_alive(pid) and (exe is None or exe in known):
             return pid
@@ -509,17 +496,16 @@ class ProcessService:
     def _runs_as_configured(self, pid: int) -> bool:
         """Same binary and our port among its arguments (redis-server rewrites its title to
         ``redis-server host:port``, which still names the port)."""
-        exe = _pid_exe(pid)
+        exe = procfs.exe(pid)
         try:
             if exe is not None and exe != os.path.realpath(self._binary()):
                 return False
         except BinaryNotFoundError:
             return False
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
+        args = procfs.cmdline(pid)
+        if args is None:
             return True
-        return re.search(rf"(?<!\d){self.port}(?!\d)", cmdline) is not None
+        return re.search(rf"(?<!\d){self.port}(?!\d)", " ".join(args)) is not None
 
     def start(self) -> ServiceStatus:
         """Start the server, or reuse ours if it already runs; return once it answers."""
@@ -530,7 +516,7 @@ class ProcessService:
                 self._after_ready()
                 return self.status()
             raise ServiceError(
-                f"{self.name} is already running (pid {pid}, {_pid_exe(pid)}) but not as "
+                f"{self.name} is already running (pid {pid}, {procfs.exe(pid)}) but not as "
                 f"configured ({self.backend_key}={self.backend}, {self.port_key}={self.port}); "
                 f"stop it first: python -m infra.services stop --only {self.name}"
             )

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,21 +14,22 @@ import pytest
 from namesrv.client import NameServerClient
 from tests.support.brokers import register_broker
 from tests.support.node import REPO, free_port
+from tests.support.wait import wait_until
 
 NAMESRV = [sys.executable, "-m", "namesrv"]
 
 
 def wait_for_port(addr: str, proc: subprocess.Popen, timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def answers() -> bool:
         assert proc.poll() is None, proc.stderr.read()
         try:
             with NameServerClient(addr, timeout=0.5) as c:
                 c.cluster_info()
-                return
+                return True
         except OSError:
-            time.sleep(0.05)
-    pytest.fail(f"namesrv did not listen on {addr}")
+            return False
+
+    wait_until(answers, timeout, f"namesrv to listen on {addr}")
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from namesrv.protocol.codec import FrameDecoder, decode_frame, encode
 from namesrv.protocol.codes import RequestCode, ResponseCode, SerializeType
 from namesrv.protocol.command import request
 from tests.support.node import VECTORS, raw_exchange
+from tests.support.wait import wait_until
 
 V = json.loads((VECTORS / "vectors.json").read_text())
 FRAMES = {f["name"]: f for f in V["frames"]}
@@ -189,12 +190,8 @@ def test_closing_the_broker_connection_unregisters_it(node):
         with NameServerClient(node.addr) as client:
             assert client.topic_route("TopicTest").queue_datas
     with NameServerClient(node.addr) as client:
-        deadline = time.monotonic() + 3
-        while time.monotonic() < deadline:
-            if client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}).code == ResponseCode.TOPIC_NOT_EXIST:
-                return
-            time.sleep(0.02)
-    pytest.fail("the broker's route outlived its connection")
+        wait_until(lambda: client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}).code
+                   == ResponseCode.TOPIC_NOT_EXIST, 3, "the broker's route to go with its connection", 0.02)
 
 
 def test_rocketmq_binary_requests_are_answered(node):
@@ -247,7 +244,6 @@ def test_idle_connections_are_closed_and_their_brokers_unregistered(tmp_path):
 def test_a_closed_and_an_idled_out_connection_each_drop_their_broker_and_say_which(tmp_path):
     """Both end in CHANNEL_CLOSED (the observer's broker_unregistered) with a reason telling them apart."""
     from namesrv.handlers import NodeObserver
-    from tests.support.kafka import wait_until
     from tests.support.node import running_node
 
     class Closes(NodeObserver):
@@ -302,10 +298,8 @@ def test_a_peer_that_does_not_read_its_answers_is_held_back_and_loses_nothing(no
             peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
             sender = threading.Thread(target=peer.sendall, args=(pipeline,), daemon=True)
             sender.start()
-            deadline = time.monotonic() + 10
-            while not node.call(lambda: any(c.paused for c in node.running.server.connections)):
-                assert time.monotonic() < deadline, "the node never stopped reading the peer"
-                time.sleep(0.05)
+            wait_until(lambda: node.call(lambda: any(c.paused for c in node.running.server.connections)), 10,
+                       "the node to stop reading the peer")
             time.sleep(0.3)  # a node that kept reading would keep queueing now
             queued = node.call(lambda: max(c.transport.get_write_buffer_size() for c in node.running.server.connections))
             assert queued < 64 * 1024 + 50 * one_answer  # the high-water mark plus one read's worth of answers

@@ -27,8 +27,8 @@ from tests.integration.backends import (
     kafka_answers,
     parse_settings,
     route_or_none,
-    wait_until,
 )
+from tests.support.wait import wait_until
 from tests.integration.images import build
 
 pytestmark = pytest.mark.timeout(600)

@@ -17,8 +17,9 @@ from namesrv.events.schema import Action, ActionType, DataVersionInfo, EventType
 from namesrv.protocol import bodies
 from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.types import DataVersion, QueueData, TopicRouteData
-from tests.support.kafka import BACKENDS, EventReader, kafka_broker, publish_actions, wait_until
+from tests.support.kafka import BACKENDS, EventReader, kafka_broker, publish_actions
 from tests.support.node import VECTORS, free_port, running_node
+from tests.support.wait import wait_until
 
 EVENTS, ACTIONS = "namesrv-events", "namesrv-actions"
 V = json.loads((VECTORS / "vectors.json").read_text())

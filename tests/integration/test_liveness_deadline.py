@@ -37,8 +37,8 @@ from tests.integration.backends import (
     System,
     Timing,
     brokers_at,
-    wait_until,
 )
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(900)
 

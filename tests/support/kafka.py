@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,6 +11,7 @@ from kafka import TopicPartition
 from infra.services import KafkaService, TopicSpec, free_port
 from namesrv import kafka_clients
 from namesrv.events.schema import Action, Event, decode_event, encode_action
+from tests.support.wait import wait_until
 
 BACKENDS = ("noida", "tansu")
 #: settings of the tests' clients (namesrv.kafka_clients): pinned, like the node's, and quick to give up
@@ -43,10 +43,7 @@ class TopicReader:
         self._assigned = False
 
     def _assign(self) -> None:
-        deadline = time.monotonic() + 10
-        while not (parts := self.consumer.partitions_for_topic(self.topic)):
-            assert time.monotonic() < deadline, f"topic {self.topic} did not appear"
-            time.sleep(0.05)
+        parts = wait_until(lambda: self.consumer.partitions_for_topic(self.topic), 10, f"topic {self.topic} to appear")
         tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
         self.consumer.assign(tps)
         self.consumer.seek_to_beginning(*tps)
@@ -61,10 +58,9 @@ class TopicReader:
 
     def wait_for(self, predicate: Callable[[list], bool], timeout: float = 15.0, what: str = "records") -> list:
         """Poll until ``predicate(all records so far)`` holds; fail after ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        while not predicate(self.records):
-            assert time.monotonic() < deadline, f"timed out waiting for {what}; have {len(self.records)} record(s)"
-            self.poll()
+        # each poll waits up to 100 ms for records itself: no pause between them
+        wait_until(lambda: predicate(self.records) or (self.poll() and False), timeout, what, 0,
+                   state=lambda: f"{len(self.records)} record(s)")
         return self.records
 
     def close(self) -> None:
@@ -91,9 +87,3 @@ def publish_actions(bootstrap: str, topic: str, *actions: Action) -> None:
     finally:
         producer.close(5)
 
-
-def wait_until(condition: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)

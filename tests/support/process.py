@@ -5,26 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from infra import procfs
 from namesrv.client import NameServerClient
 from tests.support.node import REPO, free_port
-
-
-def wait_until(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.05) -> object:
-    """Poll ``condition`` until it is truthy (returned) or ``timeout`` seconds pass (AssertionError)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
+from tests.support.wait import wait_until
 
 
 @dataclass
@@ -35,10 +24,9 @@ class NodeProcess:
 
     def rss(self) -> int:
         """Resident memory of the node process, in bytes."""
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        raise AssertionError("no VmRSS line")
+        rss = procfs.rss_bytes(self.proc.pid)
+        assert rss is not None, f"no resident memory for pid {self.proc.pid}: has the node exited?"
+        return rss
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")

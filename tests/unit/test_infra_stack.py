@@ -6,14 +6,14 @@ import io
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from infra import stack
+from infra import procfs, stack
 from infra.services import ServiceError
 from infra.stack import REPO, Launcher, StreamingJob
+from tests.support.wait import wait_until
 
 
 def job(tmp_path: Path, launcher: str = "spark-submit") -> StreamingJob:
@@ -52,8 +52,8 @@ def test_a_live_pid_counts_as_the_job_only_if_it_runs_the_job(tmp_path, extra, i
     # same binary as the job, so only the command line tells them apart (java and bash are as common)
     child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", *extra], stdin=subprocess.PIPE)
     try:
-        while not Path(f"/proc/{child.pid}/cmdline").read_bytes():
-            time.sleep(0.01)  # just past exec, a process shows no command line for a moment
+        # just past exec, a process shows no command line for a moment
+        wait_until(lambda: procfs.cmdline(child.pid), 10, "the child's command line", 0.01)
         j = job(tmp_path)
         j.pidfile.write_text(f"{child.pid}\n")
         assert j.status().pid == (child.pid if is_job else None)
@@ -85,9 +85,9 @@ def test_a_bad_launcher_in_the_environment_is_a_usage_error(monkeypatch):
 
 def test_a_pid_just_past_exec_with_no_command_line_yet_counts_as_the_job(monkeypatch):
     # `start` looks at the job within a millisecond of exec; an empty command line is not "another program"
-    monkeypatch.setattr(stack, "_cmdline", lambda pid: [])
+    monkeypatch.setattr(stack.procfs, "cmdline", lambda pid: [])
     assert stack._runs_streaming(os.getpid())
-    monkeypatch.setattr(stack, "_cmdline", lambda pid: [sys.executable, "-c", "pass"])
+    monkeypatch.setattr(stack.procfs, "cmdline", lambda pid: [sys.executable, "-c", "pass"])
     assert not stack._runs_streaming(os.getpid())
 
 
@@ -298,8 +298,8 @@ def test_a_second_up_on_the_same_run_dir_is_refused(tmp_path, capsys):
     first = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "infra.stack", "up"],
                              stdin=subprocess.PIPE)
     try:
-        while not Path(f"/proc/{first.pid}/cmdline").read_bytes():
-            time.sleep(0.01)
+        # just past exec, a process shows no command line for a moment
+        wait_until(lambda: procfs.cmdline(first.pid), 10, "the child's command line", 0.01)
         (run / stack.UP_PIDFILE).write_text(f"{first.pid}\n")
         assert stack.running_up(run) == first.pid
         assert stack.main(["up", "--services-conf", str(conf), "--no-streaming"]) == 1
@@ -314,8 +314,8 @@ def test_a_second_up_on_the_same_run_dir_is_refused(tmp_path, capsys):
 def test_a_pidfile_naming_another_program_is_not_an_up(tmp_path):
     other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
-        while not Path(f"/proc/{other.pid}/cmdline").read_bytes():
-            time.sleep(0.01)
+        # just past exec, a process shows no command line for a moment
+        wait_until(lambda: procfs.cmdline(other.pid), 10, "the child's command line", 0.01)
         (tmp_path / stack.UP_PIDFILE).write_text(f"{other.pid}\n")
         assert stack.running_up(tmp_path) is None
     finally:
