@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, ClassVar
 from infra import procfs
 from namesrv import kafka_clients, options
 from namesrv.config import parse_properties
-from namesrv.options import ConfigError
+from namesrv.options import ConfigError, Option
 
 if TYPE_CHECKING:
     from kafka.admin import KafkaAdminClient
@@ -152,14 +152,6 @@ def _backend(enum: type[StrEnum]) -> options.Converter[StrEnum]:
 
 
 _PATH = options.Converter(lambda raw: Path(options.text(required=True)(raw)), "path")
-
-
-@dataclass(frozen=True)
-class Option:
-    key: str
-    attr: str
-    convert: options.Converter[object]
-    doc: str
 
 
 #: the keys of ``conf/services.properties`` (the file shows each with its default); converters and
@@ -918,12 +910,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(_create_topics_cli(config, args), flush=True)
             return 0
         services = services_from_config(config, [args.only] if args.only else None)
-    except ConfigError as exc:
+    except (ConfigError, ServiceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except ServiceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, ConfigError) else 1
 
     failed = False
     for service in services:

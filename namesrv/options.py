@@ -30,11 +30,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 __all__ = [
     "ConfigError",
     "Converter",
+    "Option",
     "BOOLEAN",
     "BOOLEAN_EXPECTED",
     "convert",
@@ -69,6 +70,19 @@ class Converter(Generic[T]):
 
     def __call__(self, raw: str) -> T:
         return self.parse(raw)
+
+
+@dataclass(frozen=True)
+class Option:
+    """A row of a table whose keys set attributes of a frozen config dataclass (the job's, the services').
+
+    The node's table has richer rows (Java type, group, effect), derived from its dataclass fields.
+    """
+
+    key: str
+    attr: str
+    convert: Converter[Any]
+    doc: str
 
 
 def convert(source: str, key: str, raw: str, converter: Converter[T]) -> T:

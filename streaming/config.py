@@ -24,7 +24,7 @@ from namesrv import options
 from namesrv.config import parse_properties
 from namesrv.events.schema import MAX_NAME_CHARS
 from namesrv.kafka_clients import BOOTSTRAP
-from namesrv.options import ConfigError
+from namesrv.options import ConfigError, Option
 
 DEFAULT_CONFIG_PATH = Path("conf/streaming.properties")
 #: what error messages call this configuration
@@ -125,14 +125,6 @@ _COUNT = options.integer(1, expected="count (an integer >= 1)")
 _POSITIVE = options.integer(1)
 _OPTIONAL_POSITIVE = options.Converter(lambda raw: _POSITIVE(raw) if raw.strip() else None,
                                        "positive integer or empty")
-
-
-@dataclass(frozen=True)
-class Option:
-    key: str
-    attr: str
-    convert: options.Converter[Any]
-    doc: str
 
 
 OPTIONS: tuple[Option, ...] = (

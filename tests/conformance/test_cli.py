@@ -14,22 +14,14 @@ import pytest
 from namesrv.client import NameServerClient
 from tests.support.brokers import register_broker
 from tests.support.node import REPO, free_port
+from tests.support.process import node_answers
 from tests.support.wait import wait_until
 
 NAMESRV = [sys.executable, "-m", "namesrv"]
 
 
 def wait_for_port(addr: str, proc: subprocess.Popen, timeout: float = 15) -> None:
-    def answers() -> bool:
-        assert proc.poll() is None, proc.stderr.read()
-        try:
-            with NameServerClient(addr, timeout=0.5) as c:
-                c.cluster_info()
-                return True
-        except OSError:
-            return False
-
-    wait_until(answers, timeout, f"namesrv to listen on {addr}")
+    wait_until(lambda: node_answers(addr, proc), timeout, f"namesrv to listen on {addr}")
 
 
 @pytest.fixture

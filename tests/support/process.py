@@ -32,8 +32,11 @@ class NodeProcess:
         return self.log.read_text(errors="replace")
 
 
-def _answers(addr: str, proc: subprocess.Popen) -> bool:
-    assert proc.poll() is None, "the node exited at start-up"
+def node_answers(addr: str, proc: subprocess.Popen) -> bool:
+    """True once the node ``proc`` answers at ``addr``; fails at once if it has exited (with its stderr if piped)."""
+    if proc.poll() is not None:
+        said = proc.stderr.read() if proc.stderr is not None else "(stderr not captured)"
+        raise AssertionError(f"the node exited at start-up with code {proc.returncode}: {said}")
     try:
         with NameServerClient(addr, timeout=0.5) as c:
             c.cluster_info()
@@ -57,7 +60,7 @@ def node_process(tmp_path: Path, *, log_level: str = "WARNING", **overrides: str
                                 stdout=subprocess.DEVNULL, env=env)
     addr = f"127.0.0.1:{port}"
     try:
-        wait_until(lambda: _answers(addr, proc), 20, f"the node to listen on {addr} (log: {log})")
+        wait_until(lambda: node_answers(addr, proc), 20, f"the node to listen on {addr} (log: {log})")
         yield NodeProcess(proc, addr, log)
     finally:
         if proc.poll() is None:
