@@ -43,9 +43,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-# The name server's reader, so both files follow java.util.Properties.load the same way.
 from infra import procfs
 from namesrv import kafka_clients, options
+
+# The name server's reader, so both files follow java.util.Properties.load the same way.
 from namesrv.config import parse_properties
 from namesrv.options import ConfigError, Option
 
