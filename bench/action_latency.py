@@ -32,8 +32,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
+from kafka import KafkaProducer, TopicPartition  # noqa: E402
 
+from infra import procfs  # noqa: E402
+from namesrv import kafka_clients  # noqa: E402
 from namesrv.events.actions import ActionConsumer, ConsumerSettings  # noqa: E402
 from namesrv.events.schema import Action, ActionType, action_key, encode_action, wall_ms  # noqa: E402
 from tests.support.kafka import CLIENT, kafka_broker  # noqa: E402
@@ -42,9 +44,10 @@ TOPIC = "actions"
 
 
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / 100
+    """utime + stime of a process (all its threads)."""
+    st = procfs.stat(pid)
+    assert st is not None, f"pid {pid} is gone"
+    return st.cpu_seconds
 
 
 def idle_cost(run: Callable[[float], object], seconds: float, broker_pid: int) -> tuple[float, float]:
@@ -57,8 +60,7 @@ def idle_cost(run: Callable[[float], object], seconds: float, broker_pid: int) -
 
 
 def blocking_poll_reference(bootstrap: str, seconds: float, broker_pid: int) -> tuple[float, float]:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                             fetch_max_wait_ms=100, **CLIENT)
+    consumer = kafka_clients.consumer(bootstrap, fetch_max_wait_ms=100, **CLIENT)
     tps = [TopicPartition(TOPIC, p) for p in range(3)]
     consumer.assign(tps)
     consumer.seek_to_end(*tps)
@@ -115,7 +117,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, kafka_broker("noida", Path(tmp), {TOPIC: 3}) as kafka:
         broker_pid = int(kafka.pidfile.read_text())
-        producer = KafkaProducer(bootstrap_servers=kafka.bootstrap_servers, acks=1, linger_ms=0, **CLIENT)
+        producer = kafka_clients.producer(kafka.bootstrap_servers, acks=1, linger_ms=0, **CLIENT)
         try:
             own, broker = blocking_poll_reference(kafka.bootstrap_servers, args.idle, broker_pid)
             print(f"reference: kafka-python poll(timeout_ms=100), idle: this process {own:.1f}% CPU, "

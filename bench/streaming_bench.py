@@ -45,6 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.support.node: the in-process node the integration tests use
 
 from infra.services import KafkaService, RedisService, TopicSpec, free_port  # noqa: E402
+from namesrv import kafka_clients  # noqa: E402
 from namesrv.events.schema import (  # noqa: E402
     DataVersionInfo,
     Event,
@@ -177,9 +178,8 @@ def registrations_count(brokers: int) -> int:
 
 
 def produce(bootstrap: str, topic: str, events: Iterator[Event]) -> int:
-    from kafka import KafkaProducer
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=20, batch_size=256 * 1024,
+    producer = kafka_clients.producer(bootstrap, acks=1, linger_ms=20, batch_size=256 * 1024,
                              enable_idempotence=False)  # fmt: skip
     count = 0
     errors: list[BaseException] = []
@@ -197,10 +197,9 @@ def produce(bootstrap: str, topic: str, events: Iterator[Event]) -> int:
 
 def raw_consume(bootstrap: str, topic: str, decode: bool) -> tuple[int, float]:
     """Read every record of ``topic`` once, as the job's source tasks do: assign, seek, poll to the end."""
-    from kafka import KafkaConsumer, TopicPartition
+    from kafka import TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                             auto_offset_reset="none", fetch_max_wait_ms=10)  # fmt: skip
+    consumer = kafka_clients.consumer(bootstrap, auto_offset_reset="none", fetch_max_wait_ms=10)  # fmt: skip
     try:
         tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
         consumer.assign(tps)
@@ -415,10 +414,9 @@ class Tail(threading.Thread):
 
     def __init__(self, bootstrap: str, topic: str, key: Callable[[bytes], str | None]) -> None:
         super().__init__(name=f"tail-{topic}", daemon=True)
-        from kafka import KafkaConsumer, TopicPartition
+        from kafka import TopicPartition
 
-        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                                      fetch_max_wait_ms=10)  # fmt: skip
+        self.consumer = kafka_clients.consumer(bootstrap, fetch_max_wait_ms=10)  # fmt: skip
         parts = self.consumer.partitions_for_topic(topic) or {0}
         tps = [TopicPartition(topic, p) for p in sorted(parts)]
         self.consumer.assign(tps)

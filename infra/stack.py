@@ -54,6 +54,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TextIO
 
+from infra import procfs
 from infra.services import (
     LOOPBACK,
     BinaryNotFoundError,
@@ -224,7 +225,7 @@ class StreamingJob(ProcessService):
         pid = self._tracked_pid()
         if pid is None:
             return super().stop(timeout)
-        leader = _proc_stat(pid)
+        leader = procfs.stat(pid)
         driver = _submitted_driver(pid)
         if driver is not None:
             log.info("%s: stopping the spark-submit driver pid %d", self.name, driver)
@@ -243,61 +244,27 @@ class StreamingJob(ProcessService):
         return True
 
 
-# --------------------------------------------------------------------------- /proc
-
-
-@dataclass(frozen=True)
-class _Stat:
-    """The fields of ``/proc/<pid>/stat`` that the job's stop needs."""
-
-    state: str
-    ppid: int
-    session: int
-
-
-def _proc_stat(pid: int) -> _Stat | None:
-    try:
-        # the command name may hold spaces and parentheses: the fields start after the last ")"
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-        return _Stat(fields[0], int(fields[1]), int(fields[3]))
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _cmdline(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return None
-    return raw.decode(errors="replace").split("\0")[:-1]
+# --------------------------------------------------------------------------- /proc (infra.procfs)
 
 
 def _runs_streaming(pid: int) -> bool:
     """True when ``pid`` runs the job: ``-m streaming``, or ``streaming/__main__.py`` (spark-submit's
     bash and java, the driver).  An unreadable command line is trusted, as an unreadable exe is, and
     so is an empty one: a process just past exec shows none for a moment, and ``start`` looks then."""
-    args = _cmdline(pid)
+    args = procfs.cmdline(pid)
     if not args:
         return True
     return "streaming" in args or any(a.endswith(f"streaming{os.sep}__main__.py") for a in args)
 
 
-def _all_stats() -> dict[int, _Stat]:
-    stats = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (stat := _proc_stat(int(entry.name))) is not None:
-            stats[int(entry.name)] = stat
-    return stats
-
-
 def _submitted_driver(pid: int) -> int | None:
     """The Python driver that spark-submit's JVM ``pid`` runs, if ``pid`` is such a JVM."""
-    args = _cmdline(pid) or []
+    args = procfs.cmdline(pid) or []
     if "org.apache.spark.deploy.SparkSubmit" not in args:
         return None
-    for child, stat in _all_stats().items():
-        if stat.ppid == pid and stat.state not in ("Z", "X"):
-            child_args = _cmdline(child) or []
+    for child, stat in procfs.all_stats().items():
+        if stat.ppid == pid and not stat.exited:
+            child_args = procfs.cmdline(child) or []
             if any(a.endswith(f"streaming{os.sep}__main__.py") for a in child_args):
                 return child
     return None
@@ -310,7 +277,7 @@ def _end_session(sid: int, grace: float = 10.0) -> None:
     while any member lives, so nothing else can be in it.
     """
     def members() -> list[int]:
-        return [p for p, st in _all_stats().items() if st.session == sid and p != os.getpid() and pid_alive(p)]
+        return [p for p, st in procfs.all_stats().items() if st.session == sid and p != os.getpid() and pid_alive(p)]
 
     deadline = time.monotonic() + grace
     while (left := members()) and time.monotonic() < deadline:
@@ -554,7 +521,7 @@ def running_up(run_dir: Path) -> int | None:
     pid = _read_pidfile(run_dir / UP_PIDFILE)
     if pid is None or pid == os.getpid() or not pid_alive(pid):
         return None
-    args = _cmdline(pid)
+    args = procfs.cmdline(pid)
     # an unreadable command line is trusted, as for the job; anything else must be `infra.stack up`
     return pid if args is None or ("infra.stack" in args and "up" in args) else None
 

@@ -7,7 +7,8 @@ it, and so are parsing, GET_NAMESRV_CONFIG rendering and the README table (:func
 * Start-up (:func:`load_config`) is strict: a value that does not parse for its type is a
   :class:`ConfigError` naming key, value and expected type, so a typo stops the server instead of being
   replaced by a default as Java's ``MixAll.properties2Object`` silently does.  Surrounding whitespace is
-  stripped; booleans must be ``true``/``false`` (any case).
+  stripped; booleans must be ``true``/``false`` (any case).  Parsing, the error and its message are
+  :mod:`namesrv.options`, shared with the streaming job's and the local services' tables.
 * Run time (:func:`apply_update`, UPDATE_NAMESRV_CONFIG) follows Java exactly, because remote admin
   tools rely on it: strings are trimmed, numbers are parsed as written and ignored when they do not
   parse, booleans use ``Boolean.parseBoolean`` (``"true"`` in any case is true, anything else false).
@@ -40,6 +41,7 @@ from typing import Any, Literal
 import javaproperties
 
 from namesrv.fileio import write_atomically
+from namesrv.options import BOOLEAN, ConfigError, Converter, choice, convert, integer, parse_integer, text
 from namesrv.protocol.codes import ResponseCode
 
 __all__ = [
@@ -56,6 +58,7 @@ __all__ = [
     "config_properties",
     "config_blacklist",
     "options_markdown",
+    "check_combinations",
     "UpdateResult",
     "Updated",
     "Blacklisted",
@@ -79,12 +82,6 @@ GROUP_OURS = "namesrv-py"
 HARD_BLACKLIST = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
 
 _INT_RANGES = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
-# Integer.parseInt / Long.parseLong: optional sign, digits, nothing else (no "_", no spaces)
-_JAVA_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
-
-
-class ConfigError(Exception):
-    """A configuration file or value the server cannot start with; the message says what to fix."""
 
 
 def _home() -> Path:
@@ -114,7 +111,9 @@ def _opt(
     choices: tuple[str, ...] | None = None,
     bounds: tuple[int, int] | None = None,
     default_doc: str | None = None,
+    effect: bool = True,
 ) -> Any:
+    """A field of the table; ``effect=False`` marks a key that is accepted (and shown) but changes nothing."""
     metadata = {
         "key": key,
         "type": java_type,
@@ -123,6 +122,7 @@ def _opt(
         "choices": choices,
         "bounds": bounds,
         "default_doc": default_doc,
+        "effect": effect,
     }
     if callable(default):
         return field(default_factory=default, metadata=metadata)
@@ -139,8 +139,9 @@ class NamesrvConfig:
     # --- NamesrvConfig (common/.../namesrv/NamesrvConfig.java) ---
     rocketmq_home: str = _opt(
         _default_rocketmq_home, "rocketmqHome", "String", _N,
-        "RocketMQ home directory; informational (Java refuses to start without it, we do not)",
+        "RocketMQ home directory, required at start-up",
         default_doc="$ROCKETMQ_HOME, else ~",
+        effect=False,
     )
     kv_config_path: str = _opt(
         _default_kv_config_path, "kvConfigPath", "String", _N,
@@ -155,10 +156,12 @@ class NamesrvConfig:
     product_env_name: str = _opt(
         "center", "productEnvName", "String", _N,
         "cluster-test mode: topic whose route answers for unknown topics",
+        effect=False,
     )
     cluster_test: bool = _opt(
         False, "clusterTest", "boolean", _N,
         "cluster-test mode: unknown topics get the route of productEnvName",
+        effect=False,
     )
     order_message_enable: bool = _opt(
         False, "orderMessageEnable", "boolean", _N,
@@ -171,18 +174,22 @@ class NamesrvConfig:
     client_request_thread_pool_nums: int = _opt(
         8, "clientRequestThreadPoolNums", "int", _N,
         "workers for GET_ROUTEINFO_BY_TOPIC",
+        effect=False,
     )
     default_thread_pool_nums: int = _opt(
         16, "defaultThreadPoolNums", "int", _N,
         "workers for every other request code",
+        effect=False,
     )
     client_request_thread_pool_queue_capacity: int = _opt(
         50000, "clientRequestThreadPoolQueueCapacity", "int", _N,
         "pending GET_ROUTEINFO_BY_TOPIC requests before rejecting",
+        effect=False,
     )
     default_thread_pool_queue_capacity: int = _opt(
         10000, "defaultThreadPoolQueueCapacity", "int", _N,
         "pending other requests before rejecting",
+        effect=False,
     )
     scan_not_active_broker_interval: int = _opt(
         5000, "scanNotActiveBrokerInterval", "long", _N,
@@ -211,7 +218,8 @@ class NamesrvConfig:
     )
     enable_controller_in_namesrv: bool = _opt(
         False, "enableControllerInNamesrv", "boolean", _N,
-        "embed the DLedger/JRaft controller (not supported here; kept for compatibility)",
+        "embed the DLedger/JRaft controller",
+        effect=False,
     )
     need_wait_for_service: bool = _opt(
         False, "needWaitForService", "boolean", _N,
@@ -235,47 +243,51 @@ class NamesrvConfig:
     listen_port: int = _opt(
         9876, "listenPort", "int", _S, "TCP port of the remoting protocol", bounds=(0, 65535)
     )
-    server_worker_threads: int = _opt(8, "serverWorkerThreads", "int", _S, "Netty worker threads")
+    server_worker_threads: int = _opt(8, "serverWorkerThreads", "int", _S, "Netty worker threads", effect=False)
     server_callback_executor_threads: int = _opt(
-        0, "serverCallbackExecutorThreads", "int", _S, "threads for async callbacks (0 = default)"
+        0, "serverCallbackExecutorThreads", "int", _S, "threads for async callbacks (0 = default)", effect=False
     )
-    server_selector_threads: int = _opt(3, "serverSelectorThreads", "int", _S, "Netty selector threads")
+    server_selector_threads: int = _opt(3, "serverSelectorThreads", "int", _S, "Netty selector threads", effect=False)
     server_oneway_semaphore_value: int = _opt(
-        256, "serverOnewaySemaphoreValue", "int", _S, "concurrent one-way sends allowed"
+        256, "serverOnewaySemaphoreValue", "int", _S, "concurrent one-way sends allowed", effect=False
     )
     server_async_semaphore_value: int = _opt(
-        64, "serverAsyncSemaphoreValue", "int", _S, "concurrent async sends allowed"
+        64, "serverAsyncSemaphoreValue", "int", _S, "concurrent async sends allowed", effect=False
     )
     server_channel_max_idle_time_seconds: int = _opt(
         120, "serverChannelMaxIdleTimeSeconds", "int", _S, "close a connection idle this long"
     )
     server_socket_snd_buf_size: int = _opt(
-        0, "serverSocketSndBufSize", "int", _S, "SO_SNDBUF bytes (0 = OS default)"
+        0, "serverSocketSndBufSize", "int", _S, "SO_SNDBUF bytes of each accepted connection (0 = OS default)"
     )
     server_socket_rcv_buf_size: int = _opt(
-        0, "serverSocketRcvBufSize", "int", _S, "SO_RCVBUF bytes (0 = OS default)"
+        0, "serverSocketRcvBufSize", "int", _S, "SO_RCVBUF bytes of each accepted connection (0 = OS default)"
     )
     write_buffer_high_water_mark: int = _opt(
-        0, "writeBufferHighWaterMark", "int", _S, "pause writes above this many buffered bytes (0 = default)"
+        0, "writeBufferHighWaterMark", "int", _S,
+        "answer bytes waiting for a peer at which the node stops reading from it; used with"
+        " writeBufferLowWaterMark when both are > 0, as in Java (else the event loop's default, 64 KiB)",
     )
     write_buffer_low_water_mark: int = _opt(
-        0, "writeBufferLowWaterMark", "int", _S, "resume writes below this many buffered bytes (0 = default)"
+        0, "writeBufferLowWaterMark", "int", _S,
+        "answer bytes waiting for a peer under which the node reads from it again; used with"
+        " writeBufferHighWaterMark when both are > 0",
     )
     server_socket_backlog: int = _opt(1024, "serverSocketBacklog", "int", _S, "listen() backlog")
     server_netty_worker_group_enable: bool = _opt(
-        True, "serverNettyWorkerGroupEnable", "boolean", _S, "separate Netty worker group (Java only)"
+        True, "serverNettyWorkerGroupEnable", "boolean", _S, "separate Netty worker group", effect=False
     )
     server_pooled_byte_buf_allocator_enable: bool = _opt(
-        True, "serverPooledByteBufAllocatorEnable", "boolean", _S, "pooled buffers (Java only)"
+        True, "serverPooledByteBufAllocatorEnable", "boolean", _S, "pooled buffers", effect=False
     )
     enable_shutdown_gracefully: bool = _opt(
-        False, "enableShutdownGracefully", "boolean", _S, "drain requests before stopping"
+        False, "enableShutdownGracefully", "boolean", _S, "drain requests before stopping", effect=False
     )
     shutdown_wait_time_seconds: int = _opt(
-        30, "shutdownWaitTimeSeconds", "int", _S, "longest graceful shutdown"
+        30, "shutdownWaitTimeSeconds", "int", _S, "longest graceful shutdown", effect=False
     )
     use_epoll_native_selector: bool = _opt(
-        False, "useEpollNativeSelector", "boolean", _S, "native epoll transport (Java only)"
+        False, "useEpollNativeSelector", "boolean", _S, "native epoll transport", effect=False
     )
 
     # --- ours (defaults keep plain RocketMQ behaviour) ---
@@ -363,6 +375,21 @@ class Option:
     choices: tuple[str, ...] | None
     bounds: tuple[int, int] | None
     default_doc: str
+    #: False: accepted, kept and shown by GET_NAMESRV_CONFIG (as Java does), but nothing reads it
+    effect: bool
+    #: start-up parsing of the value (strict; see the module docstring)
+    converter: Converter[Any]
+
+
+def _converter(java_type: JavaType, choices: tuple[str, ...] | None, bounds: tuple[int, int] | None) -> Converter[Any]:
+    if java_type == "boolean":
+        return BOOLEAN
+    if java_type in _INT_RANGES:
+        low, high = bounds or _INT_RANGES[java_type]
+        return integer(low, high, f"{java_type} ({low}..{high})")
+    if choices:
+        return choice(*choices, fold=str.upper)
+    return text(expected="string")
 
 
 def _build_options() -> tuple[Option, ...]:
@@ -376,7 +403,8 @@ def _build_options() -> tuple[Option, ...]:
         else:
             default_doc = _format_value(f.default)
         rows.append(
-            Option(f.name, md["key"], md["type"], md["group"], md["doc"], md["choices"], md["bounds"], default_doc)
+            Option(f.name, md["key"], md["type"], md["group"], md["doc"], md["choices"], md["bounds"], default_doc,
+                   md["effect"], _converter(md["type"], md["choices"], md["bounds"]))
         )
     return tuple(rows)
 
@@ -396,58 +424,19 @@ OPTIONS_BY_KEY: dict[str, Option] = {o.key: o for o in OPTIONS}
 # value parsing
 
 
-def _parse_integer(opt: Option, text: str) -> int:
-    if not _JAVA_INTEGER.fullmatch(text):
-        raise ValueError(text)
-    value = int(text)
-    low, high = opt.bounds or _INT_RANGES[opt.java_type]
-    if not low <= value <= high:
-        raise ValueError(text)
-    return value
-
-
-def _expected(opt: Option) -> str:
-    if opt.choices:
-        return "one of " + ", ".join(opt.choices)
-    if opt.java_type == "boolean":
-        return "boolean (true or false)"
-    if opt.java_type in _INT_RANGES:
-        low, high = opt.bounds or _INT_RANGES[opt.java_type]
-        return f"{opt.java_type} ({low}..{high})"
-    return "string"
-
-
-def _parse_strict(opt: Option, raw: str) -> Any:
-    """Start-up parsing; raises ValueError."""
-    text = raw.strip()
-    if opt.java_type == "boolean":
-        lowered = text.lower()
-        if lowered not in ("true", "false"):
-            raise ValueError(raw)
-        return lowered == "true"
-    if opt.java_type in _INT_RANGES:
-        return _parse_integer(opt, text)
-    if opt.choices:
-        upper = text.upper()
-        if upper not in opt.choices:
-            raise ValueError(raw)
-        return upper
-    return text
-
-
 def _parse_java(opt: Option, raw: str) -> Any:
     """``MixAll.properties2Object`` parsing for run-time updates; raises ValueError."""
     if opt.java_type == "boolean":
         return raw.lower() == "true"
     if opt.java_type in _INT_RANGES:
         # Java does not trim numbers; bounds are only a start-up check
-        return _parse_integer(dataclasses.replace(opt, bounds=None), raw)
-    text = raw.strip()
+        return parse_integer(raw, *_INT_RANGES[opt.java_type])
+    value = raw.strip()
     if opt.choices:
-        if text.upper() not in opt.choices:
+        if value.upper() not in opt.choices:
             raise ValueError(raw)
-        return text.upper()
-    return text
+        return value.upper()
+    return value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -512,13 +501,7 @@ def _apply_strict(cfg: NamesrvConfig, props: Mapping[str, str], source: str) -> 
             log.info("%s: unknown key %r kept as an extra (echoed by GET_NAMESRV_CONFIG)", source, key)
             cfg.extras[key] = raw
             continue
-        try:
-            value = _parse_strict(opt, raw)
-        except ValueError:
-            raise ConfigError(
-                f"{source}: {key}={raw!r} is not a valid {_expected(opt)}; fix the value or remove the line"
-            ) from None
-        setattr(cfg, opt.attr, value)
+        setattr(cfg, opt.attr, convert(source, key, raw, opt.converter))
 
 
 def load_config(path: Path | None, overrides: Mapping[str, str] | None = None) -> NamesrvConfig:
@@ -546,7 +529,21 @@ def load_config(path: Path | None, overrides: Mapping[str, str] | None = None) -
             cfg.config_store_path = str(path)
     if overrides:
         _apply_strict(cfg, overrides, "command line")
+    check_combinations(cfg)
     return cfg
+
+
+def check_combinations(cfg: NamesrvConfig) -> None:
+    """Refuse values that parse one by one but cannot work together; the message names the keys.
+
+    Java refuses the same at start-up (``WriteBufferWaterMark`` throws when low > high).
+    """
+    high, low = cfg.write_buffer_high_water_mark, cfg.write_buffer_low_water_mark
+    if high > 0 and low > 0 and low > high:
+        raise ConfigError(
+            f"writeBufferLowWaterMark={low} must not exceed writeBufferHighWaterMark={high}; lower the first or "
+            "raise the second"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -686,7 +683,7 @@ def apply_update(cfg: NamesrvConfig, properties: str | bytes) -> UpdateResult:
                 try:
                     value = _parse_java(opt, raw)
                 except ValueError:
-                    log.info("update ignored %s=%r: not a valid %s", key, raw, _expected(opt))
+                    log.info("update ignored %s=%r: not a valid %s", key, raw, opt.converter.expected)
                     ignored[key] = raw
                     continue
                 values[opt.attr] = value
@@ -719,6 +716,7 @@ def options_markdown() -> str:
         for opt in OPTIONS:
             if opt.group == group:
                 default = f"`{opt.default_doc}`" if opt.default_doc else "(empty)"
-                lines.append(f"| `{opt.key}` | {opt.java_type} | {default} | {opt.doc} |")
+                meaning = opt.doc if opt.effect else f"accepted, no effect; in Java: {opt.doc}"
+                lines.append(f"| `{opt.key}` | {opt.java_type} | {default} | {meaning} |")
         lines.append("")
     return "\n".join(lines)

@@ -552,4 +552,6 @@ def update_namesrv_config(node: NameServerNode, request: RemotingCommand, channe
 
 @handles(RequestCode.GET_NAMESRV_CONFIG)
 def get_namesrv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+    # every key with its value, as Java answers, also those the option table marks as having no effect
+    # here: tools compare this answer with Java's, so the annotation lives in the README only
     return request.response(body=config_mod.render_properties(node.config).encode("utf-8"))

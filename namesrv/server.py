@@ -13,7 +13,11 @@ Time comes from the server's ``clock`` (monotonic seconds, injected so that a te
 scan, :meth:`NameServer.close_idle_connections`, without waiting).
 
 A peer that sends requests but does not read the answers gets no more answers buffered for it than
-the transport's high-water mark: past it we stop reading from that peer until it catches up.  Java
+the transport's high-water mark (``writeBufferHighWaterMark`` when it and ``writeBufferLowWaterMark``
+are both set, as Netty's ``WRITE_BUFFER_WATER_MARK``; else the loop's default, 64 KiB): past it we
+stop reading from that peer until fewer than the low-water mark wait.  ``serverSocketSndBufSize``
+and ``serverSocketRcvBufSize`` set each accepted socket's SO_SNDBUF and SO_RCVBUF, as Netty's child
+options do; marks and sizes are read once, when the node starts listening.  Java
 queues such requests in its executors and answers SYSTEM_BUSY once they are full; holding back
 lets TCP slow the peer down instead, and no request is refused or lost.
 
@@ -46,8 +50,9 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import itertools
-import sys
 import logging
+import socket
+import sys
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -135,6 +140,7 @@ class Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.server.connections.add(self)
+        self.server.tune(transport)
 
     def data_received(self, data: bytes) -> None:
         self.last_active = self.server.clock()
@@ -280,6 +286,10 @@ class NameServer:
         #: bytes held for all connections as last counted (see Connection.held)
         self.held_total = 0
         self._budget_check: asyncio.TimerHandle | None = None
+        #: (SO_SNDBUF, SO_RCVBUF) option values for each accepted socket, 0 = the OS default
+        self._socket_buffers: tuple[tuple[int, int], ...] = ()
+        #: (high, low) write-buffer marks for each transport; None = the transport's defaults
+        self._water_marks: tuple[int, int] | None = None
 
     @property
     def port(self) -> int:
@@ -398,7 +408,34 @@ class NameServer:
         finally:
             writer.close()  # flushes what is buffered, then closes
 
+    def _read_socket_settings(self) -> None:
+        """Netty reads these once, when it binds; so do we (an update at run time changes nothing)."""
+        config = self.node.config
+        self._socket_buffers = tuple(
+            (option, size)
+            for option, size in ((socket.SO_SNDBUF, config.server_socket_snd_buf_size),
+                                 (socket.SO_RCVBUF, config.server_socket_rcv_buf_size))
+            if size > 0
+        )
+        high, low = config.write_buffer_high_water_mark, config.write_buffer_low_water_mark
+        # as NettyRemotingServer: only when both are set (load_config refused low > high)
+        self._water_marks = (high, low) if high > 0 and low > 0 else None
+
+    def tune(self, transport: asyncio.BaseTransport) -> None:
+        """Apply the configured socket buffers and write-buffer marks to a new connection."""
+        if self._socket_buffers:
+            sock = transport.get_extra_info("socket")
+            try:
+                for option, size in self._socket_buffers:
+                    sock.setsockopt(socket.SOL_SOCKET, option, size)
+            except (OSError, AttributeError) as e:  # the peer is already gone: connection_lost follows
+                log.debug("cannot set socket buffers for %s: %r", transport.get_extra_info("peername"), e)
+        if self._water_marks is not None:
+            high, low = self._water_marks
+            transport.set_write_buffer_limits(high=high, low=low)
+
     async def start(self, host: str, port: int) -> None:
+        self._read_socket_settings()
         _map_large_buffers()
         # the worker thread parses large bodies in Python; the loop waits for the GIL at most this long
         # (CPython's default is 5 ms, the whole latency budget of a route lookup)

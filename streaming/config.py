@@ -1,9 +1,10 @@
 """Typed configuration of the streaming job, from ``conf/streaming.properties``.
 
 Theory of operation: :data:`OPTIONS` is the one table of keys; each row names the key, the
-:class:`StreamingConfig` attribute, how to parse the text, and a line of documentation
-(``conf/streaming.properties`` shows every key with its default). Loading is strict: a value
-that does not parse, or a key that is not in the table, stops the job with a message naming
+:class:`StreamingConfig` attribute, its converter (:mod:`namesrv.options`, shared with the node's
+and the local services' tables: one error, one boolean syntax, one message shape) and a line of
+documentation (``conf/streaming.properties`` shows every key with its default). Loading is strict:
+a value that does not parse, or a key that is not in the table, stops the job with a message naming
 it, so a typo in ``monitor.watermarkDelayMillis`` cannot silently fall back to a default.
 Keys starting with ``spark.`` are not ours: they go to the SparkSession builder unchanged
 (``spark.master``, ``spark.sql.shuffle.partitions``, anything Spark knows).
@@ -14,15 +15,20 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from namesrv import options
 from namesrv.config import parse_properties
 from namesrv.events.schema import MAX_NAME_CHARS
+from namesrv.kafka_clients import BOOTSTRAP
+from namesrv.options import ConfigError, Option
 
 DEFAULT_CONFIG_PATH = Path("conf/streaming.properties")
+#: what error messages call this configuration
+_SOURCE = "streaming config"
 #: our format over kafka-python, or Spark's connector when its jar is on the classpath
 KAFKA_FORMATS = ("namesrv-kafka", "kafka")
 
@@ -43,10 +49,6 @@ SPARK_DEFAULTS: Mapping[str, str] = {
     # commit only what changed in each batch instead of a RocksDB snapshot: shorter batches
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
 }
-
-
-class ConfigError(ValueError):
-    """A streaming configuration value or key the job cannot start with; the message says what to fix."""
 
 
 @dataclass(frozen=True)
@@ -116,119 +118,62 @@ class StreamingConfig:
 
 
 # --------------------------------------------------------------------------- parsing
+# the converters and the error are namesrv.options', shared with the node's and the services' tables
 
-
-def _str(text: str) -> str:
-    value = text.strip()
-    if not value:
-        raise ValueError("empty")
-    return value
-
-
-def _opt_str(text: str) -> str:
-    return text.strip()
-
-
-def _positive(text: str) -> int:
-    value = int(text.strip())
-    if value <= 0:
-        raise ValueError("not positive")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    value = int(text.strip())
-    if value < 0:
-        raise ValueError("negative")
-    return value
-
-
-def _opt_positive(text: str) -> int | None:
-    return _positive(text) if text.strip() else None
-
-
-def _monitor_id(text: str) -> str:
-    value = text.strip()
-    if len(value) > MAX_NAME_CHARS:
-        raise ValueError("too long")
-    return value
-
-
-def _bool(text: str) -> bool:
-    value = text.strip().lower()
-    if value not in ("true", "false"):
-        raise ValueError("not a boolean")
-    return value == "true"
-
-
-def _kafka_format(text: str) -> str:
-    value = text.strip()
-    if value not in KAFKA_FORMATS:
-        raise ValueError("unknown format")
-    return value
-
-
-def _end_offsets(text: str) -> str:
-    value = text.strip().lower()
-    if value not in ("highwater", "listoffsets"):
-        raise ValueError("unknown mode")
-    return value
-
-
-@dataclass(frozen=True)
-class Option:
-    key: str
-    attr: str
-    parse: Callable[[str], Any]
-    expected: str
-    doc: str
+_TEXT = options.text(required=True)
+_MILLIS = options.integer(1, expected="milliseconds (an integer >= 1)")
+_MILLIS_OR_ZERO = options.integer(0, expected="milliseconds (an integer >= 0)")
+_COUNT = options.integer(1, expected="count (an integer >= 1)")
+_POSITIVE = options.integer(1)
+_OPTIONAL_POSITIVE = options.Converter(lambda raw: _POSITIVE(raw) if raw.strip() else None,
+                                       "positive integer or empty")
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("kafka.bootstrap", "kafka_bootstrap", _str, "host:port[,host:port]", "Kafka brokers"),
-    Option("kafka.format", "kafka_format", _kafka_format, " | ".join(KAFKA_FORMATS),
+    Option("kafka.bootstrap", "kafka_bootstrap", BOOTSTRAP, "Kafka brokers"),
+    Option("kafka.format", "kafka_format", options.choice(*KAFKA_FORMATS),
            "namesrv-kafka (Python, kafka-python) or kafka (Spark's connector jar)"),
-    Option("kafka.eventsTopic", "events_topic", _str, "topic", "where the nodes publish events"),
-    Option("kafka.actionsTopic", "actions_topic", _str, "topic", "where the job publishes EXPIRE/REMOVE"),
-    Option("kafka.alertsTopic", "alerts_topic", _str, "topic", "where the job publishes health alerts"),
-    Option("kafka.startingOffsets", "starting_offsets", _str, "earliest | latest | JSON",
-           "where a query without a checkpoint starts"),
-    Option("kafka.maxOffsetsPerTrigger", "max_offsets_per_trigger", _opt_positive, "positive integer or empty",
+    Option("kafka.eventsTopic", "events_topic", _TEXT, "where the nodes publish events"),
+    Option("kafka.actionsTopic", "actions_topic", _TEXT, "where the job publishes EXPIRE/REMOVE"),
+    Option("kafka.alertsTopic", "alerts_topic", _TEXT, "where the job publishes health alerts"),
+    Option("kafka.startingOffsets", "starting_offsets",
+           options.text(required=True, expected="earliest | latest | JSON"), "where a query without a checkpoint starts"),
+    Option("kafka.maxOffsetsPerTrigger", "max_offsets_per_trigger", _OPTIONAL_POSITIVE,
            "events per micro-batch (empty: all available)"),
-    Option("kafka.endOffsets", "end_offsets", _end_offsets, "highwater | listoffsets",
+    Option("kafka.endOffsets", "end_offsets", options.choice("highwater", "listoffsets"),
            "how the Python source finds a partition's end (highwater is safe on Tansu)"),
-    Option("monitor.checkpointDir", "checkpoint_dir", _str, "directory", "offsets, state, pending expiries"),
-    Option("monitor.triggerIntervalMillis", "trigger_interval_millis", _positive, "milliseconds",
-           "micro-batch interval"),
-    Option("monitor.watermarkDelayMillis", "watermark_delay_millis", _non_negative, "milliseconds",
+    Option("monitor.checkpointDir", "checkpoint_dir", options.text(required=True, expected="directory"),
+           "offsets, state, pending expiries"),
+    Option("monitor.triggerIntervalMillis", "trigger_interval_millis", _MILLIS, "micro-batch interval"),
+    Option("monitor.watermarkDelayMillis", "watermark_delay_millis", _MILLIS_OR_ZERO,
            "how late an event may arrive and still count; never added to a broker's timeout"),
-    Option("monitor.maxClockSkewMillis", "max_clock_skew_millis", _non_negative, "milliseconds",
+    Option("monitor.maxClockSkewMillis", "max_clock_skew_millis", _MILLIS_OR_ZERO,
            "events stamped further ahead of the job's clock are refused, counted and alerted on"),
-    Option("monitor.heartbeatTimeoutMillis", "heartbeat_timeout_millis", _positive, "milliseconds",
+    Option("monitor.heartbeatTimeoutMillis", "heartbeat_timeout_millis", _MILLIS,
            "silence before EXPIRE when the registration carries no timeout"),
-    Option("monitor.heartbeatIntervalMillis", "monitor_heartbeat_interval_millis", _positive, "milliseconds",
+    Option("monitor.heartbeatIntervalMillis", "monitor_heartbeat_interval_millis", _MILLIS,
            "period of the MONITOR_HEARTBEAT action the nodes watch"),
-    Option("monitor.id", "monitor_id", _monitor_id, "text of at most 1024 characters",
+    Option("monitor.id", "monitor_id",
+           options.text(max_chars=MAX_NAME_CHARS, expected=f"text of at most {MAX_NAME_CHARS} characters"),
            "name in actions (empty: liveness@host/<hash of the checkpoint directory>)"),
-    Option("monitor.removeOnChannelClose", "remove_on_channel_close", _bool, "true | false",
+    Option("monitor.removeOnChannelClose", "remove_on_channel_close", options.BOOLEAN,
            "a broker whose connection closes at any node is removed at every node"),
-    Option("monitor.forgetAfterMillis", "forget_after_millis", _positive, "milliseconds",
+    Option("monitor.forgetAfterMillis", "forget_after_millis", _MILLIS,
            "a broker gone this long (event time) is forgotten and its incidents resolved"),
-    Option("alerts.flapThreshold", "flap_threshold", _positive, "count",
+    Option("alerts.flapThreshold", "flap_threshold", _COUNT,
            "a broker expiring or re-registering more than this many times ..."),
-    Option("alerts.flapWindowMillis", "flap_window_millis", _positive, "milliseconds", "... within this window flaps"),
-    Option("alerts.nodeSilentMillis", "node_silent_millis", _positive, "milliseconds",
+    Option("alerts.flapWindowMillis", "flap_window_millis", _MILLIS, "... within this window flaps"),
+    Option("alerts.nodeSilentMillis", "node_silent_millis", _MILLIS,
            "a node whose ticks stop this long (event time) is silent"),
-    Option("alerts.monitorLagMillis", "monitor_lag_millis", _positive, "milliseconds",
+    Option("alerts.monitorLagMillis", "monitor_lag_millis", _MILLIS,
            "event time this far behind the wall clock means the monitor lags"),
-    Option("redis.url", "redis_url", _opt_str, "redis://host:port/db or empty",
+    Option("redis.url", "redis_url", options.text(expected="redis://host:port/db or empty"),
            "where routes are materialised (empty: no Redis)"),
-    Option("redis.keyPrefix", "redis_prefix", _str, "text", "first part of every key (docs/redis-keys.md)"),
-    Option("routes.supportActingMaster", "support_acting_master", _bool, "true | false",
-           "as the nodes' supportActingMaster"),
-    Option("routes.deleteTopicWithBrokerRegistration", "delete_topic_with_broker_registration", _bool,
-           "true | false", "as the nodes' deleteTopicWithBrokerRegistration"),
-    Option("routes.orderMessageEnable", "order_message_enable", _bool, "true | false",
+    Option("redis.keyPrefix", "redis_prefix", _TEXT, "first part of every key (docs/redis-keys.md)"),
+    Option("routes.supportActingMaster", "support_acting_master", options.BOOLEAN, "as the nodes' supportActingMaster"),
+    Option("routes.deleteTopicWithBrokerRegistration", "delete_topic_with_broker_registration", options.BOOLEAN,
+           "as the nodes' deleteTopicWithBrokerRegistration"),
+    Option("routes.orderMessageEnable", "order_message_enable", options.BOOLEAN,
            "as the nodes' orderMessageEnable: routes carry orderTopicConf"),
 )  # fmt: skip
 OPTIONS_BY_KEY = {o.key: o for o in OPTIONS}
@@ -245,12 +190,9 @@ def config_from_properties(props: Mapping[str, str], base_dir: Path | None = Non
         opt = OPTIONS_BY_KEY.get(key)
         if opt is None:
             raise ConfigError(
-                f"streaming config: unknown key {key!r}; known keys are spark.* and {', '.join(OPTIONS_BY_KEY)}"
+                f"{_SOURCE}: unknown key {key!r}; known keys are spark.* and {', '.join(OPTIONS_BY_KEY)}"
             )
-        try:
-            values[opt.attr] = opt.parse(text)
-        except ValueError:
-            raise ConfigError(f"streaming config: {key}={text!r} is not a valid {opt.expected}") from None
+        values[opt.attr] = options.convert(_SOURCE, key, text, opt.convert)
     if "checkpoint_dir" in values:
         values["checkpoint_dir"] = Path(values["checkpoint_dir"])
     cfg = StreamingConfig(spark=spark, **values)

@@ -33,7 +33,6 @@ import logging
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -42,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
+from namesrv import kafka_clients
 from namesrv.events.schema import (
     MAX_REASON_CHARS,
     Action,
@@ -196,12 +196,13 @@ class KafkaPublisher:
         The job may start before Kafka does (a reboot, a deployment's start order): it waits rather
         than dies, and says once what it is waiting for.
         """
-        from kafka import KafkaProducer
         from kafka.errors import KafkaError
 
         def producer() -> KafkaProducer:
-            return KafkaProducer(
-                bootstrap_servers=bootstrap_servers.split(","), acks=1, linger_ms=2, enable_idempotence=False,
+            # not pinned (namesrv.kafka_clients): the constructor raises while Kafka does not answer,
+            # which is how this waits for it
+            return kafka_clients.producer(
+                bootstrap_servers, key="kafka.bootstrap", acks=1, linger_ms=2, enable_idempotence=False,
                 bootstrap_timeout_ms=_BOOTSTRAP_ATTEMPT_MS,
             )
 

@@ -39,6 +39,11 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
+# both import only the standard library: this module runs inside Spark's Python workers
+from namesrv import kafka_clients
+from namesrv.kafka_clients import bootstrap_list
+from namesrv.options import BOOLEAN_EXPECTED, ConfigError, parse_bool
+
 if TYPE_CHECKING:
     import pyarrow as pa
     from kafka import KafkaConsumer
@@ -71,12 +76,10 @@ class KafkaSourceError(RuntimeError):
 
 
 def _flag(text: str, name: str) -> bool:
-    value = text.strip().lower()
-    if value in ("true", "1", "yes"):
-        return True
-    if value in ("false", "0", "no"):
-        return False
-    raise KafkaSourceError(f"option {name}: {text!r} is not true or false")
+    try:
+        return parse_bool(text)  # the one boolean syntax of every option table
+    except ValueError:
+        raise KafkaSourceError(f"option {name}={text!r} is not a valid {BOOLEAN_EXPECTED}") from None
 
 
 def _positive_int(text: str, name: str) -> int:
@@ -123,12 +126,11 @@ class KafkaOptions:
     def from_options(cls, options: Mapping[str, str]) -> KafkaOptions:
         # Spark lower-cases option names; normalise again so any mapping works the same way.
         opts = {str(k).lower(): str(v) for k, v in options.items()}
-        bootstrap = opts.get("kafka.bootstrap.servers", "").strip()
-        if not bootstrap:
-            raise KafkaSourceError(
-                "option kafka.bootstrap.servers is required, e.g. "
-                ".option('kafka.bootstrap.servers', '127.0.0.1:19092')"
-            )
+        try:
+            servers = bootstrap_list(opts.get("kafka.bootstrap.servers", ""), "option kafka.bootstrap.servers")
+        except ConfigError as exc:
+            raise KafkaSourceError(f"{exc}; e.g. .option('kafka.bootstrap.servers', '127.0.0.1:19092')") from None
+        bootstrap = ",".join(servers)
         topics = tuple(t.strip() for t in opts.get("subscribe", "").split(",") if t.strip())
         end_mode = opts.get("endoffsets", "highwater").strip().lower()
         if end_mode not in _END_OFFSET_MODES:
@@ -200,19 +202,14 @@ def split_limit(start: Offsets, end: Offsets, max_rows: int) -> Offsets:
 
 
 def _consumer(opts: KafkaOptions, **overrides: Any) -> KafkaConsumer:
-    from kafka import KafkaConsumer
-
     config: dict[str, Any] = {
-        "bootstrap_servers": opts.bootstrap_servers.split(","),
-        "enable_auto_commit": False,
-        "group_id": None,
         "auto_offset_reset": "none",
         # Tansu answers a fetch with max wait 0 with no records at all; 10 ms works on both.
         "fetch_max_wait_ms": 10,
     }
     config.update(dict(opts.client_config))
     config.update(overrides)
-    return KafkaConsumer(**config)
+    return kafka_clients.consumer(opts.bootstrap_servers, key="kafka.bootstrap.servers", **config)
 
 
 class _ClientPool:

@@ -33,6 +33,7 @@ from namesrv.events.actions import (
 from namesrv.events.publisher import EventPublisher, PublisherSettings, PublisherStats
 from namesrv.events.schema import MAX_NAME_CHARS
 from namesrv.handlers import NameServerNode
+from namesrv.kafka_clients import bootstrap_list
 from namesrv.liveness import ExpiryScan
 
 __all__ = ["KafkaLink", "check_bootstrap_servers", "check_names", "default_node_name"]
@@ -48,12 +49,7 @@ def default_node_name(port: int) -> str:
 
 def check_bootstrap_servers(servers: str) -> None:
     """Reject a kafkaBootstrapServers value kafka-python would choke on, before the node listens."""
-    for entry in servers.split(","):
-        host, sep, port = entry.strip().rpartition(":")
-        if not entry.strip() or (sep and (not host or not port.isdigit() or not 0 < int(port) < 65536)):
-            raise ConfigError(
-                f"kafkaBootstrapServers: bad entry {entry!r} in {servers!r}; write host:port[,host:port...]"
-            )
+    bootstrap_list(servers, "kafkaBootstrapServers")
 
 
 def check_names(config: NamesrvConfig) -> None:

@@ -59,6 +59,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from namesrv import kafka_clients
 from namesrv.departure import MONITOR_EXPIRE, MONITOR_REMOVE, Departure
 from namesrv.events.schema import Action, ActionType, SchemaError, decode_action, wall_ms
 from namesrv.handlers import NodeObserver
@@ -74,10 +75,6 @@ IDLE_PAUSE_S = 0.05
 REFUSAL_LOG_INTERVAL_S = 60.0
 
 log = logging.getLogger("namesrv.actions")
-
-#: see publisher.KAFKA_API_VERSION: pinned so that building the consumer needs no broker
-KAFKA_API_VERSION = (3, 3)
-
 
 #: what applying each removing action tells the observer (the UNREGISTER event's source)
 _DEPARTURES: dict[ActionType, Departure] = {ActionType.EXPIRE: MONITOR_EXPIRE, ActionType.REMOVE: MONITOR_REMOVE}
@@ -302,21 +299,19 @@ class ConsumerSettings:
 
 
 def kafka_consumer(settings: ConsumerSettings) -> Any:
-    from kafka import KafkaConsumer  # late: a node without Kafka never imports kafka-python
-
-    return KafkaConsumer(
-        bootstrap_servers=[s.strip() for s in settings.bootstrap_servers.split(",")],
+    # pinned (namesrv.kafka_clients), so that building the consumer needs no broker
+    return kafka_clients.consumer(
+        settings.bootstrap_servers,
+        key="kafkaBootstrapServers",
+        pinned=True,
+        timeout_ms=settings.request_timeout_ms,
         client_id=settings.client_id,
-        group_id=None,
-        enable_auto_commit=False,
         # only reached when our position is past the log (it was lost); everything there is new
         auto_offset_reset="earliest",
         # the topic is created by whoever deploys Kafka, with its configured partition count
         allow_auto_create_topics=False,
         fetch_max_wait_ms=200,
-        request_timeout_ms=settings.request_timeout_ms,
         reconnect_backoff_max_ms=1_000,
-        api_version=KAFKA_API_VERSION,
     )
 
 
@@ -326,13 +321,11 @@ def topic_partitions(settings: ConsumerSettings) -> list[int]:
     Uses the admin client, whose bootstrap and requests have timeouts; the consumer's
     ``partitions_for_topic`` waits forever while no broker answers.
     """
-    from kafka.admin import KafkaAdminClient
-
-    admin = KafkaAdminClient(
-        bootstrap_servers=[s.strip() for s in settings.bootstrap_servers.split(",")],
+    admin = kafka_clients.admin(
+        settings.bootstrap_servers,
+        key="kafkaBootstrapServers",
+        timeout_ms=settings.request_timeout_ms,
         client_id=f"{settings.client_id}-admin",
-        bootstrap_timeout_ms=settings.request_timeout_ms,
-        request_timeout_ms=settings.request_timeout_ms,
         reconnect_backoff_max_ms=1_000,
     )
     try:

@@ -27,9 +27,9 @@ Producer settings, and why:
 * idempotence off, ``max_in_flight_requests_per_connection=1``: retries keep per-partition order
   without producer ids.  An idempotent producer turns a broker that lost producer state (Tansu
   restarted with memory storage) into a fatal error that aborts every later send.
-* ``api_version`` pinned (a cap; connections still negotiate down): without it the constructor
-  blocks to probe the broker and raises when Kafka is down at start-up.  With it, connecting,
-  reconnecting (``reconnect_backoff_max_ms``) and metadata retries are the library's business.
+* ``api_version`` pinned (:mod:`namesrv.kafka_clients`, which builds every client): without it the
+  constructor blocks to probe the broker and raises when Kafka is down at start-up.  With it,
+  connecting, reconnecting (``reconnect_backoff_max_ms``) and metadata retries are the library's business.
 * ``max_block_ms`` short: ``send`` waits that long for metadata, then we put the event back and
   back off, so stopping the node is never stuck behind a dead broker.
 
@@ -59,6 +59,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from namesrv import kafka_clients
 from namesrv.events.schema import (
     MAX_HEARTBEAT_TIMEOUT_MILLIS,
     MAX_REASON_CHARS,
@@ -89,9 +90,6 @@ from namesrv.routes.manager import RouteInfoManager
 from namesrv.routes.model import RegisterBrokerResult, UnregisterRequest
 
 log = logging.getLogger("namesrv.events")
-
-#: the newest protocol level we ask for; brokers that know less negotiate down per connection
-KAFKA_API_VERSION = (3, 3)
 
 #: how long the sender waits after a failed send or delivery before trying again
 RETRY_PAUSE_S = 0.5
@@ -260,10 +258,11 @@ ProducerFactory = Callable[[PublisherSettings, str], Any]
 
 def kafka_producer(settings: PublisherSettings, client_id: str) -> Any:
     """The real producer (see the module docstring for why each setting)."""
-    from kafka import KafkaProducer  # late: a node without Kafka never imports kafka-python
-
-    return KafkaProducer(
-        bootstrap_servers=[s.strip() for s in settings.bootstrap_servers.split(",")],
+    return kafka_clients.producer(
+        settings.bootstrap_servers,
+        key="kafkaBootstrapServers",
+        pinned=True,
+        timeout_ms=min(30_000, settings.delivery_timeout_ms),
         client_id=client_id,
         acks="all",
         enable_idempotence=False,
@@ -271,9 +270,7 @@ def kafka_producer(settings: PublisherSettings, client_id: str) -> Any:
         linger_ms=settings.linger_ms,
         max_block_ms=settings.max_block_ms,
         delivery_timeout_ms=settings.delivery_timeout_ms,
-        request_timeout_ms=min(30_000, settings.delivery_timeout_ms),
         reconnect_backoff_max_ms=1_000,
-        api_version=KAFKA_API_VERSION,
     )
 
 

@@ -18,7 +18,8 @@ from namesrv.client import NameServerClient
 from namesrv.protocol.codes import ResponseCode
 from tests.support import attacks
 from tests.support.brokers import register_broker
-from tests.support.process import node_process, wait_until
+from tests.support.process import node_process
+from tests.support.wait import wait_until
 
 LOOKUPS = 400
 MS = 1e-3

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,21 +14,14 @@ import pytest
 from namesrv.client import NameServerClient
 from tests.support.brokers import register_broker
 from tests.support.node import REPO, free_port
+from tests.support.process import node_answers
+from tests.support.wait import wait_until
 
 NAMESRV = [sys.executable, "-m", "namesrv"]
 
 
 def wait_for_port(addr: str, proc: subprocess.Popen, timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stderr.read()
-        try:
-            with NameServerClient(addr, timeout=0.5) as c:
-                c.cluster_info()
-                return
-        except OSError:
-            time.sleep(0.05)
-    pytest.fail(f"namesrv did not listen on {addr}")
+    wait_until(lambda: node_answers(addr, proc), timeout, f"namesrv to listen on {addr}")
 
 
 @pytest.fixture

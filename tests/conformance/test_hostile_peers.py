@@ -21,7 +21,8 @@ from namesrv.client import NameServerClient
 from namesrv.protocol.codec import FrameDecoder, MAX_LENGTH
 from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.command import RemotingCommand
-from tests.support.process import node_process, wait_until
+from tests.support.process import node_process
+from tests.support.wait import wait_until
 
 MiB = 1024 * 1024
 

@@ -18,6 +18,7 @@ from namesrv.client import NameServerClient, RemoteError
 from namesrv.protocol.codes import ResponseCode
 from namesrv.simulate import Backoff, Fleet, FleetConfig, HeartbeatKind, State, parse_namesrv_list
 from tests.support.node import REPO, NodeThread, free_port, running_node
+from tests.support.wait import wait_until
 
 NAMESRV = [sys.executable, "-m", "namesrv"]
 #: expiry settings small enough for a test: brokers time out after 1.5 s, the node scans every 200 ms
@@ -68,17 +69,6 @@ def brokers_at(addr: str) -> dict[str, dict[int, str]]:
     with NameServerClient(addr, timeout=3) as c:
         table, clusters = c.cluster_info()
     return {name: b.broker_addrs for name, b in table.items() if b.broker_addrs}
-
-
-def wait_until(pred: Callable[[], bool], timeout: float, what: str, during: Callable[[], None] = lambda: None) -> float:
-    """Poll ``pred`` (calling ``during`` between polls); return the seconds it took."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        during()
-        if pred():
-            return time.monotonic() - start
-        time.sleep(0.05)
-    pytest.fail(f"timed out after {timeout} s waiting for {what}")
 
 
 def test_every_broker_registers_with_every_node_with_its_topics_and_slaves(nodes, make_fleet):
@@ -166,7 +156,9 @@ def test_an_unregistering_broker_leaves_both_nodes_promptly(nodes, make_fleet):
     assert sorted((e["broker"], e["id"], e["namesrv"]) for e in unregs) == sorted(
         ("broker-1", i, n.addr) for i in (0, 1) for n in (a, b))
     assert all(e["acked"] and e["reason"] == "scheduled" for e in unregs)
-    took = wait_until(lambda: all(sorted(brokers_at(n.addr)) == ["broker-0"] for n in (a, b)), 3, "unregistration")
+    start = time.monotonic()
+    wait_until(lambda: all(sorted(brokers_at(n.addr)) == ["broker-0"] for n in (a, b)), 3, "unregistration")
+    took = time.monotonic() - start
     assert took < 1.0
     fleet.tick(10)  # the unregistered group stays away; the other keeps registering
     assert fleet.summary()["states"] == {"live": 2, "silent": 0, "unregistered": 2, "stopped": 0}

@@ -20,6 +20,7 @@ from namesrv.protocol.codec import FrameDecoder, decode_frame, encode
 from namesrv.protocol.codes import RequestCode, ResponseCode, SerializeType
 from namesrv.protocol.command import request
 from tests.support.node import VECTORS, raw_exchange
+from tests.support.wait import wait_until
 
 V = json.loads((VECTORS / "vectors.json").read_text())
 FRAMES = {f["name"]: f for f in V["frames"]}
@@ -189,12 +190,8 @@ def test_closing_the_broker_connection_unregisters_it(node):
         with NameServerClient(node.addr) as client:
             assert client.topic_route("TopicTest").queue_datas
     with NameServerClient(node.addr) as client:
-        deadline = time.monotonic() + 3
-        while time.monotonic() < deadline:
-            if client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}).code == ResponseCode.TOPIC_NOT_EXIST:
-                return
-            time.sleep(0.02)
-    pytest.fail("the broker's route outlived its connection")
+        wait_until(lambda: client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}).code
+                   == ResponseCode.TOPIC_NOT_EXIST, 3, "the broker's route to go with its connection", 0.02)
 
 
 def test_rocketmq_binary_requests_are_answered(node):
@@ -247,7 +244,6 @@ def test_idle_connections_are_closed_and_their_brokers_unregistered(tmp_path):
 def test_a_closed_and_an_idled_out_connection_each_drop_their_broker_and_say_which(tmp_path):
     """Both end in CHANNEL_CLOSED (the observer's broker_unregistered) with a reason telling them apart."""
     from namesrv.handlers import NodeObserver
-    from tests.support.kafka import wait_until
     from tests.support.node import running_node
 
     class Closes(NodeObserver):
@@ -302,10 +298,8 @@ def test_a_peer_that_does_not_read_its_answers_is_held_back_and_loses_nothing(no
             peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
             sender = threading.Thread(target=peer.sendall, args=(pipeline,), daemon=True)
             sender.start()
-            deadline = time.monotonic() + 10
-            while not node.call(lambda: any(c.paused for c in node.running.server.connections)):
-                assert time.monotonic() < deadline, "the node never stopped reading the peer"
-                time.sleep(0.05)
+            wait_until(lambda: node.call(lambda: any(c.paused for c in node.running.server.connections)), 10,
+                       "the node to stop reading the peer")
             time.sleep(0.3)  # a node that kept reading would keep queueing now
             queued = node.call(lambda: max(c.transport.get_write_buffer_size() for c in node.running.server.connections))
             assert queued < 64 * 1024 + 50 * one_answer  # the high-water mark plus one read's worth of answers
@@ -320,3 +314,48 @@ def test_a_peer_that_does_not_read_its_answers_is_held_back_and_loses_nothing(no
                     opaques.append(cmd.opaque)
             sender.join(10)
     assert opaques == list(range(n))
+
+
+def _accepted_socket_settings(n) -> list[tuple[int, int, tuple[int, int]]]:
+    """(SO_SNDBUF, SO_RCVBUF, (low, high) write-buffer marks) of every connection the node accepted."""
+
+    def read():
+        out = []
+        for c in n.running.server.connections:
+            sock = c.transport.get_extra_info("socket")
+            out.append((sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+                        sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF), c.transport.get_write_buffer_limits()))
+        return out
+
+    return n.call(read)
+
+
+def test_socket_buffer_sizes_and_write_buffer_marks_apply_to_every_accepted_connection(tmp_path):
+    from tests.support.node import running_node
+
+    # sizes no kernel picks by default; Linux reports twice what was set (its bookkeeping overhead)
+    snd, rcv = 40_000, 50_000
+    with running_node(tmp_path, serverSocketSndBufSize=str(snd), serverSocketRcvBufSize=str(rcv),
+                      writeBufferHighWaterMark="8192", writeBufferLowWaterMark="2048") as n:
+        with NameServerClient(n.addr) as a, NameServerClient(n.addr) as b:
+            a.cluster_info()
+            b.cluster_info()
+            settings = _accepted_socket_settings(n)
+    assert len(settings) == 2
+    for got_snd, got_rcv, marks in settings:
+        assert got_snd in (snd, 2 * snd) and got_rcv in (rcv, 2 * rcv)
+        assert marks == (2048, 8192)
+
+
+def test_one_write_buffer_mark_alone_leaves_the_loop_defaults(tmp_path):
+    """As Java: the marks apply only when both are set."""
+    from tests.support.node import running_node
+
+    seen = []
+    for i, settings in enumerate([{}, {"writeBufferHighWaterMark": "8192"}, {"writeBufferLowWaterMark": "2048"}]):
+        with running_node(tmp_path / str(i), **settings) as n:
+            with NameServerClient(n.addr) as client:
+                client.cluster_info()
+                ((_, _, marks),) = _accepted_socket_settings(n)
+        seen.append(marks)
+    assert seen[0][1] == 64 * 1024 and seen[1] == seen[0] and seen[2] == seen[0]

@@ -38,11 +38,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
+from infra import procfs
 from infra.services import (
     DEFAULT_TOPICS,
     KafkaService,
@@ -55,10 +56,12 @@ from infra.services import (
     tcp_answers,
 )
 from infra.stack import NamesrvNode, StreamingJob
+from namesrv import kafka_clients
 from namesrv.client import NameServerClient
 from namesrv.protocol import bodies
 from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.simulate import Fleet, FleetConfig, State
+from tests.support.wait import wait_until
 
 log = logging.getLogger(__name__)
 
@@ -82,28 +85,10 @@ def parse_settings(text: str) -> dict[str, str]:
             raise ValueError(f"{item!r} is not key=value")
         out[key.strip()] = value.strip()
     return out
-T = TypeVar("T")
 
 
 class SystemFailure(RuntimeError):
     """A part of the system did not start, stop or answer; the message names it and its log."""
-
-
-def wait_until(check: Callable[[], T], timeout: float, what: str, interval: float = 0.1,
-               state: Callable[[], object] | None = None) -> T:
-    """Poll ``check`` until it returns something true; AssertionError naming ``what`` after ``timeout`` s.
-
-    ``state`` describes what was seen instead, for the failure message.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            seen = f"; last seen: {state()}" if state is not None else ""
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{seen}")
-        time.sleep(interval)
 
 
 def log_tail(path: Path, lines: int = 30) -> str:
@@ -694,15 +679,13 @@ class System:
         return self._tap
 
 
-def _start_time(pid: int) -> str | None:
+def _start_time(pid: int) -> int | None:
     """The process's start time (clock ticks since boot), to tell it from a later one with its PID."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
-    except (OSError, IndexError):
-        return None
+    st = procfs.stat(pid)
+    return None if st is None else st.start_time
 
 
-def reap(procs: list[tuple[int, str]], grace: float = 15.0) -> None:
+def reap(procs: list[tuple[int, int]], grace: float = 15.0) -> None:
     """Wait for the job's children (the JVM and its Python workers) to go, SIGKILL those that stay.
 
     The JVM exits by itself when the pipe from its Python driver closes; this only helps it.
@@ -720,23 +703,9 @@ def reap(procs: list[tuple[int, str]], grace: float = 15.0) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def descendants(pid: int) -> list[tuple[int, str]]:
-    """Every process below ``pid`` with its start time, from /proc."""
-    parents: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            started = _start_time(child)
-            if started is not None:
-                found.append((child, started))
-            todo.append(child)
-    return found
+def descendants(pid: int) -> list[tuple[int, int]]:
+    """Every process below ``pid`` with its start time."""
+    return [(st.pid, st.start_time) for st in procfs.descendants(pid)]
 
 
 # --------------------------------------------------------------------------- reading Kafka
@@ -756,15 +725,14 @@ class KafkaTap:
     """Every record of the events, actions and alerts topics, read from the beginning in a thread."""
 
     def __init__(self, bootstrap: str, topics: tuple[str, ...] = (EVENTS, ACTIONS, ALERTS)) -> None:
-        from kafka import KafkaConsumer, TopicPartition
+        from kafka import TopicPartition
 
         from namesrv.events.schema import decode_action, decode_event
         from streaming.alerts import decode_alert
 
         self._decoders = {EVENTS: decode_event, ACTIONS: decode_action, ALERTS: decode_alert}
-        self._consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                                       auto_offset_reset="earliest", fetch_max_wait_ms=100,
-                                       reconnect_backoff_max_ms=500, request_timeout_ms=5000)  # fmt: skip
+        self._consumer = kafka_clients.consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100,
+                                                timeout_ms=5000, reconnect_backoff_max_ms=500)
         parts = []
         for topic in topics:
             ids = wait_until(lambda t=topic: self._consumer.partitions_for_topic(t), 15, f"topic {topic}")

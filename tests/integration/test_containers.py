@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from namesrv import kafka_clients
 from tests.integration.backends import (
     SUMMARY,
     ContainerInfra,
@@ -26,8 +27,8 @@ from tests.integration.backends import (
     kafka_answers,
     parse_settings,
     route_or_none,
-    wait_until,
 )
+from tests.support.wait import wait_until
 from tests.integration.images import build
 
 pytestmark = pytest.mark.timeout(600)
@@ -70,7 +71,7 @@ def test_images_are_built_locally_with_only_the_binary_and_its_libraries(docker_
 
 
 def test_testcontainers_runs_redis_and_a_kafka_protocol_broker_from_them(docker_host, images):
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka import TopicPartition
     from testcontainers.community.redis import RedisContainer
     from testcontainers.core.container import DockerContainer
 
@@ -95,10 +96,10 @@ def test_testcontainers_runs_redis_and_a_kafka_protocol_broker_from_them(docker_
             bootstrap = f"127.0.0.1:{port}"
             wait_until(lambda: kafka_answers(bootstrap), 30, f"noida-db in its container on {bootstrap}")
             ensure_topics(bootstrap, [TopicSpec("it-probe", 2)])
-            producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+            producer = kafka_clients.producer(bootstrap, acks="all")
             sent = [producer.send("it-probe", key=str(i).encode(), value=f"m{i}".encode()).get(10) for i in range(20)]
             producer.close()
-            consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+            consumer = kafka_clients.consumer(bootstrap)
             tps = [TopicPartition("it-probe", p) for p in (0, 1)]
             consumer.assign(tps)
             consumer.seek_to_beginning(*tps)

@@ -11,13 +11,15 @@ import time
 
 import pytest
 
+from namesrv import kafka_clients
 from namesrv.client import NameServerClient
 from namesrv.events.schema import Action, ActionType, DataVersionInfo, EventType, QueueInfo
 from namesrv.protocol import bodies
 from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.types import DataVersion, QueueData, TopicRouteData
-from tests.support.kafka import BACKENDS, EventReader, kafka_broker, publish_actions, wait_until
+from tests.support.kafka import BACKENDS, EventReader, kafka_broker, publish_actions
 from tests.support.node import VECTORS, free_port, running_node
+from tests.support.wait import wait_until
 
 EVENTS, ACTIONS = "namesrv-events", "namesrv-actions"
 V = json.loads((VECTORS / "vectors.json").read_text())
@@ -202,12 +204,10 @@ def test_a_node_reads_actions_from_the_end_and_falls_back_when_the_monitor_goes_
 
 
 def test_malformed_and_unknown_actions_are_counted_and_skipped(kafka, tmp_path):
-    from kafka import KafkaProducer
-
     with running_node(tmp_path, **kafka_props(kafka, "ns-1")) as node, NameServerClient(node.addr) as c:
         consumer_ready(node)
         register(c)
-        producer = KafkaProducer(bootstrap_servers=kafka.bootstrap_servers, api_version=(3, 3))
+        producer = kafka_clients.producer(kafka.bootstrap_servers, pinned=True)
         for value in (b"{not json", b'{"v":2,"type":"EXPIRE"}', b'{"v":1,"type":"REBOOT","monitor":"m","decidedAt":1}'):
             producer.send(ACTIONS, value)
         producer.flush(10)

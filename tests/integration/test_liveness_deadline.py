@@ -25,9 +25,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from kafka import KafkaProducer
-
 from infra.services import pid_alive
+from namesrv import kafka_clients
 from namesrv.events.schema import Action, ActionType, Event, EventType, encode_action, encode_event
 from tests.integration.backends import (
     ACTIONS,
@@ -38,8 +37,8 @@ from tests.integration.backends import (
     System,
     Timing,
     brokers_at,
-    wait_until,
 )
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -206,7 +205,7 @@ def poison(bootstrap: str) -> list[bytes]:
         Event(type=EventType.TICK, node="n" * 900_000, event_time=wall_ms(), seq=1),
         Event(type=EventType.TICK, node="long-max", event_time=2**63 - 1, seq=1),
     ]
-    producer = KafkaProducer(bootstrap_servers=bootstrap, max_request_size=4 * 1024 * 1024)
+    producer = kafka_clients.producer(bootstrap, max_request_size=4 * 1024 * 1024)
     try:
         for e in events:
             producer.send(EVENTS, key=b"poison", value=encode_event(e))
@@ -226,7 +225,7 @@ def poison_actions(bootstrap: str, live_addr: str) -> None:
                broker_addr=live_addr, last_heartbeat=now + 60_000, watermark=now),
         Action(type=ActionType.MONITOR_HEARTBEAT, monitor="rogue", decided_at=now, watermark=now - 120_000),
     ]  # fmt: skip
-    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    producer = kafka_clients.producer(bootstrap)
     try:
         for a in actions:
             producer.send(ACTIONS, key=live_addr.encode(), value=encode_action(a))

@@ -14,9 +14,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import TopicPartition
 
 from infra.services import KafkaService, TopicSpec, free_port
+from namesrv import kafka_clients
 from namesrv.events.schema import (
     ActionType,
     DataVersionInfo,
@@ -76,14 +77,13 @@ class World:
             "redis.keyPrefix": name,
             "spark.master": "local[2]",
         })  # fmt: skip
-        self.producer = KafkaProducer(bootstrap_servers=self.bootstrap)
+        self.producer = kafka_clients.producer(self.bootstrap)
         self.seq = {"n1": 0, "n2": 0}
         self.t0 = 1_700_000_000_000
         self.lookup = RouteLookup(redis.url, prefix=name)
         self._seen_actions: list = []
         self._seen_alerts: list = []
-        self._consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False, group_id=None,
-                                       auto_offset_reset="earliest", fetch_max_wait_ms=10)  # fmt: skip
+        self._consumer = kafka_clients.consumer(self.bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=10)
         self._consumer.assign([TopicPartition(self.actions_topic, 0), TopicPartition(self.alerts_topic, 0)])
         for tp in self._consumer.assignment():
             self._consumer.seek(tp, 0)
@@ -315,7 +315,7 @@ def test_poison_events_are_refused_and_the_job_keeps_deciding_after_a_restart(sp
         Event(type=EventType.TICK, node="n" * 900_000, event_time=w.t0, seq=1),
         Event(type=EventType.TICK, node="long-max", event_time=2**63 - 1, seq=1),
     ]
-    big = KafkaProducer(bootstrap_servers=w.bootstrap, max_request_size=4 * 1024 * 1024)
+    big = kafka_clients.producer(w.bootstrap, max_request_size=4 * 1024 * 1024)
     with running(spark, w) as monitor:
         a_and_b_serve_ts(w, monitor)
         for e in poison:

@@ -14,13 +14,12 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
-from kafka import KafkaProducer
-
+from infra import procfs
 from infra.services import TopicSpec, pid_alive
 from infra.stack import REPO, StreamingJob
+from namesrv import kafka_clients
 from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo, encode_event, event_key
 from streaming.routes import RouteLookup
 from tests.integration.backends import _start_time, descendants, log_tail
@@ -54,22 +53,11 @@ def register_event(broker: tuple[str, str], topic: str) -> Event:
 
 def session_members(sid: int) -> list[int]:
     """Live processes of session ``sid``: the job is started as the leader of a session of its own."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid and pid_alive(int(stat.parent.name)):
-            found.append(int(stat.parent.name))
-    return found
+    return [pid for pid, st in procfs.all_stats().items() if st.session == sid and pid_alive(pid)]
 
 
 def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
+    return "".join(arg + " " for arg in procfs.cmdline(pid) or [])
 
 
 def wait_for(job: StreamingJob, check: Callable[[], object], what: str, timeout: float = START_TIMEOUT):
@@ -105,7 +93,7 @@ def test_the_job_keeps_routes_in_redis_and_stops_without_leftovers(launcher, ser
                            "spark.sql.shuffle.partitions": "2",
                        })  # fmt: skip
     lookup = RouteLookup(redis.url, prefix=prefix)
-    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap_servers)
+    producer = kafka_clients.producer(kafka.bootstrap_servers)
     try:
         job.start()
         top = job.status().pid

@@ -39,8 +39,8 @@ from tests.integration.backends import (
     brokers_at,
     route_or_none,
     same_route,
-    wait_until,
 )
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(300)
 

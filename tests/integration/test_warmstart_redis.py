@@ -11,7 +11,6 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -26,6 +25,7 @@ from namesrv.warmstart import READ_TIMEOUT_S
 from streaming.routes import RedisRouteStore, RouteModel
 from tests.support.brokers import register_broker
 from tests.support.node import running_node
+from tests.support.wait import wait_until
 
 CLUSTER = "DefaultCluster"
 A_ADDR, B_ADDR = "127.0.0.1:10911", "127.0.0.1:10921"
@@ -69,15 +69,6 @@ def route_or_none(client: NameServerClient, topic: str):
         return None
     assert response.code == ResponseCode.SUCCESS, response.remark
     return response.body
-
-
-def wait_until(check: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def test_routes_answer_at_once_then_registrations_replace_and_unconfirmed_brokers_drop(redis_service, tmp_path):

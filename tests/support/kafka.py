@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import TopicPartition
 
 from infra.services import KafkaService, TopicSpec, free_port
+from namesrv import kafka_clients
 from namesrv.events.schema import Action, Event, decode_event, encode_action
+from tests.support.wait import wait_until
 
 BACKENDS = ("noida", "tansu")
-CLIENT = dict(api_version=(3, 3), reconnect_backoff_max_ms=500, request_timeout_ms=5000)
+#: settings of the tests' clients (namesrv.kafka_clients): pinned, like the node's, and quick to give up
+CLIENT = dict(pinned=True, timeout_ms=5000, reconnect_backoff_max_ms=500)
 
 
 @contextmanager
@@ -34,17 +36,14 @@ class TopicReader:
     """Reads every partition of a topic from its beginning, keeping what it has read."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                                      auto_offset_reset="earliest", fetch_max_wait_ms=100, **CLIENT)
+        self.consumer = kafka_clients.consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100,
+                                               **CLIENT)
         self.topic = topic
         self.records: list = []
         self._assigned = False
 
     def _assign(self) -> None:
-        deadline = time.monotonic() + 10
-        while not (parts := self.consumer.partitions_for_topic(self.topic)):
-            assert time.monotonic() < deadline, f"topic {self.topic} did not appear"
-            time.sleep(0.05)
+        parts = wait_until(lambda: self.consumer.partitions_for_topic(self.topic), 10, f"topic {self.topic} to appear")
         tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
         self.consumer.assign(tps)
         self.consumer.seek_to_beginning(*tps)
@@ -59,10 +58,9 @@ class TopicReader:
 
     def wait_for(self, predicate: Callable[[list], bool], timeout: float = 15.0, what: str = "records") -> list:
         """Poll until ``predicate(all records so far)`` holds; fail after ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        while not predicate(self.records):
-            assert time.monotonic() < deadline, f"timed out waiting for {what}; have {len(self.records)} record(s)"
-            self.poll()
+        # each poll waits up to 100 ms for records itself: no pause between them
+        wait_until(lambda: predicate(self.records) or (self.poll() and False), timeout, what, 0,
+                   state=lambda: f"{len(self.records)} record(s)")
         return self.records
 
     def close(self) -> None:
@@ -81,7 +79,7 @@ class EventReader(TopicReader):
 
 
 def publish_actions(bootstrap: str, topic: str, *actions: Action) -> None:
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=False, **CLIENT)
+    producer = kafka_clients.producer(bootstrap, acks="all", enable_idempotence=False, **CLIENT)
     try:
         for action in actions:
             producer.send(topic, key=(action.broker_addr or action.monitor).encode(), value=encode_action(action))
@@ -89,9 +87,3 @@ def publish_actions(bootstrap: str, topic: str, *actions: Action) -> None:
     finally:
         producer.close(5)
 
-
-def wait_until(condition: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)

@@ -5,26 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from infra import procfs
 from namesrv.client import NameServerClient
 from tests.support.node import REPO, free_port
-
-
-def wait_until(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.05) -> object:
-    """Poll ``condition`` until it is truthy (returned) or ``timeout`` seconds pass (AssertionError)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
+from tests.support.wait import wait_until
 
 
 @dataclass
@@ -35,17 +24,19 @@ class NodeProcess:
 
     def rss(self) -> int:
         """Resident memory of the node process, in bytes."""
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        raise AssertionError("no VmRSS line")
+        rss = procfs.rss_bytes(self.proc.pid)
+        assert rss is not None, f"no resident memory for pid {self.proc.pid}: has the node exited?"
+        return rss
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")
 
 
-def _answers(addr: str, proc: subprocess.Popen) -> bool:
-    assert proc.poll() is None, "the node exited at start-up"
+def node_answers(addr: str, proc: subprocess.Popen) -> bool:
+    """True once the node ``proc`` answers at ``addr``; fails at once if it has exited (with its stderr if piped)."""
+    if proc.poll() is not None:
+        said = proc.stderr.read() if proc.stderr is not None else "(stderr not captured)"
+        raise AssertionError(f"the node exited at start-up with code {proc.returncode}: {said}")
     try:
         with NameServerClient(addr, timeout=0.5) as c:
             c.cluster_info()
@@ -69,7 +60,7 @@ def node_process(tmp_path: Path, *, log_level: str = "WARNING", **overrides: str
                                 stdout=subprocess.DEVNULL, env=env)
     addr = f"127.0.0.1:{port}"
     try:
-        wait_until(lambda: _answers(addr, proc), 20, f"the node to listen on {addr} (log: {log})")
+        wait_until(lambda: node_answers(addr, proc), 20, f"the node to listen on {addr} (log: {log})")
         yield NodeProcess(proc, addr, log)
     finally:
         if proc.poll() is None:

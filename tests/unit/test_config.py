@@ -118,7 +118,7 @@ def test_overrides_beat_the_file(tmp_path: Path) -> None:
         ("listenPort=70000", "int (0..65535)"),
         ("defaultThreadPoolNums=1_000", "int"),
         ("scanNotActiveBrokerInterval=5s", "long"),
-        ("clusterTest=yes", "boolean"),
+        ("clusterTest=yes", "boolean (true or false, any case)"),
         ("logLevel=LOUD", "one of DEBUG"),
         ("responseSerializeType=XML", "one of JSON, ROCKETMQ, ECHO"),
     ],
@@ -192,6 +192,41 @@ def test_option_table_is_complete_and_consistent() -> None:
         assert required in OPTIONS_BY_KEY, required
     table = options_markdown()
     assert all(f"`{k}`" in table for k in keys)
+
+
+def test_options_marked_without_effect_are_exactly_those_nothing_reads() -> None:
+    """``effect=False`` must stay true to the code: a key someone starts reading, or one nobody reads, fails here."""
+    sources = "\n".join(
+        p.read_text() for p in sorted((REPO / "namesrv").rglob("*.py")) if p.name != "config.py"
+    )
+    read_in_config_py = {"kvConfigPath", "configStorePath", "configBlackList"}  # kv_config_file, config_blacklist
+    for opt in OPTIONS:
+        read = opt.key in read_in_config_py or re.search(rf"\b{opt.attr}\b", sources) is not None
+        assert read == opt.effect, f"{opt.key}: read={read}, marked effect={opt.effect}"
+    table = options_markdown()
+    for opt in OPTIONS:
+        row = next(line for line in table.splitlines() if line.startswith(f"| `{opt.key}` |"))
+        assert ("accepted, no effect" in row) == (not opt.effect), row
+    # the four a user would rely on work (tests/conformance/test_wire.py); graceful shutdown does not
+    assert {"serverSocketSndBufSize", "serverSocketRcvBufSize", "writeBufferHighWaterMark", "writeBufferLowWaterMark"} \
+        <= {o.key for o in OPTIONS if o.effect}
+    assert not OPTIONS_BY_KEY["enableShutdownGracefully"].effect
+
+
+def test_get_namesrv_config_answers_keys_without_effect_as_java_does() -> None:
+    """The wire answer is key=value for every key, with no annotation: tools compare it with Java's."""
+    cfg = NamesrvConfig(rocketmq_home="/rmq", kv_config_path="/kv.json", config_store_path="/ns.properties")
+    assert render_line(cfg, "serverWorkerThreads") == "serverWorkerThreads=8"
+    assert render_line(cfg, "enableShutdownGracefully") == "enableShutdownGracefully=false"
+    assert "effect" not in render_properties(cfg)
+
+
+def test_write_buffer_low_water_mark_above_the_high_one_stops_start_up() -> None:
+    with pytest.raises(ConfigError, match="writeBufferLowWaterMark=9000 must not exceed writeBufferHighWaterMark=8192"):
+        load_config(None, {"writeBufferHighWaterMark": "8192", "writeBufferLowWaterMark": "9000"})
+    # each alone, or equal, is fine (Java's WriteBufferWaterMark allows low == high)
+    load_config(None, {"writeBufferLowWaterMark": "9000"})
+    load_config(None, {"writeBufferHighWaterMark": "8192", "writeBufferLowWaterMark": "8192"})
 
 
 # --- GET_NAMESRV_CONFIG ----------------------------------------------------------------------

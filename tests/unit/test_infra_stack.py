@@ -72,9 +72,9 @@ def test_a_bad_launcher_in_the_environment_is_a_usage_error(monkeypatch):
 
 def test_a_pid_just_past_exec_with_no_command_line_yet_counts_as_the_job(monkeypatch):
     # `start` looks at the job within a millisecond of exec; an empty command line is not "another program"
-    monkeypatch.setattr(stack, "_cmdline", lambda pid: [])
+    monkeypatch.setattr(stack.procfs, "cmdline", lambda pid: [])
     assert stack._runs_streaming(os.getpid())
-    monkeypatch.setattr(stack, "_cmdline", lambda pid: [sys.executable, "-c", "pass"])
+    monkeypatch.setattr(stack.procfs, "cmdline", lambda pid: [sys.executable, "-c", "pass"])
     assert not stack._runs_streaming(os.getpid())
 
 

@@ -43,6 +43,10 @@ def test_overrides_win_and_spark_keys_pass_through(tmp_path):
         ("monitor.watermarkDelay=5", "unknown key 'monitor.watermarkDelay'"),
         ("kafka.format=parquet", "kafka.format='parquet'"),
         ("alerts.flapThreshold=0", "alerts.flapThreshold='0'"),
+        ("monitor.removeOnChannelClose=yes", "monitor.removeOnChannelClose='yes' is not a valid boolean (true or"),
+        ("kafka.bootstrap=h:1,h:x", "kafka.bootstrap='h:1,h:x' is not a valid host:port"),
+        ("kafka.bootstrap= , ", "kafka.bootstrap=' , '"),
+        ("monitor.triggerIntervalMillis=1_000", "monitor.triggerIntervalMillis='1_000'"),
     ],
 )
 def test_a_bad_key_or_value_stops_start_up_naming_it(item, message, tmp_path):

@@ -19,8 +19,15 @@ def test_options_are_case_insensitive_and_kafka_keys_reach_kafka_python():
     assert opts.max_offsets_per_trigger == 100 and not opts.fail_on_data_loss
     assert dict(opts.client_config) == {"client_id": "x", "request_timeout_ms": 5000}
     assert KafkaOptions.from_options({"KAFKA.BOOTSTRAP.SERVERS": "h:1", "SUBSCRIBE": "t"}).topics == ("t",)
-    with pytest.raises(KafkaSourceError, match="kafka.bootstrap.servers is required"):
+    with pytest.raises(KafkaSourceError, match="kafka.bootstrap.servers='' .* names no server"):
         KafkaOptions.from_options({})
+    assert KafkaOptions.from_options({"kafka.bootstrap.servers": " h:1, ,h:2 "}).bootstrap_servers == "h:1,h:2"
+    # the one boolean syntax of every option table: yes and 1 are refused, as in the node's and the job's files
+    for flag in ("yes", "1", "no", "0"):
+        with pytest.raises(KafkaSourceError, match=f"failOnDataLoss='{flag}' is not a valid boolean"):
+            KafkaOptions.from_options({"kafka.bootstrap.servers": "h:1", "failOnDataLoss": flag})
+    lenient = KafkaOptions.from_options({"kafka.bootstrap.servers": "h:1", "failOnDataLoss": " FALSE "})
+    assert lenient.fail_on_data_loss is False
     with pytest.raises(KafkaSourceError, match="maxOffsetsPerTrigger"):
         KafkaOptions.from_options({"kafka.bootstrap.servers": "h:1", "maxOffsetsPerTrigger": "-1"})
 

@@ -7,7 +7,6 @@ event time by the shipped watermark delay (120 s), which must never be added to 
 from __future__ import annotations
 
 import pandas as pd
-import pytest
 from pyspark.sql.streaming.tws_tester import TwsTester
 
 from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo, encode_event

@@ -1,0 +1,151 @@
+"""The machinery behind every option table: the node's, the streaming job's and the local services'.
+
+Theory of operation
+-------------------
+Each table stays next to what it configures, because the tables are the documentation:
+:class:`namesrv.config.NamesrvConfig`, :data:`streaming.config.OPTIONS` and
+:data:`infra.services.OPTIONS`.  What they share lives here:
+
+* one error type, :class:`ConfigError`, whose message says what to fix;
+* one message shape for a value that does not parse, naming the key, the value as written and what
+  was expected (:func:`convert`)::
+
+      <source>: <key>=<value as written> is not a valid <expected>
+
+* typed converters (:class:`Converter`): a function from the text of a ``.properties`` value to a
+  typed value, raising ``ValueError``, with the words for what it expects;
+* one boolean syntax everywhere: ``true`` or ``false`` in any case, surrounding blanks ignored
+  (:func:`parse_bool`).  ``yes``, ``1`` and the like are refused, so a value means the same thing in
+  every file and option map;
+* one integer syntax, Java's ``Long.parseLong``: an optional sign and digits, nothing else (no
+  ``_``, no blanks inside), within the range the row allows.
+
+Each table keeps its own policy for keys it does not know (the node keeps them, the job refuses
+them, the services warn), since those policies are documented behaviour.  This module imports only
+the standard library: the Kafka source reads its options with it inside Spark's Python workers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+__all__ = [
+    "ConfigError",
+    "Converter",
+    "Option",
+    "BOOLEAN",
+    "BOOLEAN_EXPECTED",
+    "convert",
+    "parse_bool",
+    "parse_integer",
+    "integer",
+    "choice",
+    "text",
+    "port",
+]
+
+T = TypeVar("T")
+
+#: how every boolean is described in an error and a table
+BOOLEAN_EXPECTED = "boolean (true or false, any case)"
+# Integer.parseInt / Long.parseLong: optional sign, digits, nothing else
+_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_LONG_MAX = 2**63 - 1
+
+
+class ConfigError(ValueError):
+    """A configuration file, key or value that cannot be used; the message names it and says what to fix."""
+
+
+@dataclass(frozen=True)
+class Converter(Generic[T]):
+    """Text of a value to a typed value; ``parse`` raises ``ValueError`` for text it refuses."""
+
+    parse: Callable[[str], T]
+    #: what a valid value looks like, for the error message ("int (0..65535)", "milliseconds")
+    expected: str
+
+    def __call__(self, raw: str) -> T:
+        return self.parse(raw)
+
+
+@dataclass(frozen=True)
+class Option:
+    """A row of a table whose keys set attributes of a frozen config dataclass (the job's, the services').
+
+    The node's table has richer rows (Java type, group, effect), derived from its dataclass fields.
+    """
+
+    key: str
+    attr: str
+    convert: Converter[Any]
+    doc: str
+
+
+def convert(source: str, key: str, raw: str, converter: Converter[T]) -> T:
+    """``converter(raw)``, or a :class:`ConfigError` in the one message shape naming key, value and type."""
+    try:
+        return converter.parse(raw)
+    except ValueError:
+        raise ConfigError(f"{source}: {key}={raw!r} is not a valid {converter.expected}") from None
+
+
+def parse_bool(raw: str) -> bool:
+    """``true`` or ``false`` in any case, blanks around ignored; anything else raises ``ValueError``."""
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(raw)
+    return value == "true"
+
+
+BOOLEAN: Converter[bool] = Converter(parse_bool, BOOLEAN_EXPECTED)
+
+
+def parse_integer(raw: str, low: int, high: int) -> int:
+    """Java's integer syntax (``raw`` is not stripped: callers decide), within ``low..high``."""
+    if not _INTEGER.fullmatch(raw):
+        raise ValueError(raw)
+    value = int(raw)
+    if not low <= value <= high:
+        raise ValueError(raw)
+    return value
+
+
+def integer(low: int, high: int = _LONG_MAX, expected: str | None = None) -> Converter[int]:
+    """An integer in ``low..high``; ``expected`` names it (default: ``integer (low..high)``)."""
+    return Converter(lambda raw: parse_integer(raw.strip(), low, high), expected or f"integer ({low}..{high})")
+
+
+def choice(*values: str, fold: Callable[[str], str] = str.lower) -> Converter[str]:
+    """One of ``values``, compared after ``fold`` (the values are written folded)."""
+
+    def parse(raw: str) -> str:
+        value = fold(raw.strip())
+        if value not in values:
+            raise ValueError(raw)
+        return value
+
+    return Converter(parse, "one of " + ", ".join(values))
+
+
+def text(*, required: bool = False, max_chars: int | None = None, expected: str = "text") -> Converter[str]:
+    """Any text, stripped; ``required`` refuses an empty one, ``max_chars`` a longer one."""
+
+    def parse(raw: str) -> str:
+        value = raw.strip()
+        if required and not value:
+            raise ValueError("empty")
+        if max_chars is not None and len(value) > max_chars:
+            raise ValueError("too long")
+        return value
+
+    return Converter(parse, expected)
+
+
+def port(*, allow_zero: bool = False) -> Converter[int]:
+    """A TCP port; 0 (the kernel picks one) only with ``allow_zero``."""
+    low = 0 if allow_zero else 1
+    return integer(low, 65535, f"TCP port ({low}..65535)")
