@@ -791,6 +791,7 @@ def close_legs(out: Live, topics: Topics, watcher: Watcher, closed: dict[str, tu
                 "REMOVE -> gone in redis": gone["redis"] - remove.ts}  # fmt: skip
         for k, v in legs.items():
             out.add(out.close_legs, k, v)
+        out.add(out.close_legs, "batches", watcher.writes_between(last.ts, remove.ts))
         say(f"close latency: {broker}: last close -> gone in redis {gone['redis'] - at:,} ms (CHANNEL_CLOSED in "
             f"kafka {legs['close -> CHANNEL_CLOSED in kafka']:,}, REMOVE +{legs['-> REMOVE']:,}, redis "
             f"+{legs['REMOVE -> gone in redis']:,}); at n1 {gone['n1'] - at:,}, n2 {gone['n2'] - at:,}")
@@ -969,7 +970,9 @@ def report(command: str, s: Settings, thr: Throughput | None, live: Live, total_
         "| leg | |",
         "|---|---|",
         f"| last close → gone in Redis | {stats(live.close.get('redis', []))} |",
-        *(f"| {k} | {stats(v)} |" for k, v in live.close_legs.items()),
+        *(f"| {k} | {stats(v)} |" for k, v in live.close_legs.items() if k != "batches"),
+        f"| batches that finished between CHANNEL_CLOSED and REMOVE (Redis writes seen) | "
+        f"{count_stats(live.close_legs.get('batches', []))} |",
         f"| close → gone at n1 | {stats(live.close.get('n1', []))} |",
         f"| close → gone at n2 | {stats(live.close.get('n2', []))} |",
         "",
