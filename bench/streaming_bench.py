@@ -733,8 +733,7 @@ def bench_close(system, runner, watcher: Watcher, s: Settings) -> dict[str, tupl
     closed = {}
     for name, (broker, addr) in fleets.items():
         watcher.watch(broker)
-        runner.silence(name)  # the runner no longer ticks it, so nothing reconnects behind our back
-        runner.fleets[name].shutdown(unregister=False)  # as a SIGKILL: the kernel closes the sockets
+        runner.crash(name)  # as a SIGKILL: the kernel closes the sockets; nothing reconnects
         closed[name] = (broker, addr, wall_ms())
         time.sleep(STAGGER_S)
     wait_for(lambda: all(watcher.gone(b).keys() >= set(places) for b, _ in fleets.values()), 120,
