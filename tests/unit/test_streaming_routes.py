@@ -26,11 +26,17 @@ from namesrv.protocol.codes import ORDER_TOPIC_CONFIG, ZONE_NAME_EXT, RequestCod
 from namesrv.protocol.command import request
 from namesrv.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig
 from namesrv.routes import RouteInfoManager, RouteSettings
+from namesrv.routes.snapshot import decode_model
 from streaming.alerts import Alert, AlertKind, AlertState, Severity
 from streaming.routes import RedisKeys, RedisRouteStore, RouteLookup, RouteModel
 
 T0 = 1_700_000_000_000
 CLUSTER = "C1"
+
+
+def restore(entries: dict[str, bytes], brokers: bytes | None, *, order_message_enable: bool = False) -> RouteModel:
+    """The model a restarted job reads back from what ``changes`` wrote."""
+    return RouteModel.from_snapshot(decode_model({}, entries, brokers), order_message_enable=order_message_enable)
 
 
 def reg_event(name: str, addr: str, bid: int, topics: dict[str, tuple[int, int, int]], counter: int = 1,
@@ -413,7 +419,7 @@ def test_a_restored_model_keeps_filter_servers_and_mappings():
     entries = {t: e for t, e in written.model_topics.items() if e is not None}
     assert b'"filterServers"' in written.model_brokers and b'"mappings"' in written.model_brokers
 
-    restored = RouteModel.restore(entries, written.model_brokers)
+    restored = restore(entries, written.model_brokers)
     same(restored, node)
     assert restored.changes().empty  # it knows what is already written
 
@@ -534,7 +540,7 @@ def test_a_restored_model_keeps_order_conf_and_a_flipped_switch_rewrites_the_rou
     written = nj.model.changes(full=True)
     entries = {t: e for t, e in written.model_topics.items() if e is not None}
 
-    restored = RouteModel.restore(entries, written.model_brokers, order_message_enable=True)
+    restored = restore(entries, written.model_brokers, order_message_enable=True)
     assert restored.changes().empty  # it knows what is already written
     nj.model = restored
     nj.check("T1", "T2")
@@ -551,9 +557,9 @@ def test_a_restored_model_keeps_order_conf_and_a_flipped_switch_rewrites_the_rou
     assert set(changes.routes) == {"T1"} and changes.model_brokers is not None
 
     # restarted with the switch off: the next batch rewrites T1 without its conf
-    off = RouteModel.restore(entries, changes.model_brokers, order_message_enable=False)
+    off = restore(entries, changes.model_brokers, order_message_enable=False)
     changes = off.changes()
     assert set(changes.routes) == {"T1"} and "orderTopicConf" not in orjson.loads(changes.routes["T1"])
     # and back on: the conf comes back, though no ORDER_TOPIC_CONF event arrived meanwhile
-    on = RouteModel.restore(entries, changes.model_brokers, order_message_enable=True)
+    on = restore(entries, changes.model_brokers, order_message_enable=True)
     assert orjson.loads(on.changes().routes["T1"])["orderTopicConf"] == "a:4"

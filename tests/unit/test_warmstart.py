@@ -36,10 +36,14 @@ from routes_support import (
     MASTER_HA,
     SLAVE,
     SLAVE_ADDR,
+    Broker,
     Clock,
+    dumped,
+    live_entry,
     make_manager,
     register,
     topic_configs,
+    unregister,
 )
 
 TIMEOUT = 10_000
@@ -135,9 +139,8 @@ def test_loaded_routes_and_cluster_info_answer_at_once_and_every_entry_is_provis
     assert clusters == {DEF_CLUSTER: {DEF_BROKER, OTHER}}
     assert brokers[DEF_BROKER].broker_addrs == {0: MASTER_ADDR, 1: SLAVE_ADDR}
     assert mgr.is_provisional(DEF_CLUSTER, MASTER_ADDR) and mgr.is_provisional(DEF_CLUSTER, OTHER_ADDR)
-    assert len(mgr.provisional_brokers()) == 3 and mgr.provisional_stats.loaded == 3
-    master = mgr.broker_live_table[BrokerAddrInfo(DEF_CLUSTER, MASTER_ADDR)]
-    assert master.channel is None and master.heartbeat_timeout_millis == TIMEOUT
+    assert mgr.is_provisional(DEF_CLUSTER, SLAVE_ADDR) and mgr.provisional_stats.loaded == 3
+    assert live_entry(mgr, DEF_CLUSTER, MASTER_ADDR).timeout_millis == TIMEOUT
 
 
 def test_load_matches_the_streaming_model_it_came_from():
@@ -169,8 +172,7 @@ def test_group_member_without_live_info_gets_the_default_timeout():
     del snap["live"][f"{DEF_CLUSTER}|{SLAVE_ADDR}"]
     mgr, _ = make_manager()
     load_model(mgr, parse_model(meta, topics, orjson.dumps(snap)), "test", 0)
-    slave = mgr.broker_live_table[BrokerAddrInfo(DEF_CLUSTER, SLAVE_ADDR)]
-    assert slave.heartbeat_timeout_millis == DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
+    assert live_entry(mgr, DEF_CLUSTER, SLAVE_ADDR).timeout_millis == DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
     assert mgr.is_provisional(DEF_CLUSTER, SLAVE_ADDR)
 
 
@@ -179,7 +181,7 @@ def test_rows_of_unknown_groups_are_not_loaded():
     topics[b"Orphan"] = orjson.dumps({"nobody": QueueData("nobody", 1, 1, 6, 0).to_wire()})
     mgr, _ = make_manager()
     load_model(mgr, parse_model(meta, topics, brokers), "test", 0)
-    assert "Orphan" not in mgr.topic_queue_table
+    assert "Orphan" not in mgr.get_all_topic_list()
 
 
 def test_load_refuses_tables_that_are_not_empty():
@@ -223,8 +225,6 @@ def test_provisional_entries_answer_no_broker_request():
     # QUERY_DATA_VERSION / heartbeats: as if unregistered, so the broker registers even with an equal DataVersion
     assert mgr.touch(DEF_CLUSTER, MASTER_ADDR) is None
     assert not mgr.update_broker_info_update_timestamp(DEF_CLUSTER, MASTER_ADDR)
-    assert mgr.query_broker_topic_config(DEF_CLUSTER, MASTER_ADDR) is None
-    assert mgr.is_broker_topic_config_changed(DEF_CLUSTER, MASTER_ADDR, DV)
     # a slave is not sent to a master that has not registered here
     slave = register(mgr, SLAVE.but(dv=DV), "TopicA")
     assert slave.master_addr is None and slave.ha_server_addr is None
@@ -241,7 +241,7 @@ def test_a_provisional_holder_never_wins_the_state_version_check():
     assert result is not None and not result.conflict
     assert mgr.get_all_cluster_info()[0][DEF_BROKER].broker_addrs[0] == newcomer.addr
     # the replaced provisional entry is gone at once
-    assert BrokerAddrInfo(DEF_CLUSTER, MASTER_ADDR) not in mgr.broker_live_table
+    assert mgr.last_seen(DEF_CLUSTER, MASTER_ADDR) is None
     assert mgr.provisional_stats.dropped == 1
     assert mgr.pickup_topic_route_data("Gone") is None
 
@@ -263,7 +263,7 @@ def test_unconfirmed_entries_drop_strictly_after_their_own_timeout_and_the_scan_
     clock.advance(TIMEOUT)
     assert mgr.drop_unconfirmed_provisional().applied == []
     clock.advance(1)
-    assert mgr.scan_not_active_broker() == []  # the expiry scan never takes a provisional entry
+    assert mgr.expire_inactive().applied == []  # the expiry scan never takes a provisional entry
     dropped = mgr.drop_unconfirmed_provisional()
     assert [r.broker_addr for r in dropped.applied] == [SLAVE_ADDR]
     assert mgr.get_all_cluster_info()[0][DEF_BROKER].broker_addrs == {0: MASTER_ADDR}
@@ -280,7 +280,7 @@ def test_unconfirmed_entries_drop_strictly_after_their_own_timeout_and_the_scan_
 
 def test_an_unregistration_of_a_provisional_broker_counts_as_dropped():
     mgr, _ = warm()
-    mgr.unregister_broker(DEF_CLUSTER, OTHER_ADDR, OTHER, 0)
+    unregister(mgr, Broker(name=OTHER, addr=OTHER_ADDR))
     assert not mgr.is_provisional(DEF_CLUSTER, OTHER_ADDR) and mgr.provisional_stats.dropped == 1
     assert mgr.pickup_topic_route_data("OnlyB") is None
 
@@ -297,7 +297,7 @@ def test_drop_task_sleeps_until_each_deadline_and_ends_when_nothing_is_provision
     with caplog.at_level(logging.WARNING, "namesrv.warmstart"):
         asyncio.run(drop_unconfirmed(mgr, sleep))
     assert slept == [(TIMEOUT + 1) / 1000, TIMEOUT / 1000]
-    assert mgr.provisional_brokers() == []
+    assert mgr.next_provisional_deadline() is None
     assert "1 confirmed by registering, 2 dropped" in caplog.text
 
 
@@ -354,7 +354,7 @@ def test_warm_start_failures_start_empty_with_a_warning(caplog, error, logged):
     with caplog.at_level(logging.WARNING, "namesrv.warmstart"):
         assert asyncio.run(warm_start(config(), mgr, read=read)) is None
     assert logged in caplog.text and "starting with empty route tables" in caplog.text
-    assert mgr.broker_addr_table == {} and mgr.provisional_stats.loaded == 0
+    assert mgr.get_all_cluster_info() == ({}, {}) and mgr.provisional_stats.loaded == 0
 
 
 def test_warm_start_with_nothing_written_starts_empty(caplog):
@@ -384,6 +384,11 @@ def test_redact_url_hides_only_the_password():
 
 FILTERS_A0, FILTERS_A1 = ["10.0.1.1:1", "10.0.1.1:2"], ["10.0.1.2:1"]
 A0, A1, B0 = ("a", "10.0.0.1:1", 0), ("a", "10.0.0.2:1", 1), ("b", "10.0.0.3:1", 0)
+
+
+def as_broker(member: tuple[str, str, int]) -> Broker:
+    name, addr, bid = member
+    return Broker(cluster="C1", name=name, addr=addr, id=bid)
 
 
 def mapping(topic: str, bname: str, queues: int, epoch: int = 1) -> dict:
@@ -504,7 +509,7 @@ def test_a_warm_started_node_answers_routes_byte_for_byte_as_before_its_restart(
     assert route["filterServerTable"] == {A0[1]: FILTERS_A0, A1[1]: FILTERS_A1}
     assert set(route["topicQueueMappingByBroker"]) == {"a", "b"}
     assert answers(node) == before
-    assert len(node.routes.provisional_brokers()) == 3
+    assert all(node.routes.is_provisional("C1", b[1]) for b in (A0, A1, B0))
 
 
 def test_registrations_replace_copied_filter_servers_and_a_dropped_entry_takes_its_own(tmp_path, redis_url):
@@ -520,21 +525,21 @@ def test_registrations_replace_copied_filter_servers_and_a_dropped_entry_takes_i
     t1 = orjson.loads(node.answer("T1", 401))
     assert t1["filterServerTable"] == {A1[1]: FILTERS_A1}
     assert t1["topicQueueMappingByBroker"]["a"]["epoch"] == 2
-    assert BrokerAddrInfo("C1", A0[1]) not in node.routes.filter_server_table
+    assert BrokerAddrInfo("C1", A0[1]) not in dumped(node.routes).filter_servers
 
     # a1 never registers: dropped as the original unregisters it, filter servers included
-    original.routes.unregister_broker("C1", A1[1], "a", 1)
+    unregister(original.routes, as_broker(A1))
     clock.advance(DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS + 1)
     node.register(A0, 2, ("T1", "T2"), [], {"T1": mapping("T1", "a", 12, epoch=2)})  # a0 stays live
     node.register(B0, 1, ("T1", "T3"), [], {"T1": mapping("T1", "b", 4), "T3": mapping("T3", "b", 2)})
     assert [r.broker_addr for r in node.routes.drop_unconfirmed_provisional().applied] == [A1[1]]
-    assert BrokerAddrInfo("C1", A1[1]) not in node.routes.filter_server_table
+    assert BrokerAddrInfo("C1", A1[1]) not in dumped(node.routes).filter_servers
     assert answers(node) == answers(original)
 
     # b unregisters: its mappings stay, on both, as Java keeps them (spec §3.4)
     for n in (original, node):
-        n.routes.unregister_broker("C1", B0[1], "b", 0)
-    assert node.routes.topic_queue_mapping_info_table["T3"] == original.routes.topic_queue_mapping_info_table["T3"]
+        unregister(n.routes, as_broker(B0))
+    assert dumped(node.routes).mappings["T3"] == dumped(original.routes).mappings["T3"]
     assert answers(node) == answers(original)
 
 
@@ -546,7 +551,7 @@ def test_a_provisional_master_replaced_at_another_address_takes_its_filter_serve
     load_model(mgr, parse_model(meta, topics, orjson.dumps(snap)), "test", 0)
     assert mgr.pickup_topic_route_data("TopicA").filter_server_table == {MASTER_ADDR: ["10.0.1.1:1"]}
     register(mgr, MASTER.but(addr="10.9.9.9:10911", dv=DataVersion(1, state_version=0, timestamp=1)), "TopicA")
-    assert BrokerAddrInfo(DEF_CLUSTER, MASTER_ADDR) not in mgr.filter_server_table
+    assert BrokerAddrInfo(DEF_CLUSTER, MASTER_ADDR) not in dumped(mgr).filter_servers
     assert mgr.provisional_stats.dropped == 1
 
 
@@ -562,8 +567,9 @@ def test_a_snapshot_older_than_filter_servers_and_mappings_loads_the_rest_as_bef
     finally:
         client.close()
     node = warm_node(tmp_path, redis_url, "fs3", Clock())
-    assert node.routes.filter_server_table == {} and node.routes.topic_queue_mapping_info_table == {}
-    assert len(node.routes.provisional_brokers()) == 3
+    snap = dumped(node.routes)
+    assert snap.filter_servers == {} and snap.mappings == {}
+    assert all(node.routes.is_provisional("C1", b[1]) for b in (A0, A1, B0))
     for topic in TOPICS:
         want = original.answer(topic, 401)
         if want is None:
