@@ -113,25 +113,6 @@ def test_parse_reads_meta_rows_groups_and_live_entries():
     assert (master.timeout_millis, master.data_version, master.ha_server_addr) == (TIMEOUT, DV, MASTER_HA)
 
 
-@pytest.mark.parametrize(
-    "values",
-    [
-        ({}, {b"T": b"not json"}, None),
-        ({}, {b"T": orjson.dumps({"b": {"readQueueNums": 1}})}, None),  # no brokerName
-        ({}, {}, b'{"live": {"no-bar": {}}}'),
-        ({}, {}, b"[1, 2]"),
-        ({b"batchId": b"x"}, {}, None),
-        ({}, {}, b'{"filterServers": {"C|a:1": "a:2"}}'),
-        ({}, {}, b'{"filterServers": {"no-bar": []}}'),
-        ({}, {}, b'{"mappings": {"T": {"b": "{not json"}}}'),
-        ({}, {}, b'{"mappings": {"T": ["b"]}}'),
-    ],
-)
-def test_malformed_values_raise_warm_start_error(values):
-    with pytest.raises(WarmStartError):
-        parse_model(*values)
-
-
 def test_loaded_routes_and_cluster_info_answer_at_once_and_every_entry_is_provisional():
     mgr, _ = warm()
     assert route_brokers(mgr, "TopicA") == {DEF_BROKER, OTHER}
@@ -141,29 +122,6 @@ def test_loaded_routes_and_cluster_info_answer_at_once_and_every_entry_is_provis
     assert mgr.is_provisional(DEF_CLUSTER, MASTER_ADDR) and mgr.is_provisional(DEF_CLUSTER, OTHER_ADDR)
     assert mgr.is_provisional(DEF_CLUSTER, SLAVE_ADDR) and mgr.provisional_stats.loaded == 3
     assert live_entry(mgr, DEF_CLUSTER, MASTER_ADDR).timeout_millis == TIMEOUT
-
-
-def test_load_matches_the_streaming_model_it_came_from():
-    """What the job's own RouteModel writes loads back into the same answers."""
-    routes = pytest.importorskip("streaming.routes")
-    model = routes.RouteModel(RouteSettings())
-    from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo
-
-    for name, addr, bid in ((DEF_BROKER, MASTER_ADDR, 0), (DEF_BROKER, SLAVE_ADDR, 1), (OTHER, OTHER_ADDR, 0)):
-        model.apply_event(Event(
-            EventType.REGISTER, "n1", 1_700_000_000_000, 1, cluster_name=DEF_CLUSTER, broker_name=name,
-            broker_id=bid, broker_addr=addr, ha_server_addr=None, heartbeat_timeout_millis=TIMEOUT,
-            data_version=DataVersionInfo(1, 0, 5),
-            topics={"TopicA": QueueInfo(8, 8, 6, 0), f"T-{name}": QueueInfo(4, 4, 6, 0)},
-        ))  # fmt: skip
-    changes = model.changes(full=True)
-    entries = {t.encode(): e for t, e in changes.model_topics.items()}
-    mgr, _ = make_manager()
-    load_model(mgr, parse_model({b"batchId": b"3"}, entries, changes.model_brokers), "test", 0)
-    for topic in model.topics():
-        assert bodies.encode_route(mgr.pickup_topic_route_data(topic), standard=True) == model.route(topic)
-    assert bodies.encode_cluster_info(*mgr.get_all_cluster_info()) == model.cluster_info()
-    assert mgr.provisional_stats.loaded == 3
 
 
 def test_group_member_without_live_info_gets_the_default_timeout():
