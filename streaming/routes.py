@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-:class:`RouteModel` is a :class:`namesrv.routes.RouteInfoManager`, the node's own route
+:class:`RouteModel` owns a :class:`namesrv.routes.RouteInfoManager`, the node's own route
 tables, fed with what the nodes fed theirs: registrations (REGISTER events), admin
 operations (ADMIN events) and removals (the job's EXPIRE/REMOVE actions, applied as a node
 applies them). So a route read from Redis is, byte for byte, what GET_ROUTEINFO_BY_TOPIC on a
@@ -21,8 +21,10 @@ itself (so a restarted job carries on from it), the open alerts and the batch id
 MULTI/EXEC, so a reader never sees half a batch, and PUBLISHes the changed topic names in the
 same transaction.
 A batch whose id is not above the stored one for the same query lineage was already written
-and is skipped, which makes a replay after a crash change nothing. The key layout is in
-``docs/redis-keys.md``.
+and is skipped, which makes a replay after a crash change nothing. The key layout, the model's
+encoding and its one validation (shared with a node's warm start) are in
+:mod:`namesrv.routes.snapshot`, documented in ``docs/redis-keys.md``.  A model that does not pass
+it is not used: the job starts empty and its first write replaces everything.
 
 :class:`RouteLookup` is the reader side (``namesrv routes get|watch``).
 """
