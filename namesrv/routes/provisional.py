@@ -38,7 +38,7 @@ def load_provisional(t: RouteTables, now_ms: int, snap: ModelSnapshot) -> None:
     loaded whole: a node never removes one, so the node that wrote the snapshot held them all.
     Raises RuntimeError unless the tables are empty: call it before the node serves.
     """
-    if not t.empty():
+    if not t.is_empty():
         raise RuntimeError("load_provisional needs empty route tables; call it before the node serves")
     kept = {name: bd.copy() for name, bd in snap.groups.items() if bd.broker_addrs}
     seq = t.next_seq()

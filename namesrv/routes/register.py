@@ -2,21 +2,21 @@
 
 Theory of operation
 -------------------
-:func:`register_broker` reads as the spec's steps, each a function below:
+:func:`register_broker` reads as the spec's steps, in this order, each a function below:
 
-1. :func:`_join_group`: list the group in its cluster, create it if new, take this member's zone
-   and acting-master flag (every member overwrites them, as Java does);
-2. :func:`_drop_other_ids`: one address has one id in a group (a role switch);
-3. two refusals before anything else is written: the stateVersion conflict
-   (:func:`_holder_is_newer`: another address holds the id with a newer stateVersion) and the
-   single-topic guard (a first registration of this id carrying exactly one topic);
-4. :func:`_take_id`: the id now maps to this address (a provisional holder elsewhere is dropped);
-5. :func:`_apply_group_topics`: the master, or the prime slave of an acting-master group, writes
-   the group's topic rows: all of them on a first registration or a changed DataVersion, else
-   only the missing ones (so a name-server-side perm wipe survives, issue #313);
-6. :func:`_refresh_live`: the live entry, stamped with a new sequence number (fencing), and the
-   filter servers;
-7. :func:`_answer`: what a slave is told about its master, and the NOTIFY_MIN_BROKER_ID_CHANGE.
+* :func:`_join_group`: list the group in its cluster, create it if new, take this member's zone
+  and acting-master flag (every member overwrites them, as Java does);
+* :func:`_drop_other_ids`: one address has one id in a group (a role switch);
+* two refusals, before the id or any topic row is written: the stateVersion conflict
+  (:func:`_holder_is_newer`: another address holds the id with a newer stateVersion) and the
+  single-topic guard (a first registration of this id carrying exactly one topic);
+* :func:`_take_id`: the id now maps to this address (a provisional holder elsewhere is dropped);
+* :func:`_apply_group_topics`: the master, or the prime slave (lowest id) of a 5.x group, writes
+  the group's topic rows: all of them on a first registration or a changed DataVersion, else
+  only the missing ones (so a name-server-side perm wipe survives, issue #313);
+* :func:`_refresh_live`: the live entry, stamped with a new sequence number (fencing), and the
+  filter servers;
+* :func:`_answer`: what a slave is told about its master, and the NOTIFY_MIN_BROKER_ID_CHANGE.
 
 An id held only provisionally (warm start) counts as unregistered: see
 :mod:`namesrv.routes.provisional`.  :func:`touch` is the heartbeat.
@@ -117,7 +117,7 @@ def touch(t: RouteTables, cluster_name: str, broker_addr: str, now_ms: int) -> D
 
 
 def _join_group(t: RouteTables, reg: Registration) -> tuple[BrokerData, bool, bool]:
-    """Steps 1-3: list the group in its cluster, create it if new, take this member's flags.
+    """Spec §3.2 steps 1-3: list the group in its cluster, create it if new, take this member's flags.
 
     Returns (group, created, changed).  Every member overwrites zone and acting flag, even with
     None, as Java does; the group's cluster stays the one it was created with.
@@ -189,7 +189,7 @@ def _apply_group_topics(
     register_first: bool,
     dv_changed: bool,
 ) -> tuple[bool, bool]:
-    """Step 5; returns (rows changed, DataVersion counted as changed)."""
+    """The group's topic rows and static mappings; returns (rows changed, DataVersion counted as changed)."""
     changed = False
     name = reg.broker_name
     if name in t.provisional_groups:
@@ -257,7 +257,7 @@ def _apply_mappings(t: RouteTables, broker_name: str, mappings: Mapping[str, obj
 
 
 def _refresh_live(t: RouteTables, reg: Registration, body: RegisterBrokerBody, now_ms: int) -> tuple[int, bool]:
-    """Step 6: confirm a provisional entry, write the live entry and filter servers; (seq, filters changed)."""
+    """Confirm a provisional entry, write the live entry and filter servers; (seq, filters changed)."""
     key = reg.addr_info
     if key in t.provisional:
         t.provisional.discard(key)
@@ -283,7 +283,7 @@ def _answer(
     t: RouteTables, settings: RouteSettingsLike, reg: Registration, addrs: dict[int, str], min_id_changed: bool,
     result: RegisterBrokerResult,
 ) -> None:  # fmt: skip
-    """Step 7: a slave learns its live master; a new minimum id is announced to the group."""
+    """A slave learns its live master; a new minimum id is announced to the group."""
     if reg.broker_id != MASTER_ID:
         result.ha_server_addr, result.master_addr = _live_master(t, reg.cluster_name, addrs)
     if min_id_changed and settings.notify_min_broker_id_changed:

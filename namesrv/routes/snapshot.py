@@ -390,7 +390,7 @@ def restore(t: RouteTables, snap: ModelSnapshot) -> None:
 
     Unlike a warm start nothing is provisional or left out: the job goes on from where it wrote.
     """
-    if not t.empty():
+    if not t.is_empty():
         raise RuntimeError("restore needs empty route tables")
     for topic, qmap in snap.topics.items():
         t.topic_queue_table[topic] = dict(qmap)

@@ -22,9 +22,9 @@ The operations are functions over a :class:`RouteTables`, one module per concern
 :mod:`~namesrv.routes.unregister` (unregistration, channel close, expiry),
 :mod:`~namesrv.routes.provisional` (warm start), :mod:`~namesrv.routes.queries` (every read),
 :mod:`~namesrv.routes.admin` (the admin writes) and :mod:`~namesrv.routes.snapshot` (the model
-the streaming job keeps in Redis).  They never lock, await, log to the network or keep a
-reference to what they are given; a mutation returns what the caller must do (channels to close,
-brokers to notify) as a value.
+the streaming job keeps in Redis).  They never lock, await or do I/O (a few log a warning), and
+reads hand out copies of every mutable part; a mutation returns what the caller must do (channels
+to close, brokers to notify) as a value, for the caller to do after the lock is released.
 
 Ownership: a ``RouteTables`` belongs to one :class:`~namesrv.routes.manager.RouteInfoManager`,
 which calls these functions with its lock held, one function per lock acquisition.  Nothing
@@ -67,7 +67,7 @@ class RouteTables:
         self.seq += 1
         return self.seq
 
-    def empty(self) -> bool:
+    def is_empty(self) -> bool:
         """True when no table holds anything (the cluster table follows the group table)."""
         return not (self.broker_addr_table or self.broker_live_table or self.topic_queue_table
                     or self.filter_server_table or self.topic_queue_mapping_info_table)  # fmt: skip
