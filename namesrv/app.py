@@ -97,13 +97,8 @@ async def start_node(config: NamesrvConfig) -> RunningNode:
 
 def node_stats(running: RunningNode) -> dict[str, object]:
     """What an operator wants to know about a node at a glance: tables, connections, Kafka traffic."""
-    routes = running.node.routes
-    with routes.lock:
-        stats: dict[str, object] = {
-            "brokers": len(routes.broker_live_table),
-            "groups": len(routes.broker_addr_table),
-            "topics": len(routes.topic_queue_table),
-        }
+    counts = running.node.routes.counts()
+    stats: dict[str, object] = {"brokers": counts.brokers, "groups": counts.groups, "topics": counts.topics}
     stats["connections"] = len(running.server.connections)
     stats["localExpiry"] = "on" if running.expiry.enabled else "off (monitor decides)"
     if running.kafka is not None:

@@ -9,7 +9,8 @@ reads, before it listens, the route model the streaming job materialises under
 ``docs/redis-keys.md``) in one MULTI/EXEC, so the three keys come from the same micro-batch.
 The snapshot's filter servers and static-topic mappings come with it, so a loaded route is the
 one the node answered before it restarted (snapshots older than those fields load without them).
-It loads them with :meth:`RouteInfoManager.load_provisional`: every live broker is
+The keys and the one validation of their values are :mod:`namesrv.routes.snapshot`'s, shared
+with the job.  It loads them with :meth:`RouteInfoManager.load_provisional`: every live broker is
 *provisional* (no connection, last update = now, the broker's own heartbeat timeout or the
 default) until its own REGISTER_BROKER replaces it, and entries no registration confirms
 within their timeout are dropped by :func:`drop_unconfirmed`, a task of its own so that it
@@ -31,14 +32,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-import orjson
-
 from namesrv.events.schema import wall_ms
 from namesrv.liveness import MinIdOutlet, forward_min_broker_id_changes
-from namesrv.protocol import fastjson
-from namesrv.protocol.types import BrokerData, DataVersion, QueueData
-from namesrv.routes.manager import ProvisionalBroker, RouteInfoManager
-from namesrv.routes.model import BrokerAddrInfo
+from namesrv.routes.manager import RouteInfoManager
+from namesrv.routes.snapshot import ModelSnapshot, RedisKeys, SnapshotError, decode_model
 
 if TYPE_CHECKING:
     import redis
@@ -68,26 +65,8 @@ class WarmStartError(Exception):
     """The model in Redis cannot be used; the message says what is wrong with it."""
 
 
-@dataclass(frozen=True)
-class RedisModel:
-    """The job's route model as one consistent read found it."""
-
-    batch_id: int | None
-    lineage: str | None
-    #: event-time watermark of that batch (epoch ms), when the job knew one
-    watermark: int | None
-    #: wall clock (epoch ms) of the job's write
-    updated_at: int | None
-    topics: dict[str, dict[str, QueueData]]
-    groups: dict[str, BrokerData]
-    clusters: dict[str, set[str]]
-    live: dict[BrokerAddrInfo, ProvisionalBroker]
-    #: topic -> bname -> static-topic mapping, as the node that wrote it held them
-    mappings: dict[str, dict[str, Any]]
-
-    @property
-    def empty(self) -> bool:
-        return not self.groups
+#: the job's route model as one consistent read found it
+RedisModel = ModelSnapshot
 
 
 @dataclass(frozen=True)
@@ -111,97 +90,27 @@ class WarmStartReport:
 # --------------------------------------------------------------------------- reading
 
 
-def _text(value: bytes | str | None) -> str | None:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _optional_int(meta: Mapping[str, str | None], key: str) -> int | None:
-    raw = meta.get(key)
-    if raw is None or raw == "":
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise WarmStartError(f"meta field {key}={raw!r} is not an integer") from None
-
-
 def parse_model(
     meta: Mapping[Any, Any], topic_entries: Mapping[Any, Any], brokers: bytes | str | None
 ) -> RedisModel:
     """The model from the raw values of ``P:meta``, ``P:model:topics`` and ``P:model:brokers``.
 
-    Raises :class:`WarmStartError` naming the key whose value does not have the documented shape.
+    Raises :class:`WarmStartError` naming the key whose value does not have the documented shape
+    (the one validation of :func:`namesrv.routes.snapshot.decode_model`, which the job shares).
     """
-    meta_text = {_text(k) or "": _text(v) for k, v in meta.items()}
-    topics: dict[str, dict[str, QueueData]] = {}
-    for raw_topic, entry in topic_entries.items():
-        topic = _text(raw_topic) or ""
-        try:
-            rows = orjson.loads(entry)
-            topics[topic] = {name: QueueData.from_wire(q) for name, q in rows.items()}
-        except (orjson.JSONDecodeError, ValueError, AttributeError, TypeError) as exc:
-            raise WarmStartError(f"model:topics field {topic!r} is not a {{brokerName: QueueData}} object: {exc}") from None
-    groups: dict[str, BrokerData] = {}
-    clusters: dict[str, set[str]] = {}
-    live: dict[BrokerAddrInfo, ProvisionalBroker] = {}
-    mappings: dict[str, dict[str, Any]] = {}
-    if brokers:
-        try:
-            snap = orjson.loads(brokers)
-            groups = {name: BrokerData.from_wire(d) for name, d in snap.get("groups", {}).items()}
-            clusters = {c: {str(n) for n in names} for c, names in snap.get("clusters", {}).items()}
-            # both absent from snapshots written before the job kept them; a consistent snapshot
-            # lists filter servers only for live brokers
-            filters = {_addr_key(k): _addresses(v) for k, v in snap.get("filterServers", {}).items()}
-            for key, info in snap.get("live", {}).items():
-                timeout = info.get("timeoutMillis")
-                addr_info = _addr_key(key)
-                live[addr_info] = ProvisionalBroker(
-                    None if timeout is None else int(timeout),
-                    DataVersion.from_wire(info.get("dataVersion")),
-                    info.get("haServerAddr"),
-                    filters.get(addr_info, ()),
-                )
-            # fastjson's dialect: integer keys (currIdMap) must stay integers to encode as the node did
-            mappings = {t: {b: fastjson.loads(text) for b, text in per.items()}
-                        for t, per in snap.get("mappings", {}).items()}  # fmt: skip
-        except (orjson.JSONDecodeError, ValueError, AttributeError, TypeError) as exc:
-            raise WarmStartError(
-                f"model:brokers is not the documented groups/clusters/live/filterServers/mappings object: {exc}"
-            ) from None
-    batch_id = _optional_int(meta_text, "batchId")
-    return RedisModel(
-        batch_id=batch_id,
-        lineage=meta_text.get("lineage"),
-        watermark=_optional_int(meta_text, "watermark"),
-        updated_at=_optional_int(meta_text, "updatedAt"),
-        topics=topics,
-        groups=groups,
-        clusters=clusters,
-        live=live,
-        mappings=mappings,
-    )
-
-
-def _addr_key(key: str) -> BrokerAddrInfo:
-    cluster, sep, addr = key.partition("|")
-    if not sep or not addr:
-        raise ValueError(f"key {key!r} is not cluster|addr")
-    return BrokerAddrInfo(cluster, addr)
-
-
-def _addresses(value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
-        raise ValueError(f"filter servers {value!r} are not a list of addresses")
-    return tuple(value)
+    try:
+        return decode_model(meta, topic_entries, brokers)
+    except SnapshotError as exc:
+        raise WarmStartError(str(exc)) from None
 
 
 def read_model(client: redis.Redis, prefix: str) -> RedisModel:
     """One MULTI/EXEC of the three keys, so they come from one batch of the job's writes."""
+    keys = RedisKeys(prefix)
     with client.pipeline(transaction=True) as pipe:
-        pipe.hgetall(f"{prefix}:meta")
-        pipe.hgetall(f"{prefix}:model:topics")
-        pipe.get(f"{prefix}:model:brokers")
+        pipe.hgetall(keys.meta)
+        pipe.hgetall(keys.model_topics)
+        pipe.get(keys.model_brokers)
         meta, entries, brokers = pipe.execute()
     return parse_model(meta, entries, brokers)
 
@@ -240,11 +149,9 @@ def _read(url: str, prefix: str, timeout_s: float) -> RedisModel:
 
 def load_model(routes: RouteInfoManager, model: RedisModel, source: str, wall_ms: int) -> WarmStartReport:
     """Load ``model`` into the empty ``routes`` as provisional entries, and log what was loaded."""
-    brokers = routes.load_provisional(model.topics, model.groups, model.clusters, model.live, model.mappings)
-    with routes.lock:
-        groups, clusters, topics = (len(routes.broker_addr_table), len(routes.cluster_addr_table),
-                                    len(routes.topic_queue_table))
-        longest = max((v.heartbeat_timeout_millis for v in routes.broker_live_table.values()), default=0)
+    loaded = routes.load_provisional(model)
+    brokers, groups, clusters, topics = loaded.brokers, loaded.groups, loaded.clusters, loaded.topics
+    longest = loaded.longest_timeout_ms
     age = None if model.updated_at is None else max(0, wall_ms - model.updated_at)
     report = WarmStartReport(source, model.batch_id, model.lineage, model.watermark, age, brokers, groups,
                              clusters, topics, longest)

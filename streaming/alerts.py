@@ -36,13 +36,11 @@ from typing import Any
 
 import orjson
 
-from namesrv.protocol.codes import MASTER_ID, Perm
-from namesrv.protocol.types import BrokerData, QueueData
+from namesrv.routes import RouteHealth
 
 log = logging.getLogger(__name__)
 
 ALERT_VERSION = 1
-_WRITE = int(Perm.WRITE)
 
 
 class AlertKind(enum.StrEnum):
@@ -197,38 +195,29 @@ def log_alert(alert: Alert) -> None:
 # --------------------------------------------------------------------------- driver-side incidents
 
 
-def route_incidents(
-    broker_addr_table: Mapping[str, BrokerData],
-    topic_queue_table: Mapping[str, Mapping[str, QueueData]],
-    lost_topics: Iterable[str],
-    at: int,
-) -> dict[str, Alert]:
+def route_incidents(health: RouteHealth, at: int) -> dict[str, Alert]:
     """Open incidents the route tables show now: groups without a master, topics without a writable queue.
 
-    ``lost_topics`` are topics that disappeared because their last broker expired or dropped
-    its connection; they stay incidents until they come back or an admin deletes them.
+    ``health.routeless_topics`` are topics that disappeared because their last broker expired or
+    dropped its connection; they stay incidents until they come back or an admin deletes them.
     """
     out: dict[str, Alert] = {}
-    for name, bd in broker_addr_table.items():
-        if bd.broker_addrs and MASTER_ID not in bd.broker_addrs:
-            slaves = ", ".join(f"{i}={a}" for i, a in sorted(bd.broker_addrs.items()))
-            alert = Alert(
-                AlertKind.GROUP_WITHOUT_MASTER, AlertState.OPEN, Severity.CRITICAL,
-                f"broker group {name} has no master (brokerId 0); members: {slaves}", at,
-                cluster_name=bd.cluster, broker_name=name,
-            )  # fmt: skip
-            out[alert.incident] = alert
-    for topic, qmap in topic_queue_table.items():
-        if not any(qd.perm & _WRITE and qd.write_queue_nums > 0 for qd in qmap.values()):
-            groups = ", ".join(f"{n}(perm={qd.perm}, write={qd.write_queue_nums})" for n, qd in qmap.items())
-            alert = Alert(
-                AlertKind.TOPIC_NOT_WRITABLE, AlertState.OPEN, Severity.CRITICAL,
-                f"topic {topic} has no writable queue: {groups}", at, topic=topic,
-            )  # fmt: skip
-            out[alert.incident] = alert
-    for topic in lost_topics:
-        if topic in topic_queue_table:
-            continue
+    for name, bd in health.masterless_groups.items():
+        slaves = ", ".join(f"{i}={a}" for i, a in sorted(bd.broker_addrs.items()))
+        alert = Alert(
+            AlertKind.GROUP_WITHOUT_MASTER, AlertState.OPEN, Severity.CRITICAL,
+            f"broker group {name} has no master (brokerId 0); members: {slaves}", at,
+            cluster_name=bd.cluster, broker_name=name,
+        )  # fmt: skip
+        out[alert.incident] = alert
+    for topic, qmap in health.unwritable_topics.items():
+        groups = ", ".join(f"{n}(perm={qd.perm}, write={qd.write_queue_nums})" for n, qd in qmap.items())
+        alert = Alert(
+            AlertKind.TOPIC_NOT_WRITABLE, AlertState.OPEN, Severity.CRITICAL,
+            f"topic {topic} has no writable queue: {groups}", at, topic=topic,
+        )  # fmt: skip
+        out[alert.incident] = alert
+    for topic in health.routeless_topics:
         alert = Alert(
             AlertKind.TOPIC_NOT_WRITABLE, AlertState.OPEN, Severity.CRITICAL,
             f"topic {topic} lost its last broker: no route at all", at, topic=topic,

@@ -55,6 +55,7 @@ from namesrv.events.schema import (
 )
 from namesrv.retrying import retry_until_stopped
 from namesrv.routes import RouteSettings
+from namesrv.routes.snapshot import SnapshotError
 from streaming import kafka_io
 from streaming.alerts import (
     Alert,
@@ -357,6 +358,9 @@ class BatchSink:
                     stored = self.store.load(self.route_settings, order_message_enable=self.cfg.order_message_enable)
                 except RedisError as exc:  # Redis down must not stop the liveness decisions
                     log.error("redis: cannot load the route model (%r); starting from an empty one", exc)
+                except SnapshotError as exc:  # nor does a model this job cannot read: it is rewritten
+                    log.error("redis: unreadable route model (%s); starting from an empty one and rewriting "
+                              "everything", exc)
                 else:
                     if stored.lineage == query_id:
                         self.model, self.book = stored.model, AlertBook(stored.alerts)
@@ -435,8 +439,7 @@ class BatchSink:
         # an open TOPIC_NOT_WRITABLE for a topic the model no longer has stays open until the
         # topic comes back or an admin deletes it
         still_lost = {a.topic for a in self.book.open.values() if a.kind is AlertKind.TOPIC_NOT_WRITABLE and a.topic}
-        m = self.model.manager
-        current = route_incidents(m.broker_addr_table, m.topic_queue_table, (lost | still_lost) - deleted, at)
+        current = route_incidents(self.model.manager.route_health(sorted((lost | still_lost) - deleted)), at)
         out += self.book.reconcile((AlertKind.GROUP_WITHOUT_MASTER, AlertKind.TOPIC_NOT_WRITABLE), current, at)
         return out
 

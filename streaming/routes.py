@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-:class:`RouteModel` is a :class:`namesrv.routes.RouteInfoManager`, the node's own route
+:class:`RouteModel` owns a :class:`namesrv.routes.RouteInfoManager`, the node's own route
 tables, fed with what the nodes fed theirs: registrations (REGISTER events), admin
 operations (ADMIN events) and removals (the job's EXPIRE/REMOVE actions, applied as a node
 applies them). So a route read from Redis is, byte for byte, what GET_ROUTEINFO_BY_TOPIC on a
@@ -21,8 +21,10 @@ itself (so a restarted job carries on from it), the open alerts and the batch id
 MULTI/EXEC, so a reader never sees half a batch, and PUBLISHes the changed topic names in the
 same transaction.
 A batch whose id is not above the stored one for the same query lineage was already written
-and is skipped, which makes a replay after a crash change nothing. The key layout is in
-``docs/redis-keys.md``.
+and is skipped, which makes a replay after a crash change nothing. The key layout, the model's
+encoding and its one validation (shared with a node's warm start) are in
+:mod:`namesrv.routes.snapshot`, documented in ``docs/redis-keys.md``.  A model that does not pass
+it is not used: the job starts empty and its first write replaces everything.
 
 :class:`RouteLookup` is the reader side (``namesrv routes get|watch``).
 """
@@ -35,12 +37,19 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from namesrv.events.schema import AdminOp, Event, EventType, SchemaError, wall_ms
 from namesrv.protocol import bodies, fastjson
-from namesrv.protocol.types import BrokerData, DataVersion, QueueData, RegisterBrokerBody, TopicConfig, TopicRouteData
-from namesrv.routes import BrokerAddrInfo, BrokerLiveInfo, RouteInfoManager, RouteSettings
+from namesrv.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig, TopicRouteData
+from namesrv.routes import RouteInfoManager, RouteSettings
+from namesrv.routes.snapshot import (
+    ModelSnapshot,
+    OrderConf,
+    RedisKeys,
+    SnapshotError,
+    decode_model,
+    encode_meta,
+    encode_topic_entry,
+)
 from streaming.alerts import Alert, decode_alert, encode_alert
 
 if TYPE_CHECKING:
@@ -48,52 +57,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_JSON_OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
-
-
-# --------------------------------------------------------------------------- keys
-
-
-@dataclass(frozen=True)
-class RedisKeys:
-    """Every key and channel the job writes; ``docs/redis-keys.md`` explains each."""
-
-    prefix: str = "namesrv"
-
-    def route(self, topic: str) -> str:
-        return f"{self.prefix}:route:{topic}"
-
-    @property
-    def route_pattern(self) -> str:
-        return f"{self.prefix}:route:*"
-
-    @property
-    def topics(self) -> str:
-        return f"{self.prefix}:topics"
-
-    @property
-    def cluster(self) -> str:
-        return f"{self.prefix}:cluster"
-
-    @property
-    def alerts(self) -> str:
-        return f"{self.prefix}:alerts"
-
-    @property
-    def meta(self) -> str:
-        return f"{self.prefix}:meta"
-
-    @property
-    def model_topics(self) -> str:
-        return f"{self.prefix}:model:topics"
-
-    @property
-    def model_brokers(self) -> str:
-        return f"{self.prefix}:model:brokers"
-
-    @property
-    def channel(self) -> str:
-        return f"{self.prefix}:routes:changed"
+__all__ = ["OrderConf", "RedisKeys", "RedisRouteStore", "RouteChanges", "RouteLookup", "RouteModel", "StoredState"]
 
 
 # --------------------------------------------------------------------------- the model
@@ -117,33 +81,6 @@ class RouteChanges:
     @property
     def empty(self) -> bool:
         return not (self.routes or self.model_topics or self.cluster is not None or self.model_brokers is not None)
-
-
-@dataclass(frozen=True, slots=True)
-class OrderConf:
-    """A topic's ORDER_TOPIC_CONFIG value as its newest ORDER_TOPIC_CONF event reported it."""
-
-    #: None: the entry was deleted (or put without a value)
-    conf: str | None
-    event_time: int
-    node: str
-    seq: int
-
-    @property
-    def stamp(self) -> tuple[int, str, int]:
-        """What decides which of two reports is newer: event time, then node name and seq."""
-        return (self.event_time, self.node, self.seq)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"conf": self.conf, "eventTime": self.event_time, "node": self.node, "seq": self.seq}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> OrderConf:
-        return cls(d.get("conf"), int(d["eventTime"]), str(d["node"]), int(d["seq"]))
-
-
-def _topic_entry(qmap: Mapping[str, QueueData]) -> bytes:
-    return orjson.dumps({name: qd.to_wire() for name, qd in qmap.items()}, option=_JSON_OPTS)
 
 
 def _register_body(event: Event) -> RegisterBrokerBody:
@@ -179,11 +116,6 @@ def _mappings(texts: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
-def _mapping_texts(table: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, str]]:
-    # text in fastjson's dialect, as in the events: orjson would turn integer keys into strings
-    return {t: {b: fastjson.dumps_legacy(info).decode() for b, info in per.items()} for t, per in table.items()}
-
-
 class RouteModel:
     """The node's route tables, driven by events and the job's removal actions."""
 
@@ -209,13 +141,6 @@ class RouteModel:
 
     # -- applying
 
-    def _groups_of(self, cluster_name: str, broker_addr: str) -> set[str]:
-        return {
-            name
-            for name, bd in self.manager.broker_addr_table.items()
-            if bd.cluster == cluster_name and broker_addr in bd.broker_addrs.values()
-        }
-
     def apply_event(self, event: Event) -> None:
         """A REGISTER, ADMIN or ORDER_TOPIC_CONF event, as the node that reported it applied it.
 
@@ -228,7 +153,7 @@ class RouteModel:
         m = self.manager
         if event.type is EventType.REGISTER:
             assert event.cluster_name and event.broker_addr and event.broker_name is not None
-            self._touched_groups |= self._groups_of(event.cluster_name, event.broker_addr) | {event.broker_name}
+            self._touched_groups |= self.manager.groups_with_member(event.cluster_name, event.broker_addr) | {event.broker_name}
             body = _register_body(event)
             # a mapping may name a topic the registering group does not serve
             self._touched_topics |= set(body.topic_queue_mapping_info_map)
@@ -287,7 +212,7 @@ class RouteModel:
         """
         self._event_time = event_time
         m = self.manager
-        groups = self._groups_of(cluster_name, broker_addr)
+        groups = self.manager.groups_with_member(cluster_name, broker_addr)
         self._touched_groups |= groups
         request = m.build_unregister_request(cluster_name, broker_addr)
         if request is None:
@@ -320,46 +245,26 @@ class RouteModel:
         return self.manager.get_all_topic_list()
 
     def _brokers_snapshot(self) -> bytes:
-        m = self.manager
-        return orjson.dumps(
-            {
-                "groups": {name: bd.to_wire() for name, bd in m.broker_addr_table.items()},
-                "clusters": {c: sorted(names) for c, names in m.cluster_addr_table.items()},
-                "live": {
-                    f"{k.cluster_name}|{k.broker_addr}": {
-                        "dataVersion": v.data_version.to_wire(),
-                        "timeoutMillis": v.heartbeat_timeout_millis,
-                        "haServerAddr": v.ha_server_addr,
-                        "lastUpdate": v.last_update_timestamp,
-                    }
-                    for k, v in m.broker_live_table.items()
-                },
-                "filterServers": {f"{k.cluster_name}|{k.broker_addr}": v for k, v in m.filter_server_table.items()},
-                "mappings": _mapping_texts(m.topic_queue_mapping_info_table),
-                "orderTopicConf": {t: c.to_json() for t, c in self._order_confs.items()},
-                # what the written routes were built with, so a restart with the switch flipped rewrites them
-                "orderMessageEnable": self.order_message_enable,
-            },
-            option=_JSON_OPTS,
-        )
+        return self.manager.encode_model_brokers(self._order_confs, self.order_message_enable)
 
     # -- differences
 
     def changes(self, *, full: bool = False) -> RouteChanges:
         """Differences from what was last taken by :meth:`changes`; ``full`` re-checks every topic."""
-        tqt = self.manager.topic_queue_table
+        m = self.manager
         groups = self._touched_groups
         if full:
-            candidates = set(tqt) | set(self._entries)
+            candidates = set(m.get_all_topic_list()) | set(self._entries)
         else:
             candidates = set(self._touched_topics)
             if groups:
-                candidates |= {t for t, qmap in tqt.items() if not groups.isdisjoint(qmap)}
+                candidates |= m.topics_served_by(groups)
                 candidates |= {t for t, names in self._entry_groups.items() if not groups.isdisjoint(names)}
+        rows = m.topic_queues(candidates)
         out = RouteChanges()
         for topic in sorted(candidates):
-            qmap = tqt.get(topic)
-            entry = _topic_entry(qmap) if qmap else None
+            qmap = rows.get(topic)
+            entry = encode_topic_entry(qmap) if qmap else None
             if entry != self._entries.get(topic):
                 out.model_topics[topic] = entry
             route = self.route(topic)
@@ -375,18 +280,17 @@ class RouteModel:
         if brokers != self._brokers:
             out.model_brokers = brokers
         out.deleted_topics = set(self._deleted)
-        self._commit(out)
+        self._commit(out, rows)
         return out
 
-    def _commit(self, out: RouteChanges) -> None:
-        tqt = self.manager.topic_queue_table
+    def _commit(self, out: RouteChanges, rows: Mapping[str, Mapping[str, QueueData]]) -> None:
         for topic, entry in out.model_topics.items():
             if entry is None:
                 self._entries.pop(topic, None)
                 self._entry_groups.pop(topic, None)
             else:
                 self._entries[topic] = entry
-                self._entry_groups[topic] = frozenset(tqt[topic])
+                self._entry_groups[topic] = frozenset(rows[topic])
         for topic, route in out.routes.items():
             if route is None:
                 self._routes.pop(topic, None)
@@ -409,47 +313,20 @@ class RouteModel:
     # -- persistence
 
     @classmethod
-    def restore(
-        cls,
-        entries: Mapping[str, bytes],
-        brokers: bytes | None,
-        settings: RouteSettings | None = None,
-        *,
-        order_message_enable: bool = False,
+    def from_snapshot(
+        cls, snap: ModelSnapshot, settings: RouteSettings | None = None, *, order_message_enable: bool = False
     ) -> RouteModel:
-        """The model as a store last wrote it (:attr:`RedisKeys.model_topics`, :attr:`RedisKeys.model_brokers`)."""
+        """The model as a store last wrote it (:func:`namesrv.routes.snapshot.decode_model` of its keys)."""
         model = cls(settings, order_message_enable=order_message_enable)
         m = model.manager
-        for topic, entry in entries.items():
-            m.topic_queue_table[topic] = {
-                name: QueueData.from_wire(q) for name, q in orjson.loads(entry).items()
-            }
-        if brokers:
-            snap = orjson.loads(brokers)
-            m.broker_addr_table = {name: BrokerData.from_wire(d) for name, d in snap.get("groups", {}).items()}
-            m.cluster_addr_table = {c: set(names) for c, names in snap.get("clusters", {}).items()}
-            for key, live in snap.get("live", {}).items():
-                cluster_name, _, addr = key.partition("|")
-                m.broker_live_table[BrokerAddrInfo(cluster_name, addr)] = BrokerLiveInfo(
-                    last_update_timestamp=int(live.get("lastUpdate") or 0),
-                    heartbeat_timeout_millis=int(live["timeoutMillis"]),
-                    data_version=DataVersion.from_wire(live.get("dataVersion")),
-                    channel=None,
-                    ha_server_addr=live.get("haServerAddr"),
-                    registered_seq=0,
-                )
-            for key, servers in snap.get("filterServers", {}).items():
-                cluster_name, _, addr = key.partition("|")
-                m.filter_server_table[BrokerAddrInfo(cluster_name, addr)] = list(servers)
-            m.topic_queue_mapping_info_table = {
-                t: {b: fastjson.loads(text) for b, text in per.items()} for t, per in snap.get("mappings", {}).items()
-            }
-            model._order_confs = {t: OrderConf.from_json(c) for t, c in snap.get("orderTopicConf", {}).items()}
-            model.order_message_enable = bool(snap.get("orderMessageEnable", False))
+        m.restore(snap)
+        model._order_confs = dict(snap.order_topic_conf)
+        model.order_message_enable = snap.order_message_enable
         # what the store holds is what was last written
-        model._entries = {t: _topic_entry(q) for t, q in m.topic_queue_table.items()}
-        model._entry_groups = {t: frozenset(q) for t, q in m.topic_queue_table.items()}
-        model._routes = {t: r for t in m.topic_queue_table if (r := model.route(t)) is not None}
+        rows = m.topic_queues(m.get_all_topic_list())
+        model._entries = {t: encode_topic_entry(q) for t, q in rows.items()}
+        model._entry_groups = {t: frozenset(q) for t, q in rows.items()}
+        model._routes = {t: r for t in rows if (r := model.route(t)) is not None}
         model._cluster = model.cluster_info()
         model._brokers = model._brokers_snapshot()
         if model.order_message_enable != order_message_enable:
@@ -484,19 +361,23 @@ class RedisRouteStore:
         return cls(redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=10), RedisKeys(prefix))
 
     def load(self, settings: RouteSettings | None = None, *, order_message_enable: bool = False) -> StoredState:
+        """The stored model, alerts and batch; raises SnapshotError when the model is not the documented one."""
         k = self.keys
-        meta = {key.decode(): value.decode() for key, value in self.client.hgetall(k.meta).items()}
-        entries = {t.decode(): e for t, e in self.client.hgetall(k.model_topics).items()}
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.hgetall(k.meta)
+            pipe.hgetall(k.model_topics)
+            pipe.get(k.model_brokers)
+            pipe.hgetall(k.alerts)
+            meta, entries, brokers, stored_alerts = pipe.execute()
+        snap = decode_model(meta, entries, brokers)
         alerts = {}
-        for incident, raw in self.client.hgetall(k.alerts).items():
+        for incident, raw in stored_alerts.items():
             try:
                 alerts[incident.decode()] = decode_alert(raw)
             except ValueError:
                 log.warning("redis: ignoring malformed alert %r", incident)
-        model = RouteModel.restore(
-            entries, self.client.get(k.model_brokers), settings, order_message_enable=order_message_enable
-        )
-        return StoredState(meta.get("lineage"), int(meta.get("batchId", -1)), model, alerts)
+        model = RouteModel.from_snapshot(snap, settings, order_message_enable=order_message_enable)
+        return StoredState(snap.lineage, -1 if snap.batch_id is None else snap.batch_id, model, alerts)
 
     def _delete_all(self, pipe: Any) -> None:
         k = self.keys
@@ -551,10 +432,7 @@ class RedisRouteStore:
             if changes.model_brokers is not None:
                 pipe.set(k.model_brokers, changes.model_brokers)
             self._alert_writes(pipe, alerts, monitor, now)
-            meta: dict[str, Any] = {"lineage": lineage, "batchId": batch_id, "updatedAt": now}
-            if watermark is not None:
-                meta["watermark"] = watermark
-            pipe.hset(k.meta, mapping=meta)
+            pipe.hset(k.meta, mapping=encode_meta(lineage, batch_id, now, watermark))
             for topic in changed:
                 pipe.publish(k.channel, topic)
             pipe.execute()

@@ -439,9 +439,7 @@ class EventPublisher(NodeObserver):
 
     def _zone_of(self, broker_name: str) -> str | None:
         # every member's registration overwrites the group's zone, so this is the one just sent
-        with self.routes.lock:
-            group = self.routes.broker_addr_table.get(broker_name)
-            return None if group is None else group.zone_name
+        return self.routes.zone_of(broker_name)
 
     def _emit(self, event_type: EventType, **fields: Any) -> Event:
         """Build, check and queue one event; one outside the schema's bounds is counted, not queued."""

@@ -9,9 +9,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
-from namesrv.protocol.types import DataVersion
+from namesrv.protocol.types import BrokerData, DataVersion, QueueData, RegisterBrokerBody
 
 
 class BrokerAddrInfo(NamedTuple):  # a tuple: hashed and built in C, on every heartbeat
@@ -23,7 +23,7 @@ class BrokerAddrInfo(NamedTuple):  # a tuple: hashed and built in C, on every he
 
 @dataclass(slots=True)
 class BrokerLiveInfo:
-    """What we know about one registered broker process; mutated only under the manager's lock."""
+    """What we know about one registered broker process (see :mod:`namesrv.routes.tables` on who may mutate it)."""
 
     last_update_timestamp: int
     heartbeat_timeout_millis: int
@@ -44,6 +44,29 @@ class BrokerLiveInfo:
     def expired(self, now_ms: int) -> bool:
         # strictly after the deadline, as Java's ``last + timeout < now``
         return self.last_update_timestamp + self.heartbeat_timeout_millis < now_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """One REGISTER_BROKER as the route tables take it (spec §3.2)."""
+
+    cluster_name: str
+    broker_addr: str
+    broker_name: str
+    broker_id: int
+    ha_server_addr: str | None
+    zone_name: str | None = None
+    #: the broker's own heartbeat timeout; None = DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
+    timeout_millis: int | None = None
+    #: None: a 4.x broker, which does not send the flag
+    enable_acting_master: bool | None = None
+    body: RegisterBrokerBody | None = None
+    #: the connection it came on; compared by identity, never used by the tables
+    channel: Hashable | None = None
+
+    @property
+    def addr_info(self) -> BrokerAddrInfo:
+        return BrokerAddrInfo(self.cluster_name, self.broker_addr)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +112,17 @@ class MinBrokerIdChange:
     offline_broker_addr: str | None
     ha_broker_addr: str | None
     notify_addrs: tuple[str, ...]
+
+    @classmethod
+    def of_group(cls, name: str, addrs: dict[int, str], offline: str | None, ha: str | None) -> MinBrokerIdChange:
+        """The change a group's members (id -> addr, as left) are told about."""
+        low = min(addrs)
+        # a departure tells everyone left; an arrival tells everyone but the new minimum (a group of
+        # one is told anyway).  Ascending ids, the order Java's HashMap<Long, String> yields small ids in.
+        ids = sorted(addrs)
+        if offline is None and len(ids) > 1:
+            ids = ids[1:]
+        return cls(name, low, addrs[low], offline, ha, tuple(addrs[i] for i in ids))
 
 
 @dataclass(slots=True)
@@ -136,6 +170,48 @@ class UnregisterOutcome:
     @property
     def fenced_count(self) -> int:
         return len(self.fenced)
+
+
+@dataclass(slots=True)
+class ProvisionalStats:
+    """What became of the provisional entries: each loaded one is confirmed or dropped once."""
+
+    loaded: int = 0
+    #: replaced by the broker's own registration
+    confirmed: int = 0
+    #: removed unconfirmed: deadline passed, or an unregistration / monitor action removed it
+    dropped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RouteCounts:
+    """How much the tables hold, for logs and stats."""
+
+    #: live entries (registered or provisional brokers)
+    brokers: int
+    groups: int
+    clusters: int
+    topics: int
+    #: the longest heartbeat timeout among the live entries (ms), 0 when there are none
+    longest_timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class RouteHealth:
+    """What the tables show is wrong with the routes now (copies), for the monitor's alerts."""
+
+    #: groups with members but none of id 0
+    masterless_groups: dict[str, BrokerData]
+    #: topics none of whose groups has a queue that is both writable and there
+    unwritable_topics: dict[str, dict[str, QueueData]]
+    #: of the topics asked about, those with no row at all, in the order asked
+    routeless_topics: list[str]
+
+
+class RouteSettingsLike(Protocol):
+    support_acting_master: bool
+    delete_topic_with_broker_registration: bool
+    notify_min_broker_id_changed: bool
 
 
 @dataclass(slots=True)

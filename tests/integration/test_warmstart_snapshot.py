@@ -12,12 +12,31 @@ from namesrv.protocol import bodies
 from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
 from namesrv.protocol.types import DataVersion
 from namesrv.routes import BrokerAddrInfo, RouteInfoManager, RouteSettings
-from namesrv.warmstart import load_model
-from tests.unit.routes_support import Clock
+from namesrv.warmstart import load_model, parse_model
+from tests.unit.routes_support import (
+    DEF_CLUSTER,
+    MASTER,
+    MASTER_ADDR,
+    Broker,
+    Clock,
+    dumped,
+    make_manager,
+    register,
+    unregister,
+)
+from tests.unit.test_warmstart import model_values
+
+
+# --------------------------------------------------------------------------- filter servers and static topics
 
 
 FILTERS_A0, FILTERS_A1 = ["10.0.1.1:1", "10.0.1.1:2"], ["10.0.1.2:1"]
 A0, A1, B0 = ("a", "10.0.0.1:1", 0), ("a", "10.0.0.2:1", 1), ("b", "10.0.0.3:1", 0)
+
+
+def as_broker(member: tuple[str, str, int]) -> Broker:
+    name, addr, bid = member
+    return Broker(cluster="C1", name=name, addr=addr, id=bid)
 
 
 def mapping(topic: str, bname: str, queues: int, epoch: int = 1) -> dict:
@@ -138,7 +157,7 @@ def test_a_warm_started_node_answers_routes_byte_for_byte_as_before_its_restart(
     assert route["filterServerTable"] == {A0[1]: FILTERS_A0, A1[1]: FILTERS_A1}
     assert set(route["topicQueueMappingByBroker"]) == {"a", "b"}
     assert answers(node) == before
-    assert len(node.routes.provisional_brokers()) == 3
+    assert all(node.routes.is_provisional("C1", b[1]) for b in (A0, A1, B0))
 
 
 def test_registrations_replace_copied_filter_servers_and_a_dropped_entry_takes_its_own(tmp_path, redis_url):
@@ -154,22 +173,34 @@ def test_registrations_replace_copied_filter_servers_and_a_dropped_entry_takes_i
     t1 = orjson.loads(node.answer("T1", 401))
     assert t1["filterServerTable"] == {A1[1]: FILTERS_A1}
     assert t1["topicQueueMappingByBroker"]["a"]["epoch"] == 2
-    assert BrokerAddrInfo("C1", A0[1]) not in node.routes.filter_server_table
+    assert BrokerAddrInfo("C1", A0[1]) not in dumped(node.routes).filter_servers
 
     # a1 never registers: dropped as the original unregisters it, filter servers included
-    original.routes.unregister_broker("C1", A1[1], "a", 1)
+    unregister(original.routes, as_broker(A1))
     clock.advance(DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS + 1)
     node.register(A0, 2, ("T1", "T2"), [], {"T1": mapping("T1", "a", 12, epoch=2)})  # a0 stays live
     node.register(B0, 1, ("T1", "T3"), [], {"T1": mapping("T1", "b", 4), "T3": mapping("T3", "b", 2)})
     assert [r.broker_addr for r in node.routes.drop_unconfirmed_provisional().applied] == [A1[1]]
-    assert BrokerAddrInfo("C1", A1[1]) not in node.routes.filter_server_table
+    assert BrokerAddrInfo("C1", A1[1]) not in dumped(node.routes).filter_servers
     assert answers(node) == answers(original)
 
     # b unregisters: its mappings stay, on both, as Java keeps them (spec §3.4)
     for n in (original, node):
-        n.routes.unregister_broker("C1", B0[1], "b", 0)
-    assert node.routes.topic_queue_mapping_info_table["T3"] == original.routes.topic_queue_mapping_info_table["T3"]
+        unregister(n.routes, as_broker(B0))
+    assert dumped(node.routes).mappings["T3"] == dumped(original.routes).mappings["T3"]
     assert answers(node) == answers(original)
+
+
+def test_a_provisional_master_replaced_at_another_address_takes_its_filter_servers_with_it():
+    meta, topics, brokers = model_values()
+    snap = orjson.loads(brokers)
+    snap["filterServers"] = {f"{DEF_CLUSTER}|{MASTER_ADDR}": ["10.0.1.1:1"]}
+    mgr, _ = make_manager()
+    load_model(mgr, parse_model(meta, topics, orjson.dumps(snap)), "test", 0)
+    assert mgr.pickup_topic_route_data("TopicA").filter_server_table == {MASTER_ADDR: ["10.0.1.1:1"]}
+    register(mgr, MASTER.but(addr="10.9.9.9:10911", dv=DataVersion(1, state_version=0, timestamp=1)), "TopicA")
+    assert BrokerAddrInfo(DEF_CLUSTER, MASTER_ADDR) not in dumped(mgr).filter_servers
+    assert mgr.provisional_stats.dropped == 1
 
 
 def test_a_snapshot_older_than_filter_servers_and_mappings_loads_the_rest_as_before(tmp_path, redis_url):
@@ -184,8 +215,9 @@ def test_a_snapshot_older_than_filter_servers_and_mappings_loads_the_rest_as_bef
     finally:
         client.close()
     node = warm_node(tmp_path, redis_url, "fs3", Clock())
-    assert node.routes.filter_server_table == {} and node.routes.topic_queue_mapping_info_table == {}
-    assert len(node.routes.provisional_brokers()) == 3
+    snap = dumped(node.routes)
+    assert snap.filter_servers == {} and snap.mappings == {}
+    assert all(node.routes.is_provisional("C1", b[1]) for b in (A0, A1, B0))
     for topic in TOPICS:
         want = original.answer(topic, 401)
         if want is None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from namesrv.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
-from namesrv.routes import RegisterBrokerResult, RouteInfoManager, RouteSettings
+from namesrv.routes import BrokerAddrInfo, RegisterBrokerResult, RouteInfoManager, RouteSettings, UnregisterRequest
+from namesrv.routes.model import Registration
+from namesrv.routes.snapshot import ModelSnapshot, SnapshotBroker, decode_model
 
 DEF_CLUSTER = "Default_Cluster"
 DEF_BROKER = "Default_Broker"
@@ -65,8 +67,7 @@ def topic_configs(*topics: str, rq: int = 8, wq: int = 8, perm: int = 6, sys_fla
     return table
 
 
-def register(
-    mgr: RouteInfoManager,
+def registration(
     broker: Broker,
     *topics: str,
     channel: object | None = None,
@@ -75,21 +76,43 @@ def register(
     configs: dict[str, TopicConfig] | None = None,
     filter_servers: list[str] | None = None,
     mappings: dict | None = None,
-) -> RegisterBrokerResult | None:
+) -> Registration:
     body = RegisterBrokerBody(
         data_version=broker.dv,
         topic_config_table=topic_configs(*topics) if configs is None else configs,
         filter_server_list=[] if filter_servers is None else filter_servers,
         topic_queue_mapping_info_map=mappings or {},
     )
-    return mgr.register_broker(
-        broker.cluster, broker.addr, broker.name, broker.id, broker.ha, zone, timeout, broker.acting, body,
-        channel if channel is not None else object(),
-    )
+    return Registration(broker.cluster, broker.addr, broker.name, broker.id, broker.ha, zone, timeout, broker.acting,
+                        body, channel if channel is not None else object())  # fmt: skip
+
+
+def register(mgr: RouteInfoManager, broker: Broker, *topics: str, **kw) -> RegisterBrokerResult | None:
+    """One REGISTER_BROKER through the manager; ``kw`` as :func:`registration` takes them."""
+    r = registration(broker, *topics, **kw)
+    return mgr.register_broker(r.cluster_name, r.broker_addr, r.broker_name, r.broker_id, r.ha_server_addr,
+                               r.zone_name, r.timeout_millis, r.enable_acting_master, r.body, r.channel)  # fmt: skip
 
 
 def unregister(mgr: RouteInfoManager, broker: Broker):
-    return mgr.unregister_broker(broker.cluster, broker.addr, broker.name, broker.id)
+    """An UNREGISTER_BROKER decided and applied now (so never fenced)."""
+    return mgr.unregister_brokers(
+        [UnregisterRequest(broker.cluster, broker.addr, broker.name, broker.id, mgr.next_seq())]
+    )
+
+
+def members(mgr: RouteInfoManager, broker_name: str = DEF_BROKER) -> dict[int, str]:
+    """The group's id -> address, as GET_BROKER_CLUSTER_INFO shows it."""
+    return mgr.get_all_cluster_info()[0][broker_name].broker_addrs
+
+
+def dumped(mgr: RouteInfoManager) -> ModelSnapshot:
+    """Groups, live entries, filter servers and mappings as the manager writes them for the job's model."""
+    return decode_model({}, {}, mgr.encode_model_brokers())
+
+
+def live_entry(mgr: RouteInfoManager, cluster: str, addr: str) -> SnapshotBroker | None:
+    return dumped(mgr).live.get(BrokerAddrInfo(cluster, addr))
 
 
 def addrs_of(mgr: RouteInfoManager, topic: str, broker_name: str = DEF_BROKER) -> dict[int, str]:

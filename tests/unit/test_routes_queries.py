@@ -6,6 +6,8 @@ import pytest
 
 from namesrv.protocol.codes import SYNC_BROKER_MEMBER_GROUP_PREFIX, Perm, TopicSysFlag
 from namesrv.protocol.types import BrokerData, DataVersion, QueueData, RegisterBrokerBody, TopicConfig
+from namesrv.routes.queries import pickup_topic_route_data
+from namesrv.routes.tables import RouteTables
 from routes_support import (
     DEF_BROKER,
     DEF_CLUSTER,
@@ -16,6 +18,7 @@ from routes_support import (
     SLAVE_ADDR,
     addrs_of,
     make_manager,
+    members,
     register,
     topic_configs,
     unregister,
@@ -45,10 +48,9 @@ def test_pickup_route_one_then_two_brokers():
 
 
 def test_route_whose_brokers_are_all_gone_is_none():
-    mgr, _ = make_manager()
-    register(mgr, MASTER, "T")
-    del mgr.broker_addr_table[DEF_BROKER]  # a topic left pointing at nothing
-    assert mgr.pickup_topic_route_data("T") is None
+    # a topic left pointing at nothing (the job restores whatever its snapshot holds)
+    t = RouteTables(topic_queue_table={"T": {DEF_BROKER: QueueData(DEF_BROKER, 8, 8, RW)}})
+    assert pickup_topic_route_data(t, "T", support_acting_master=False) is None
 
 
 def test_route_broker_datas_are_copies():
@@ -133,7 +135,7 @@ def test_cluster_info_two_clusters():
     brokers[DEF_BROKER].broker_addrs.clear()
     clusters[DEF_CLUSTER].clear()
     assert mgr.get_all_cluster_info()[1][DEF_CLUSTER] == {DEF_BROKER}
-    assert mgr.broker_addr_table[DEF_BROKER].broker_addrs == {0: MASTER_ADDR}
+    assert members(mgr) == {0: MASTER_ADDR}
 
 
 def test_delete_topic_everywhere_and_per_cluster():
@@ -247,18 +249,14 @@ def test_earlier_routes_are_not_changed_by_later_writes():
     assert before.queue_datas[0].perm == RW
 
 
-def test_data_version_queries():
+def test_query_data_version_answers_the_registered_data_version_of_that_cluster_and_address():
     mgr, _ = make_manager()
-    assert mgr.is_topic_config_changed(DEF_CLUSTER, MASTER_ADDR, DV1, DEF_BROKER, "TestTopic")
+    assert mgr.touch(DEF_CLUSTER, MASTER_ADDR) is None
     register(mgr, MASTER, "TestTopic")
-    assert mgr.query_broker_topic_config(DEF_CLUSTER, MASTER_ADDR) == DV1
-    assert not mgr.is_broker_topic_config_changed(DEF_CLUSTER, MASTER_ADDR, DV1)
-    assert mgr.is_broker_topic_config_changed(DEF_CLUSTER, MASTER_ADDR, DataVersion(DV1.counter, 0, DV1.timestamp + 1000))
-    assert mgr.is_broker_topic_config_changed(DEF_CLUSTER, MASTER_ADDR, DataVersion(DV1.counter + 1, 0, DV1.timestamp))
-    assert mgr.is_broker_topic_config_changed(DEF_CLUSTER, MASTER_ADDR, None)
-    assert mgr.is_broker_topic_config_changed("other", MASTER_ADDR, DV1)
-    assert not mgr.is_topic_config_changed(DEF_CLUSTER, MASTER_ADDR, DV1, DEF_BROKER, "TestTopic")
-    assert mgr.is_topic_config_changed(DEF_CLUSTER, MASTER_ADDR, DV1, DEF_BROKER, "TestTopic1")
+    assert mgr.touch(DEF_CLUSTER, MASTER_ADDR) == DV1
+    assert mgr.touch("other", MASTER_ADDR) is None
+    register(mgr, MASTER.but(dv=DataVersion(DV1.counter, 0, DV1.timestamp + 1000)), "TestTopic")
+    assert mgr.touch(DEF_CLUSTER, MASTER_ADDR) == DataVersion(DV1.counter, 0, DV1.timestamp + 1000)
 
 
 # --- a 3 x 3 cluster (RouteInfoManagerStaticRegisterTest / BrokerRegisterTest / BrokerPermTest) --

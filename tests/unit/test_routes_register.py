@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from namesrv.protocol.codes import Perm
 from namesrv.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig
+from namesrv.routes import RouteSettings
+from namesrv.routes.register import register_broker
+from namesrv.routes.tables import RouteTables
 from routes_support import (
     DEF_BROKER,
     DEF_CLUSTER,
@@ -15,9 +18,13 @@ from routes_support import (
     SLAVE,
     SLAVE_ADDR,
     addrs_of,
+    dumped,
+    live_entry,
     make_manager,
+    members,
     perm_of,
     register,
+    registration,
     topic_configs,
     unregister,
 )
@@ -34,10 +41,10 @@ def test_master_result_is_empty_and_slave_learns_master_ha_address():
 
 
 def test_slave_gets_no_master_address_when_master_is_not_live():
-    mgr, _ = make_manager()
-    register(mgr, MASTER, "TestTopic")
-    mgr.broker_live_table.clear()  # master's live entry gone, membership kept
-    slave = register(mgr, SLAVE, "TestTopic")
+    t, settings = RouteTables(), RouteSettings()
+    register_broker(t, settings, 0, registration(MASTER, "TestTopic"))
+    t.broker_live_table.clear()  # master's live entry gone, membership kept
+    slave = register_broker(t, settings, 0, registration(SLAVE, "TestTopic"))
     assert slave.master_addr is None and slave.ha_server_addr is None
 
 
@@ -87,7 +94,7 @@ def test_same_address_keeps_one_id_in_a_group():
     mgr, _ = make_manager()
     register(mgr, SLAVE, "TestTopic")
     register(mgr, SLAVE.but(id=0), "TestTopic")  # the slave is promoted in place
-    assert mgr.broker_addr_table[DEF_BROKER].broker_addrs == {0: SLAVE_ADDR}
+    assert members(mgr) == {0: SLAVE_ADDR}
 
 
 def test_master_change_to_the_old_slave_address():
@@ -105,12 +112,12 @@ def test_state_version_conflict_ignores_the_registration_and_drops_its_live_entr
     register(mgr, MASTER.but(dv=DataVersion(1, state_version=5, timestamp=1)), "TestTopic")
     intruder = SLAVE.but(addr="127.0.0.1:19999", dv=DataVersion(9, state_version=4, timestamp=2))
     register(mgr, intruder, "TestTopic")
-    assert mgr.query_broker_topic_config(DEF_CLUSTER, "127.0.0.1:19999") is not None
+    assert live_entry(mgr, DEF_CLUSTER, "127.0.0.1:19999") is not None
     res = register(mgr, intruder.but(id=0), "TestTopic", "Other")
     assert res is not None and res.conflict and res.master_addr is None and res.registered_seq is None
     # the role-switch step ran before the check and is not undone: its id-1 entry is gone too
-    assert mgr.broker_addr_table[DEF_BROKER].broker_addrs == {0: MASTER_ADDR}
-    assert mgr.query_broker_topic_config(DEF_CLUSTER, "127.0.0.1:19999") is None
+    assert members(mgr) == {0: MASTER_ADDR}
+    assert live_entry(mgr, DEF_CLUSTER, "127.0.0.1:19999") is None
     assert mgr.pickup_topic_route_data("Other") is None
 
 
@@ -119,17 +126,16 @@ def test_equal_or_newer_state_version_takes_over_the_id():
     register(mgr, MASTER.but(dv=DataVersion(1, state_version=5, timestamp=1)), "TestTopic")
     res = register(mgr, MASTER.but(addr="127.0.0.1:19999", dv=DataVersion(1, state_version=5, timestamp=2)), "TestTopic")
     assert not res.conflict
-    assert mgr.broker_addr_table[DEF_BROKER].broker_addrs == {0: "127.0.0.1:19999"}
+    assert members(mgr) == {0: "127.0.0.1:19999"}
 
 
 def test_single_topic_guard_rejects_and_leaves_an_empty_broker_data():
     mgr, _ = make_manager()
     res = register(mgr, MASTER, configs={"Only": TopicConfig("Only")})
     assert res is None
-    bd = mgr.broker_addr_table[DEF_BROKER]
-    assert bd.broker_addrs == {}
+    assert members(mgr) == {}
     assert DEF_BROKER in mgr.get_all_cluster_info()[1][DEF_CLUSTER]
-    assert mgr.query_broker_topic_config(DEF_CLUSTER, MASTER_ADDR) is None
+    assert live_entry(mgr, DEF_CLUSTER, MASTER_ADDR) is None
     assert mgr.pickup_topic_route_data("Only") is None
     # a registration with zero topics passes the guard, and later one-topic ones are fine
     assert register(mgr, MASTER, configs={}) is not None
@@ -298,7 +304,7 @@ def test_static_topic_mappings_are_stored_by_bname_and_returned_in_routes():
     assert mgr.pickup_topic_route_data("baseTopic").topic_queue_mapping_by_broker is None
     # deleting the topic keeps mappings, as Java does
     mgr.delete_topic("S")
-    assert mgr.topic_queue_mapping_info_table["S"] == {DEF_BROKER: info}
+    assert dumped(mgr).mappings["S"] == {DEF_BROKER: info}
 
 
 def test_filter_servers_are_stored_per_cluster_and_addr_and_cleared_by_an_empty_list():
@@ -346,8 +352,9 @@ def test_broker_data_cluster_is_fixed_at_creation():
     mgr, _ = make_manager()
     register(mgr, MASTER, "T")
     register(mgr, SLAVE.but(cluster="Other"), "T")
-    assert mgr.broker_addr_table[DEF_BROKER].cluster == DEF_CLUSTER
-    assert DEF_BROKER in mgr.cluster_addr_table["Other"]
+    groups, clusters = mgr.get_all_cluster_info()
+    assert groups[DEF_BROKER].cluster == DEF_CLUSTER
+    assert DEF_BROKER in clusters["Other"]
 
 
 def test_min_broker_id_change_is_reported_only_when_enabled():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from namesrv.protocol.codes import Perm
 from namesrv.protocol.types import DataVersion
-from namesrv.routes import BrokerAddrInfo, FenceReason, UnregisterRequest
+from namesrv.routes import FenceReason, UnregisterRequest
 from routes_support import (
     DEF_BROKER,
     DEF_CLUSTER,
@@ -13,7 +13,10 @@ from routes_support import (
     SLAVE,
     SLAVE_ADDR,
     addrs_of,
+    dumped,
+    live_entry,
     make_manager,
+    members,
     perm_of,
     register,
     unregister,
@@ -57,7 +60,7 @@ def test_unregister_master_with_acting_master_shows_slave_as_read_only_master():
     assert len(route.broker_datas) == 1 and route.broker_datas[0].broker_addrs == {0: SLAVE_ADDR}
     assert [q.perm for q in route.queue_datas] == [int(Perm.READ)]
     # the table itself still says id 1: only the answer is rewritten
-    assert mgr.broker_addr_table[DEF_BROKER].broker_addrs == {1: SLAVE_ADDR}
+    assert members(mgr) == {1: SLAVE_ADDR}
 
 
 def test_unregister_master_old_version_keeps_perm_and_no_id_zero():
@@ -114,7 +117,7 @@ def test_unregister_member_two_of_three():
     mgr, _ = make_manager()
     for i in range(3):
         register(mgr, MASTER.but(id=i, addr=f"cluster-broker-0:{i}", acting=False), "topic-0")
-    mgr.unregister_broker(DEF_CLUSTER, "cluster-broker-0:2", DEF_BROKER, 2)
+    unregister(mgr, MASTER.but(id=2, addr="cluster-broker-0:2"))
     assert set(addrs_of(mgr, "topic-0")) == {0, 1}
 
 
@@ -124,11 +127,11 @@ def test_same_addr_in_two_clusters_are_separate_brokers():
     b1 = b0.but(cluster="default-cluster-1", name="default-broker-1", dv=DataVersion(20, 0, 200))
     register(mgr, b0, "unit-test0", "unit-test1")
     register(mgr, b1, "unit-test-0", "unit-test-1")
-    assert mgr.query_broker_topic_config("default-cluster", MASTER_ADDR) == DataVersion(10, 0, 100)
-    assert mgr.query_broker_topic_config("default-cluster-1", MASTER_ADDR) == DataVersion(20, 0, 200)
+    assert live_entry(mgr, "default-cluster", MASTER_ADDR).data_version == DataVersion(10, 0, 100)
+    assert live_entry(mgr, "default-cluster-1", MASTER_ADDR).data_version == DataVersion(20, 0, 200)
     unregister(mgr, b1)
-    assert mgr.query_broker_topic_config("default-cluster", MASTER_ADDR) == DataVersion(10, 0, 100)
-    assert mgr.query_broker_topic_config("default-cluster-1", MASTER_ADDR) is None
+    assert live_entry(mgr, "default-cluster", MASTER_ADDR).data_version == DataVersion(10, 0, 100)
+    assert live_entry(mgr, "default-cluster-1", MASTER_ADDR) is None
     assert mgr.pickup_topic_route_data("unit-test0") is not None
 
 
@@ -189,13 +192,12 @@ def test_expiry_by_default_timeout_at_exactly_timeout_plus_one_ms():
     mgr, clock = make_manager()
     register(mgr, MASTER, "T")
     clock.advance(120_000)
-    assert mgr.scan_not_active_broker() == []
     assert mgr.expire_inactive().applied == []
     clock.advance(1)
-    (req,) = mgr.scan_not_active_broker()
-    assert (req.broker_addr, req.broker_name, req.broker_id) == (MASTER_ADDR, DEF_BROKER, 0)
     out = mgr.expire_inactive()
-    assert len(out.applied) == 1 and len(out.removed_channels) == 1
+    (req,) = out.applied
+    assert (req.broker_addr, req.broker_name, req.broker_id) == (MASTER_ADDR, DEF_BROKER, 0)
+    assert len(out.removed_channels) == 1
     assert mgr.pickup_topic_route_data("T") is None
 
 
@@ -207,9 +209,9 @@ def test_expiry_uses_the_per_broker_timeout_and_heartbeats_postpone_it():
     assert mgr.update_broker_info_update_timestamp(DEF_CLUSTER, MASTER_ADDR)
     assert not mgr.update_broker_info_update_timestamp(DEF_CLUSTER, "unknown:1")
     clock.advance(30_000)
-    assert mgr.scan_not_active_broker() == []
+    assert mgr.expire_inactive().applied == []
     clock.advance(1)
-    assert [r.broker_addr for r in mgr.scan_not_active_broker()] == [MASTER_ADDR]
+    assert [r.broker_addr for r in mgr.expire_inactive().applied] == [MASTER_ADDR]
     assert mgr.last_seen(DEF_CLUSTER, SLAVE_ADDR) == clock.now - 50_001
 
 
@@ -227,10 +229,9 @@ def test_expiry_of_a_live_broker_outside_any_group_removes_the_live_entry():
     register(mgr, MASTER, "T")
     register(mgr, SLAVE.but(cluster="Other"), "T")
     clock.advance(120_001)
-    reqs = {r.broker_addr: r for r in mgr.scan_not_active_broker()}
+    reqs = {r.broker_addr: r for r in mgr.expire_inactive().applied}
     assert reqs[SLAVE_ADDR].broker_name is None and reqs[SLAVE_ADDR].broker_id is None
-    mgr.unregister_brokers(reqs.values())
-    assert mgr.live_brokers() == []
+    assert dumped(mgr).live == {}
 
 
 # --- fencing ----------------------------------------------------------------------------------
@@ -253,12 +254,11 @@ def test_stale_unregister_decided_before_reregistration_is_fenced_fresh_one_appl
     assert mgr.pickup_topic_route_data("T") is None
 
 
-def test_expiry_decision_is_fenced_by_a_later_heartbeat():
+def test_a_monitor_expiry_decision_is_fenced_by_a_later_heartbeat():
     mgr, clock = make_manager()
     register(mgr, MASTER, "T")
     clock.advance(120_001)
-    decided = mgr.scan_not_active_broker()
-    assert len(decided) == 1
+    decided = [mgr.build_unregister_request(DEF_CLUSTER, MASTER_ADDR)]  # as an EXPIRE action is applied
     mgr.update_broker_info_update_timestamp(DEF_CLUSTER, MASTER_ADDR)
     out = mgr.unregister_brokers(decided)
     assert out.fenced_count == 1 and mgr.pickup_topic_route_data("T") is not None
@@ -282,7 +282,7 @@ def test_unregister_of_unknown_group_or_address_only_clears_liveness():
     mgr, _ = make_manager()
     register(mgr, MASTER, "T")
     out = mgr.unregister_brokers([UnregisterRequest(DEF_CLUSTER, MASTER_ADDR, "NoSuchGroup", 0, mgr.next_seq())])
-    assert out.applied and mgr.live_brokers() == []
+    assert out.applied and dumped(mgr).live == {}
     assert addrs_of(mgr, "T") == {0: MASTER_ADDR}
 
 
@@ -301,16 +301,6 @@ def test_min_broker_id_change_on_unregister_goes_to_the_remaining_members():
     register(mgr2, MASTER.but(acting=False), "T")
     register(mgr2, SLAVE.but(acting=False), "T")
     assert unregister(mgr2, MASTER).min_broker_id_changes == []
-
-
-def test_live_brokers_snapshot_is_a_copy():
-    mgr, clock = make_manager()
-    register(mgr, MASTER, "T", timeout=5_000)
-    ((key, live),) = mgr.live_brokers()
-    assert key == BrokerAddrInfo(DEF_CLUSTER, MASTER_ADDR)
-    assert live.heartbeat_timeout_millis == 5_000 and live.last_update_timestamp == clock.now
-    live.last_update_timestamp = 0
-    assert mgr.last_seen(DEF_CLUSTER, MASTER_ADDR) == clock.now
 
 
 def test_min_broker_id_change_on_unregister_carries_the_offline_address_and_no_ha_address():

@@ -5,6 +5,8 @@ import logging
 import pytest
 
 from namesrv.protocol.types import BrokerData, QueueData
+from namesrv.routes.queries import route_health
+from namesrv.routes.tables import RouteTables
 from streaming.alerts import (
     Alert,
     AlertBook,
@@ -48,7 +50,8 @@ def test_route_incidents_find_masterless_groups_unwritable_and_lost_topics():
         "ok": {"b": QueueData("b", 4, 4, 6)},
         "ro": {"b": QueueData("b", 4, 4, 4), "a": QueueData("a", 4, 0, 6)},
     }
-    found = route_incidents(groups, topics, lost_topics={"gone", "ok"}, at=T0)
+    health = route_health(RouteTables(topic_queue_table=topics, broker_addr_table=groups), ["gone", "ok"])
+    found = route_incidents(health, at=T0)
     assert set(found) == {"GROUP_WITHOUT_MASTER|C|a", "TOPIC_NOT_WRITABLE|ro", "TOPIC_NOT_WRITABLE|gone"}
     assert all(a.severity is Severity.CRITICAL for a in found.values())
 

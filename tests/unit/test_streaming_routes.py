@@ -24,8 +24,14 @@ from namesrv.protocol.codes import ORDER_TOPIC_CONFIG, ZONE_NAME_EXT, RequestCod
 from namesrv.protocol.command import request
 from namesrv.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig
 from namesrv.routes import RouteInfoManager, RouteSettings
+from namesrv.routes.snapshot import decode_model
 from streaming.routes import RedisKeys, RouteModel
 from tests.support.route_events import A0, A1, B0, CLUSTER, T0, reg_event
+
+
+def restore(entries: dict[str, bytes], brokers: bytes | None, *, order_message_enable: bool = False) -> RouteModel:
+    """The model a restarted job reads back from what ``changes`` wrote."""
+    return RouteModel.from_snapshot(decode_model({}, entries, brokers), order_message_enable=order_message_enable)
 
 
 def node_register(m: RouteInfoManager, e: Event) -> None:
@@ -268,7 +274,7 @@ def test_a_restored_model_keeps_filter_servers_and_mappings():
     entries = {t: e for t, e in written.model_topics.items() if e is not None}
     assert b'"filterServers"' in written.model_brokers and b'"mappings"' in written.model_brokers
 
-    restored = RouteModel.restore(entries, written.model_brokers)
+    restored = restore(entries, written.model_brokers)
     same(restored, node)
     assert restored.changes().empty  # it knows what is already written
 
@@ -389,7 +395,7 @@ def test_a_restored_model_keeps_order_conf_and_a_flipped_switch_rewrites_the_rou
     written = nj.model.changes(full=True)
     entries = {t: e for t, e in written.model_topics.items() if e is not None}
 
-    restored = RouteModel.restore(entries, written.model_brokers, order_message_enable=True)
+    restored = restore(entries, written.model_brokers, order_message_enable=True)
     assert restored.changes().empty  # it knows what is already written
     nj.model = restored
     nj.check("T1", "T2")
@@ -406,9 +412,9 @@ def test_a_restored_model_keeps_order_conf_and_a_flipped_switch_rewrites_the_rou
     assert set(changes.routes) == {"T1"} and changes.model_brokers is not None
 
     # restarted with the switch off: the next batch rewrites T1 without its conf
-    off = RouteModel.restore(entries, changes.model_brokers, order_message_enable=False)
+    off = restore(entries, changes.model_brokers, order_message_enable=False)
     changes = off.changes()
     assert set(changes.routes) == {"T1"} and "orderTopicConf" not in orjson.loads(changes.routes["T1"])
     # and back on: the conf comes back, though no ORDER_TOPIC_CONF event arrived meanwhile
-    on = RouteModel.restore(entries, changes.model_brokers, order_message_enable=True)
+    on = restore(entries, changes.model_brokers, order_message_enable=True)
     assert orjson.loads(on.changes().routes["T1"])["orderTopicConf"] == "a:4"

@@ -14,10 +14,9 @@ import orjson
 import pytest
 
 from namesrv.config import NamesrvConfig
-from namesrv.protocol import bodies
 from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
 from namesrv.protocol.types import DataVersion, QueueData
-from namesrv.routes import BrokerAddrInfo, RouteInfoManager, RouteSettings
+from namesrv.routes import BrokerAddrInfo, RouteInfoManager
 from namesrv.warmstart import (
     RedisModel,
     WarmStartError,
@@ -35,10 +34,14 @@ from routes_support import (
     MASTER_HA,
     SLAVE,
     SLAVE_ADDR,
+    Broker,
     Clock,
+    dumped,
+    live_entry,
     make_manager,
     register,
     topic_configs,
+    unregister,
 )
 
 TIMEOUT = 10_000
@@ -108,25 +111,6 @@ def test_parse_reads_meta_rows_groups_and_live_entries():
     assert (master.timeout_millis, master.data_version, master.ha_server_addr) == (TIMEOUT, DV, MASTER_HA)
 
 
-@pytest.mark.parametrize(
-    "values",
-    [
-        ({}, {b"T": b"not json"}, None),
-        ({}, {b"T": orjson.dumps({"b": {"readQueueNums": 1}})}, None),  # no brokerName
-        ({}, {}, b'{"live": {"no-bar": {}}}'),
-        ({}, {}, b"[1, 2]"),
-        ({b"batchId": b"x"}, {}, None),
-        ({}, {}, b'{"filterServers": {"C|a:1": "a:2"}}'),
-        ({}, {}, b'{"filterServers": {"no-bar": []}}'),
-        ({}, {}, b'{"mappings": {"T": {"b": "{not json"}}}'),
-        ({}, {}, b'{"mappings": {"T": ["b"]}}'),
-    ],
-)
-def test_malformed_values_raise_warm_start_error(values):
-    with pytest.raises(WarmStartError):
-        parse_model(*values)
-
-
 def test_loaded_routes_and_cluster_info_answer_at_once_and_every_entry_is_provisional():
     mgr, _ = warm()
     assert route_brokers(mgr, "TopicA") == {DEF_BROKER, OTHER}
@@ -134,32 +118,8 @@ def test_loaded_routes_and_cluster_info_answer_at_once_and_every_entry_is_provis
     assert clusters == {DEF_CLUSTER: {DEF_BROKER, OTHER}}
     assert brokers[DEF_BROKER].broker_addrs == {0: MASTER_ADDR, 1: SLAVE_ADDR}
     assert mgr.is_provisional(DEF_CLUSTER, MASTER_ADDR) and mgr.is_provisional(DEF_CLUSTER, OTHER_ADDR)
-    assert len(mgr.provisional_brokers()) == 3 and mgr.provisional_stats.loaded == 3
-    master = mgr.broker_live_table[BrokerAddrInfo(DEF_CLUSTER, MASTER_ADDR)]
-    assert master.channel is None and master.heartbeat_timeout_millis == TIMEOUT
-
-
-def test_load_matches_the_streaming_model_it_came_from():
-    """What the job's own RouteModel writes loads back into the same answers."""
-    routes = pytest.importorskip("streaming.routes")
-    model = routes.RouteModel(RouteSettings())
-    from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo
-
-    for name, addr, bid in ((DEF_BROKER, MASTER_ADDR, 0), (DEF_BROKER, SLAVE_ADDR, 1), (OTHER, OTHER_ADDR, 0)):
-        model.apply_event(Event(
-            EventType.REGISTER, "n1", 1_700_000_000_000, 1, cluster_name=DEF_CLUSTER, broker_name=name,
-            broker_id=bid, broker_addr=addr, ha_server_addr=None, heartbeat_timeout_millis=TIMEOUT,
-            data_version=DataVersionInfo(1, 0, 5),
-            topics={"TopicA": QueueInfo(8, 8, 6, 0), f"T-{name}": QueueInfo(4, 4, 6, 0)},
-        ))  # fmt: skip
-    changes = model.changes(full=True)
-    entries = {t.encode(): e for t, e in changes.model_topics.items()}
-    mgr, _ = make_manager()
-    load_model(mgr, parse_model({b"batchId": b"3"}, entries, changes.model_brokers), "test", 0)
-    for topic in model.topics():
-        assert bodies.encode_route(mgr.pickup_topic_route_data(topic), standard=True) == model.route(topic)
-    assert bodies.encode_cluster_info(*mgr.get_all_cluster_info()) == model.cluster_info()
-    assert mgr.provisional_stats.loaded == 3
+    assert mgr.is_provisional(DEF_CLUSTER, SLAVE_ADDR) and mgr.provisional_stats.loaded == 3
+    assert live_entry(mgr, DEF_CLUSTER, MASTER_ADDR).timeout_millis == TIMEOUT
 
 
 def test_group_member_without_live_info_gets_the_default_timeout():
@@ -168,8 +128,7 @@ def test_group_member_without_live_info_gets_the_default_timeout():
     del snap["live"][f"{DEF_CLUSTER}|{SLAVE_ADDR}"]
     mgr, _ = make_manager()
     load_model(mgr, parse_model(meta, topics, orjson.dumps(snap)), "test", 0)
-    slave = mgr.broker_live_table[BrokerAddrInfo(DEF_CLUSTER, SLAVE_ADDR)]
-    assert slave.heartbeat_timeout_millis == DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
+    assert live_entry(mgr, DEF_CLUSTER, SLAVE_ADDR).timeout_millis == DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
     assert mgr.is_provisional(DEF_CLUSTER, SLAVE_ADDR)
 
 
@@ -178,7 +137,7 @@ def test_rows_of_unknown_groups_are_not_loaded():
     topics[b"Orphan"] = orjson.dumps({"nobody": QueueData("nobody", 1, 1, 6, 0).to_wire()})
     mgr, _ = make_manager()
     load_model(mgr, parse_model(meta, topics, brokers), "test", 0)
-    assert "Orphan" not in mgr.topic_queue_table
+    assert "Orphan" not in mgr.get_all_topic_list()
 
 
 def test_load_refuses_tables_that_are_not_empty():
@@ -222,8 +181,6 @@ def test_provisional_entries_answer_no_broker_request():
     # QUERY_DATA_VERSION / heartbeats: as if unregistered, so the broker registers even with an equal DataVersion
     assert mgr.touch(DEF_CLUSTER, MASTER_ADDR) is None
     assert not mgr.update_broker_info_update_timestamp(DEF_CLUSTER, MASTER_ADDR)
-    assert mgr.query_broker_topic_config(DEF_CLUSTER, MASTER_ADDR) is None
-    assert mgr.is_broker_topic_config_changed(DEF_CLUSTER, MASTER_ADDR, DV)
     # a slave is not sent to a master that has not registered here
     slave = register(mgr, SLAVE.but(dv=DV), "TopicA")
     assert slave.master_addr is None and slave.ha_server_addr is None
@@ -240,7 +197,7 @@ def test_a_provisional_holder_never_wins_the_state_version_check():
     assert result is not None and not result.conflict
     assert mgr.get_all_cluster_info()[0][DEF_BROKER].broker_addrs[0] == newcomer.addr
     # the replaced provisional entry is gone at once
-    assert BrokerAddrInfo(DEF_CLUSTER, MASTER_ADDR) not in mgr.broker_live_table
+    assert mgr.last_seen(DEF_CLUSTER, MASTER_ADDR) is None
     assert mgr.provisional_stats.dropped == 1
     assert mgr.pickup_topic_route_data("Gone") is None
 
@@ -262,7 +219,7 @@ def test_unconfirmed_entries_drop_strictly_after_their_own_timeout_and_the_scan_
     clock.advance(TIMEOUT)
     assert mgr.drop_unconfirmed_provisional().applied == []
     clock.advance(1)
-    assert mgr.scan_not_active_broker() == []  # the expiry scan never takes a provisional entry
+    assert mgr.expire_inactive().applied == []  # the expiry scan never takes a provisional entry
     dropped = mgr.drop_unconfirmed_provisional()
     assert [r.broker_addr for r in dropped.applied] == [SLAVE_ADDR]
     assert mgr.get_all_cluster_info()[0][DEF_BROKER].broker_addrs == {0: MASTER_ADDR}
@@ -279,7 +236,7 @@ def test_unconfirmed_entries_drop_strictly_after_their_own_timeout_and_the_scan_
 
 def test_an_unregistration_of_a_provisional_broker_counts_as_dropped():
     mgr, _ = warm()
-    mgr.unregister_broker(DEF_CLUSTER, OTHER_ADDR, OTHER, 0)
+    unregister(mgr, Broker(name=OTHER, addr=OTHER_ADDR))
     assert not mgr.is_provisional(DEF_CLUSTER, OTHER_ADDR) and mgr.provisional_stats.dropped == 1
     assert mgr.pickup_topic_route_data("OnlyB") is None
 
@@ -296,7 +253,7 @@ def test_drop_task_sleeps_until_each_deadline_and_ends_when_nothing_is_provision
     with caplog.at_level(logging.WARNING, "namesrv.warmstart"):
         asyncio.run(drop_unconfirmed(mgr, sleep))
     assert slept == [(TIMEOUT + 1) / 1000, TIMEOUT / 1000]
-    assert mgr.provisional_brokers() == []
+    assert mgr.next_provisional_deadline() is None
     assert "1 confirmed by registering, 2 dropped" in caplog.text
 
 
@@ -353,7 +310,7 @@ def test_warm_start_failures_start_empty_with_a_warning(caplog, error, logged):
     with caplog.at_level(logging.WARNING, "namesrv.warmstart"):
         assert asyncio.run(warm_start(config(), mgr, read=read)) is None
     assert logged in caplog.text and "starting with empty route tables" in caplog.text
-    assert mgr.broker_addr_table == {} and mgr.provisional_stats.loaded == 0
+    assert mgr.get_all_cluster_info() == ({}, {}) and mgr.provisional_stats.loaded == 0
 
 
 def test_warm_start_with_nothing_written_starts_empty(caplog):
@@ -386,5 +343,5 @@ def test_a_provisional_master_replaced_at_another_address_takes_its_filter_serve
     load_model(mgr, parse_model(meta, topics, orjson.dumps(snap)), "test", 0)
     assert mgr.pickup_topic_route_data("TopicA").filter_server_table == {MASTER_ADDR: ["10.0.1.1:1"]}
     register(mgr, MASTER.but(addr="10.9.9.9:10911", dv=DataVersion(1, state_version=0, timestamp=1)), "TopicA")
-    assert BrokerAddrInfo(DEF_CLUSTER, MASTER_ADDR) not in mgr.filter_server_table
+    assert BrokerAddrInfo(DEF_CLUSTER, MASTER_ADDR) not in dumped(mgr).filter_servers
     assert mgr.provisional_stats.dropped == 1

@@ -1,0 +1,102 @@
+"""The route tables as plain data: RocketMQ's ``RouteInfoManager`` fields, and nothing else.
+
+Theory of operation
+-------------------
+Six tables, named as in RocketMQ:
+
+* ``topic_queue_table``   topic -> broker name -> QueueData (frozen; replaced, never mutated)
+* ``broker_addr_table``   broker name -> BrokerData (group membership, id -> addr; 0 is master)
+* ``cluster_addr_table``  cluster -> set of broker names
+* ``broker_live_table``   BrokerAddrInfo(cluster, addr) -> BrokerLiveInfo
+* ``filter_server_table`` BrokerAddrInfo -> filter server addresses
+* ``topic_queue_mapping_info_table`` topic -> bname -> static-topic mapping JSON
+
+and the bookkeeping that goes with them: ``version`` (bumped on every change a route,
+cluster-info or topic-list answer can show, never on a pure heartbeat or an unchanged
+re-registration, so answers can be cached by it), ``seq`` (the sequence that fences
+unregistrations, see :mod:`namesrv.routes.unregister`) and the provisional entries of a warm
+start (:mod:`namesrv.routes.provisional`).
+
+The operations are functions over a :class:`RouteTables`, one module per concern:
+:mod:`~namesrv.routes.register` (REGISTER_BROKER and heartbeats),
+:mod:`~namesrv.routes.unregister` (unregistration, channel close, expiry),
+:mod:`~namesrv.routes.provisional` (warm start), :mod:`~namesrv.routes.queries` (every read),
+:mod:`~namesrv.routes.admin` (the admin writes) and :mod:`~namesrv.routes.snapshot` (the model
+the streaming job keeps in Redis).  They never lock, await or do I/O (a few log a warning), and
+reads hand out copies of every mutable part; a mutation returns what the caller must do (channels
+to close, brokers to notify) as a value, for the caller to do after the lock is released.
+
+Ownership: a ``RouteTables`` belongs to one :class:`~namesrv.routes.manager.RouteInfoManager`,
+which calls these functions with its lock held, one function per lock acquisition.  Nothing
+outside ``namesrv/routes/`` sees a ``RouteTables`` (``tests/unit/test_routes_boundary.py`` checks
+it), so the functions need no lock of their own and tests call them on tables they build.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from namesrv.protocol.types import BrokerData, QueueData
+from namesrv.routes.model import BrokerAddrInfo, BrokerLiveInfo, ProvisionalStats
+
+
+@dataclass(slots=True, eq=False)
+class RouteTables:
+    topic_queue_table: dict[str, dict[str, QueueData]] = field(default_factory=dict)
+    broker_addr_table: dict[str, BrokerData] = field(default_factory=dict)
+    cluster_addr_table: dict[str, set[str]] = field(default_factory=dict)
+    broker_live_table: dict[BrokerAddrInfo, BrokerLiveInfo] = field(default_factory=dict)
+    filter_server_table: dict[BrokerAddrInfo, list[str]] = field(default_factory=dict)
+    topic_queue_mapping_info_table: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: bumped on every change an answer can show (see the module docstring)
+    version: int = 0
+    #: the latest registration, heartbeat or unregistration decision (see ``next_seq``)
+    seq: int = 0
+    #: live entries loaded by warm start that no registration of their broker confirmed yet
+    provisional: set[BrokerAddrInfo] = field(default_factory=set)
+    #: broker groups whose topic rows were loaded and not yet rewritten by their own broker
+    provisional_groups: set[str] = field(default_factory=set)
+    provisional_stats: ProvisionalStats = field(default_factory=ProvisionalStats)
+
+    def changed(self) -> None:
+        self.version += 1
+
+    def next_seq(self) -> int:
+        """A number newer than every registration, heartbeat or decision so far."""
+        self.seq += 1
+        return self.seq
+
+    def is_empty(self) -> bool:
+        """True when no table holds anything (the cluster table follows the group table)."""
+        return not (self.broker_addr_table or self.broker_live_table or self.topic_queue_table
+                    or self.filter_server_table or self.topic_queue_mapping_info_table)  # fmt: skip
+
+
+def drop_live(t: RouteTables, key: BrokerAddrInfo) -> BrokerLiveInfo | None:
+    """Remove a live entry; a provisional one takes its copied filter servers with it."""
+    live = t.broker_live_table.pop(key, None)
+    if key in t.provisional:
+        t.provisional.discard(key)
+        t.provisional_stats.dropped += 1
+        # copied filter servers go with their entry on every drop path, as on unregistration;
+        # a registered broker's stay where Java leaves them (the stateVersion conflict)
+        if t.filter_server_table.pop(key, None) is not None:
+            t.changed()
+    return live
+
+
+def drop_rows_missing_from(t: RouteTables, broker_name: str, kept: Any) -> bool:
+    """Remove ``broker_name``'s queues of topics not in ``kept`` (a mapping or set); True if any went."""
+    tqt = t.topic_queue_table
+    gone = [topic for topic, qmap in tqt.items() if broker_name in qmap and topic not in kept]
+    for topic in gone:
+        qmap = tqt[topic]
+        del qmap[broker_name]
+        if not qmap:
+            del tqt[topic]
+    return bool(gone)
+
+
+def with_perm(qd: QueueData, perm: int) -> QueueData:
+    return QueueData(qd.broker_name, qd.read_queue_nums, qd.write_queue_nums, perm, qd.topic_sys_flag)
