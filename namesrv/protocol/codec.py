@@ -452,7 +452,8 @@ def _header_int(obj: dict, key: str) -> int:
     value = obj.get(key)
     if value is None:
         return 0  # a missing key keeps the Java bean default
-    if type(value) is str and len(value) <= 16 and value.strip().lstrip("-").isdigit():
+    digits = value.strip().lstrip("-") if type(value) is str and len(value) <= 16 else ""
+    if digits.isascii() and digits.isdigit():  # "²" is a digit to str.isdigit, not to int() or fastjson
         value = int(value)  # fastjson reads "105" into an int field too
     if type(value) is not int or not _INT32_MIN <= value <= _INT32_MAX:
         raise RemoteProtocolError(f"header {key} must be a 32-bit integer, got {value!r}")

@@ -202,6 +202,8 @@ BAD_FRAMES = {
     "header longer than frame": struct.pack(">II", 10, 7) + b"{}" + b"\x00" * 4,
     "bad utf8": json_frame(b'{"code":1,"remark":"\xff"}'),
     "bad json": json_frame(b'{"code":'),
+    # str.isdigit() says yes to "²"; int() and fastjson say no
+    "superscript digit as opaque": json_frame('{"code":1,"opaque":"\u00b2"}'.encode()),
     "empty json header": json_frame(b""),
     "header is an array": json_frame(b"[1]"),
     "code is a non-numeric string": json_frame(b'{"code":"abc"}'),
