@@ -47,7 +47,7 @@ pytestmark = pytest.mark.timeout(900)
 BROKER_TIMEOUT_MS = 10_000
 #: Deadline -> gone at every node and in Redis. Issue 8 asks for a 2 s median and a 3 s max; the job
 #: needs two micro-batches after event time passes a deadline (Spark applies a batch's watermark in
-#: the next one), about 1.1 s each on this 2-core machine, so it measures about 3 s: these bounds
+#: the next one), about 1.1-1.5 s each on this 2-core machine, so it measures about 4 s: these bounds
 #: hold that (the figures are printed), and the gap is the open part of the issue.
 EXPIRY_MEDIAN_S, EXPIRY_MAX_S = 5.0, 8.0
 #: last close -> gone in Redis: one micro-batch after the last CHANNEL_CLOSED (issue 8: 2 s)
@@ -258,6 +258,13 @@ def poison_actions(bootstrap: str, live_addr: str) -> None:
         producer.close()
 
 
+def expired_once(tap, brokers: dict[str, str]) -> None:
+    """Each broker got exactly one EXPIRE (read once the tap has caught up with it)."""
+    for name, addr in brokers.items():
+        wait_until(lambda a=addr: tap.decisions(a), 10, f"{name}'s EXPIRE on the actions topic")
+        assert tap.decisions(addr) == ["EXPIRE"], (name, tap.decisions(addr))
+
+
 def test_poison_events_change_nothing_and_the_job_keeps_deciding_after_a_restart(stack: Stack):
     live = stack.add("steady")
     doomed = dict([stack.add("doomed0")])
@@ -266,7 +273,7 @@ def test_poison_events_change_nothing_and_the_job_keeps_deciding_after_a_restart
     stack.fleets.silence("doomed0")
     gone_times(stack, doomed, BROKER_TIMEOUT_MS / 1000 + 30)  # still decided by the job...
     tap = stack.system.tap
-    assert all(tap.decisions(a) == ["EXPIRE"] for a in doomed.values())
+    expired_once(tap, doomed)
     wait_until(lambda: [a for a in tap.alerts() if str(a.kind) == "NODE_CLOCK_AHEAD" and a.node == "clock-in-2100"],
                30, "NODE_CLOCK_AHEAD naming the node")
     assert stack.places(live[0]) == {"node-1": True, "node-2": True, "redis": True}  # ...and nobody else
@@ -279,7 +286,7 @@ def test_poison_events_change_nothing_and_the_job_keeps_deciding_after_a_restart
     again = dict([stack.add("doomed1")])
     stack.fleets.silence("doomed1")
     gone_times(stack, again, BROKER_TIMEOUT_MS / 1000 + 30)
-    assert all(tap.decisions(a) == ["EXPIRE"] for a in again.values())
+    expired_once(tap, again)
     assert tap.decisions(live[1]) == ["REMOVE"]
     assert stack.places(live[0]) == {"node-1": True, "node-2": True, "redis": True}
 
