@@ -12,19 +12,13 @@ from namesrv.protocol import bodies
 from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
 from namesrv.protocol.types import DataVersion
 from namesrv.routes import BrokerAddrInfo, RouteInfoManager, RouteSettings
-from namesrv.warmstart import load_model, parse_model
+from namesrv.warmstart import load_model
 from tests.unit.routes_support import (
-    DEF_CLUSTER,
-    MASTER,
-    MASTER_ADDR,
     Broker,
     Clock,
     dumped,
-    make_manager,
-    register,
     unregister,
 )
-from tests.unit.test_warmstart import model_values
 
 
 # --------------------------------------------------------------------------- filter servers and static topics
@@ -189,18 +183,6 @@ def test_registrations_replace_copied_filter_servers_and_a_dropped_entry_takes_i
         unregister(n.routes, as_broker(B0))
     assert dumped(node.routes).mappings["T3"] == dumped(original.routes).mappings["T3"]
     assert answers(node) == answers(original)
-
-
-def test_a_provisional_master_replaced_at_another_address_takes_its_filter_servers_with_it():
-    meta, topics, brokers = model_values()
-    snap = orjson.loads(brokers)
-    snap["filterServers"] = {f"{DEF_CLUSTER}|{MASTER_ADDR}": ["10.0.1.1:1"]}
-    mgr, _ = make_manager()
-    load_model(mgr, parse_model(meta, topics, orjson.dumps(snap)), "test", 0)
-    assert mgr.pickup_topic_route_data("TopicA").filter_server_table == {MASTER_ADDR: ["10.0.1.1:1"]}
-    register(mgr, MASTER.but(addr="10.9.9.9:10911", dv=DataVersion(1, state_version=0, timestamp=1)), "TopicA")
-    assert BrokerAddrInfo(DEF_CLUSTER, MASTER_ADDR) not in dumped(mgr).filter_servers
-    assert mgr.provisional_stats.dropped == 1
 
 
 def test_a_snapshot_older_than_filter_servers_and_mappings_loads_the_rest_as_before(tmp_path, redis_url):
