@@ -82,8 +82,9 @@ class NodeObserver:
     """
 
     #: a registration the tables accepted or refused (``result.conflict``): the body as decoded
-    def broker_registered(self, header: RegisterBrokerHeader, body: RegisterBrokerBody,
-                          result: RegisterBrokerResult) -> None: ...
+    def broker_registered(
+        self, header: RegisterBrokerHeader, body: RegisterBrokerBody, result: RegisterBrokerResult
+    ) -> None: ...
     #: ``source`` is QUERY_DATA_VERSION or BROKER_HEARTBEAT
     def broker_heartbeat(self, cluster_name: str, broker_addr: str, source: RequestCode) -> None: ...
     #: the broker's removal was queued, and why (see :mod:`namesrv.departure`)
@@ -133,7 +134,12 @@ class NameServerNode:
         topic name, which a client chooses), oldest out first; an entry larger than a quarter of that
         is built every time.
         """
-        generation = (self.routes.version, self.kv.version, self.config.order_message_enable, self.config.support_acting_master)
+        generation = (
+            self.routes.version,
+            self.kv.version,
+            self.config.order_message_enable,
+            self.config.support_acting_master,
+        )
         if generation != self._cache_key:
             self._cache.clear()
             self._cache_bytes = 0
@@ -212,7 +218,9 @@ def dispatch(
         return None
     handler = HANDLERS.get(request.code)
     if handler is None:
-        response = request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported")
+        response = request.response(
+            ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
+        )
     else:
         try:
             response = handler(node, request, channel)
@@ -343,7 +351,9 @@ def register_broker(node: NameServerNode, request: RemotingCommand, channel: obj
             ext["haServerAddr"] = result.ha_server_addr
         if result.master_addr is not None:
             ext["masterAddr"] = result.master_addr
-        order_table = node.kv.get_namespace(ORDER_TOPIC_CONFIG) if node.config.return_order_topic_config_to_broker else None
+        order_table = (
+            node.kv.get_namespace(ORDER_TOPIC_CONFIG) if node.config.return_order_topic_config_to_broker else None
+        )
         return request.response(
             ext_fields=ext, body=bodies.encode_kv_table(order_table) if order_table is not None else None
         )
@@ -447,7 +457,9 @@ def _encode_route(node: NameServerNode, topic: str, standard: bool, zone: str | 
 
 def _keep_zone(route: TopicRouteData, zone: str) -> TopicRouteData:
     """Keep brokers of the client's zone, and any group whose master is down (cross-zone reads)."""
-    kept = [b for b in route.broker_datas if MASTER_ID not in b.broker_addrs or (b.zone_name or "").lower() == zone.lower()]
+    kept = [
+        b for b in route.broker_datas if MASTER_ID not in b.broker_addrs or (b.zone_name or "").lower() == zone.lower()
+    ]
     names = {b.broker_name for b in kept}
     addrs = {a for b in kept for a in b.broker_addrs.values()}
     return TopicRouteData(
@@ -461,7 +473,9 @@ def _keep_zone(route: TopicRouteData, zone: str) -> TopicRouteData:
 
 @handles(RequestCode.GET_BROKER_CLUSTER_INFO)
 def get_broker_cluster_info(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
-    return request.response(body=node.cached("cluster", lambda: bodies.encode_cluster_info(*node.routes.get_all_cluster_info())))
+    return request.response(
+        body=node.cached("cluster", lambda: bodies.encode_cluster_info(*node.routes.get_all_cluster_info()))
+    )
 
 
 def _write_perm_handler(code: RequestCode, change: Callable[[RouteInfoManager, str], int], count_key: str) -> None:
@@ -517,11 +531,17 @@ def _topic_list_handler(code: RequestCode, list_topics: Callable[[RouteInfoManag
     handles(code)(handler)
 
 
-_topic_list_handler(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, RouteInfoManager.get_all_topic_list, "enable_all_topic_list")
-_topic_list_handler(RequestCode.GET_UNIT_TOPIC_LIST, RouteInfoManager.get_unit_topics, "enable_topic_list")
-_topic_list_handler(RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST, RouteInfoManager.get_has_unit_sub_topic_list, "enable_topic_list")
 _topic_list_handler(
-    RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST, RouteInfoManager.get_has_unit_sub_ununit_topic_list, "enable_topic_list"
+    RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, RouteInfoManager.get_all_topic_list, "enable_all_topic_list"
+)
+_topic_list_handler(RequestCode.GET_UNIT_TOPIC_LIST, RouteInfoManager.get_unit_topics, "enable_topic_list")
+_topic_list_handler(
+    RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST, RouteInfoManager.get_has_unit_sub_topic_list, "enable_topic_list"
+)
+_topic_list_handler(
+    RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST,
+    RouteInfoManager.get_has_unit_sub_ununit_topic_list,
+    "enable_topic_list",
 )
 
 

@@ -28,7 +28,7 @@ class LogfmtFormatter(logging.Formatter):
 
 
 #: what must never reach the log raw: C0/C1 controls, DEL, lone surrogates, Unicode line separators
-_UNSAFE = re.compile("[\\\\\"\\x00-\\x1f\\x7f-\\x9f\\ud800-\\udfff\\u2028\\u2029]")
+_UNSAFE = re.compile('[\\\\"\\x00-\\x1f\\x7f-\\x9f\\ud800-\\udfff\\u2028\\u2029]')
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 

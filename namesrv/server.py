@@ -111,8 +111,20 @@ def _map_large_buffers() -> None:
 class Connection(asyncio.Protocol):
     """One TCP connection from a broker, a client or an admin tool."""
 
-    __slots__ = ("server", "transport", "decoder", "peer", "last_active", "paused", "close_reason", "held_back",
-                 "pending", "reading", "held", "throttled")
+    __slots__ = (
+        "server",
+        "transport",
+        "decoder",
+        "peer",
+        "last_active",
+        "paused",
+        "close_reason",
+        "held_back",
+        "pending",
+        "reading",
+        "held",
+        "throttled",
+    )
 
     def __init__(self, server: NameServer) -> None:
         self.server = server
@@ -339,8 +351,11 @@ class NameServer:
             return
         offenders.sort(key=lambda c: c.held, reverse=True)
         _drop_log.log(
-            logging.WARNING, "%d bytes held for peers, over the budget of %d: no longer reading from %s",
-            self.held_total, BUFFER_BUDGET_BYTES, ", ".join(f"{c.peer} ({c.held} bytes)" for c in offenders[:5])
+            logging.WARNING,
+            "%d bytes held for peers, over the budget of %d: no longer reading from %s",
+            self.held_total,
+            BUFFER_BUDGET_BYTES,
+            ", ".join(f"{c.peer} ({c.held} bytes)" for c in offenders[:5])
             + (f" and {len(offenders) - 5} more" if len(offenders) > 5 else ""),
         )
         for c in offenders:
@@ -386,8 +401,14 @@ class NameServer:
 
     def notify_min_broker_id_change(self, change: MinBrokerIdChange) -> None:
         """Send the change to each of its targets in the background; failures are logged, never raised."""
-        log.info("min broker id of %s is now %d (%s), offline %s: notifying %s", change.broker_name,
-                 change.min_broker_id, change.min_broker_addr, change.offline_broker_addr, list(change.notify_addrs))
+        log.info(
+            "min broker id of %s is now %d (%s), offline %s: notifying %s",
+            change.broker_name,
+            change.min_broker_id,
+            change.min_broker_addr,
+            change.offline_broker_addr,
+            list(change.notify_addrs),
+        )
         for addr in change.notify_addrs:
             cmd = min_broker_id_change_request(change, next(self._opaque))
             cmd.serialize_type = self._response_type
@@ -413,8 +434,10 @@ class NameServer:
         config = self.node.config
         self._socket_buffers = tuple(
             (option, size)
-            for option, size in ((socket.SO_SNDBUF, config.server_socket_snd_buf_size),
-                                 (socket.SO_RCVBUF, config.server_socket_rcv_buf_size))
+            for option, size in (
+                (socket.SO_SNDBUF, config.server_socket_snd_buf_size),
+                (socket.SO_RCVBUF, config.server_socket_rcv_buf_size),
+            )
             if size > 0
         )
         high, low = config.write_buffer_high_water_mark, config.write_buffer_low_water_mark

@@ -91,12 +91,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             failures = [t for t in failures if now - t < _FAILURE_WINDOW_S] + [now]
             first_line = str(failure).splitlines()[0] if str(failure) else repr(failure)
             if len(failures) > _MAX_FAILURES:
-                print(f"error: the streaming query failed {len(failures)} times within "
-                      f"{_FAILURE_WINDOW_S:.0f} s; last: {first_line}", file=sys.stderr)
+                print(
+                    f"error: the streaming query failed {len(failures)} times within "
+                    f"{_FAILURE_WINDOW_S:.0f} s; last: {first_line}",
+                    file=sys.stderr,
+                )
                 return 1
             wait_s = min(60.0, 2.0 ** len(failures))
-            log.error("the streaming query failed (%s); starting it again from its checkpoint in %.0f s",
-                      first_line, wait_s)
+            log.error(
+                "the streaming query failed (%s); starting it again from its checkpoint in %.0f s", first_line, wait_s
+            )
             if stopping.wait(wait_s):
                 return 0
     finally:

@@ -240,8 +240,9 @@ def lag_incident(watermark_ms: int | None, delay_ms: int, now_ms: int, threshold
     return {alert.incident: alert}
 
 
-def clock_incidents(ahead: Mapping[str, tuple[int, int, int]], now_ms: int, quiet_ms: int,
-                    max_skew_ms: int) -> dict[str, Alert]:
+def clock_incidents(
+    ahead: Mapping[str, tuple[int, int, int]], now_ms: int, quiet_ms: int, max_skew_ms: int
+) -> dict[str, Alert]:
     """NODE_CLOCK_AHEAD for every node that sent events ahead of the clock within the last ``quiet_ms``.
 
     ``ahead`` maps a node to (wall time last seen ahead, events refused, furthest claim in epoch ms).

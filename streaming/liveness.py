@@ -243,7 +243,9 @@ class LivenessProcessor(StatefulProcessor):
 
     # ------------------------------------------------------------------ input
 
-    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
         k: str = key[0]
         frames = [f for f in rows if len(f)]
         if not frames:
@@ -407,8 +409,10 @@ class LivenessProcessor(StatefulProcessor):
             st.deadline = _NO_TIMER
             st.alive = False
             st.gone_at = due
-            reason = (f"no heartbeat at any node for {(now - st.last_seen) / 1000:.1f} s "
-                      f"(timeout {st.timeout_ms} ms, last heartbeat at {st.last_seen}, event time now {now})")
+            reason = (
+                f"no heartbeat at any node for {(now - st.last_seen) / 1000:.1f} s "
+                f"(timeout {st.timeout_ms} ms, last heartbeat at {st.last_seen}, event time now {now})"
+            )
             out.add(
                 KIND_ACTION, due, type=ActionType.EXPIRE, cause="TIMEOUT", lastHeartbeat=st.last_seen,
                 watermark=watermark, reason=reason, **_broker_fields(st),

@@ -153,7 +153,9 @@ class RouteModel:
         m = self.manager
         if event.type is EventType.REGISTER:
             assert event.cluster_name and event.broker_addr and event.broker_name is not None
-            self._touched_groups |= self.manager.groups_with_member(event.cluster_name, event.broker_addr) | {event.broker_name}
+            self._touched_groups |= self.manager.groups_with_member(event.cluster_name, event.broker_addr) | {
+                event.broker_name
+            }
             body = _register_body(event)
             # a mapping may name a topic the registering group does not serve
             self._touched_topics |= set(body.topic_queue_mapping_info_map)

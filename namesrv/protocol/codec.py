@@ -144,8 +144,10 @@ def _json_template(
         head, tail = orjson.dumps(before), orjson.dumps(after)
     except TypeError as e:
         try:  # a lone surrogate (a peer may send "\ud800"): written as '?', as Java's getBytes(UTF_8) does
-            head, tail = (json.dumps(d, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace")
-                          for d in (before, after))
+            head, tail = (
+                json.dumps(d, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace")
+                for d in (before, after)
+            )
         except (TypeError, ValueError):
             raise LocalProtocolError(f"header of command code={code} cannot be written as JSON: {e}") from None
     return head[:-1] + b',"opaque":', b"," + tail[1:]

@@ -223,7 +223,6 @@ def _prepare(obj: Any, standard: bool) -> Any:
     raise TypeError(f"cannot write {type(obj).__name__} as JSON; pass to_wire() dicts, lists and scalars")
 
 
-
 def _prepare_key(k: Any, standard: bool) -> str | int:
     if isinstance(k, str):
         return k

@@ -153,9 +153,7 @@ def encode_topic_entry(qmap: Mapping[str, QueueData]) -> bytes:
     return orjson.dumps({name: qd.to_wire() for name, qd in qmap.items()}, option=_JSON_OPTS)
 
 
-def encode_brokers(
-    t: RouteTables, order_topic_conf: Mapping[str, OrderConf], order_message_enable: bool
-) -> bytes:
+def encode_brokers(t: RouteTables, order_topic_conf: Mapping[str, OrderConf], order_message_enable: bool) -> bytes:
     """The ``P:model:brokers`` value for the tables and the job's order-conf state."""
     return orjson.dumps(
         {
@@ -202,7 +200,9 @@ def _key_text(key: BrokerAddrInfo) -> str:
 # --------------------------------------------------------------------------- reading
 
 
-def decode_model(meta: Mapping[Any, Any], topic_entries: Mapping[Any, Any], brokers: bytes | str | None) -> ModelSnapshot:
+def decode_model(
+    meta: Mapping[Any, Any], topic_entries: Mapping[Any, Any], brokers: bytes | str | None
+) -> ModelSnapshot:
     """The model from the raw values of ``P:meta``, ``P:model:topics`` and ``P:model:brokers``.
 
     Keys and values may be bytes (as redis-py returns them) or text.  Raises

@@ -24,16 +24,22 @@ from streaming.kafka_io import (
 @pytest.fixture(scope="module", params=["noida", "tansu"])
 def kafka(request, tmp_path_factory):
     run = tmp_path_factory.mktemp(request.param)
-    svc = KafkaService(port=free_port(), run_dir=run, backend=request.param, data_dir=run / "data",
-                       topics=[TopicSpec("ev", 2), TopicSpec("out", 1)])
+    svc = KafkaService(
+        port=free_port(),
+        run_dir=run,
+        backend=request.param,
+        data_dir=run / "data",
+        topics=[TopicSpec("ev", 2), TopicSpec("out", 1)],
+    )
     svc.start()
     yield svc
     svc.stop()
 
 
 def reader(kafka, **options) -> KafkaStreamReader:
-    src = KafkaDataSource(CaseInsensitiveDict({"kafka.bootstrap.servers": kafka.bootstrap_servers,
-                                               "subscribe": "ev", **options}))
+    src = KafkaDataSource(
+        CaseInsensitiveDict({"kafka.bootstrap.servers": kafka.bootstrap_servers, "subscribe": "ev", **options})
+    )
     return src.streamReader(src.schema())
 
 

@@ -32,6 +32,7 @@ class NodeThread:
 
     def call(self, fn, *args):
         """Run ``fn(*args)`` on the node's loop and return its result (state is only touched there)."""
+
         async def wrapper():
             return fn(*args)
 

@@ -124,7 +124,9 @@ def test_state_version_conflict_ignores_the_registration_and_drops_its_live_entr
 def test_equal_or_newer_state_version_takes_over_the_id():
     mgr, _ = make_manager()
     register(mgr, MASTER.but(dv=DataVersion(1, state_version=5, timestamp=1)), "TestTopic")
-    res = register(mgr, MASTER.but(addr="127.0.0.1:19999", dv=DataVersion(1, state_version=5, timestamp=2)), "TestTopic")
+    res = register(
+        mgr, MASTER.but(addr="127.0.0.1:19999", dv=DataVersion(1, state_version=5, timestamp=2)), "TestTopic"
+    )
     assert not res.conflict
     assert members(mgr) == {0: "127.0.0.1:19999"}
 

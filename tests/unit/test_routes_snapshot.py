@@ -43,7 +43,13 @@ def reg(cluster: str, name: str, addr: str, bid: int, topics: dict[str, int], *,
 
 def mapping(topic: str, bname: str, queues: int) -> dict:
     # more than ten queues: integer and text keys would sort differently
-    return {"topic": topic, "bname": bname, "epoch": 1, "totalQueues": queues, "currIdMap": {i: i for i in range(queues)}}
+    return {
+        "topic": topic,
+        "bname": bname,
+        "epoch": 1,
+        "totalQueues": queues,
+        "currIdMap": {i: i for i in range(queues)},
+    }
 
 
 def job_model() -> RouteModel:
