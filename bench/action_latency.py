@@ -99,7 +99,9 @@ def measure(
             producer.send(TOPIC, key=action_key(action), value=encode_action(action)).get(5)
             acked = time.perf_counter()
             with arrived:
-                assert arrived.wait_for(lambda: action.reason in delivered, 5), f"action {i} never arrived"
+                assert arrived.wait_for(
+                    lambda reason=action.reason: reason in delivered, 5
+                ), f"action {i} never arrived"
             latencies.append(max(0.0, delivered[action.reason] - acked) * 1000)
     finally:
         consumer.stop()

@@ -62,11 +62,11 @@ from infra.services import (
     ProcessService,
     RedisService,
     ServiceError,
-    load_config,
-    package_file,
     _log_tail,
     _read_pidfile,
     _write_pidfile,
+    load_config,
+    package_file,
     pid_alive,
 )
 

@@ -748,10 +748,10 @@ def _update_refusal(props: Mapping[str, str]) -> str | None:
     if len(props) > MAX_UPDATE_KEYS:
         return f"an update may set at most {MAX_UPDATE_KEYS} keys, this one sets {len(props)}"
     for key, value in props.items():
-        for what, text in (("key", key), ("value", value)):
-            if len(text) > MAX_UPDATE_VALUE_CHARS:
-                return f"the {what} of {_shown(key)} has {len(text)} characters, more than the limit of {MAX_UPDATE_VALUE_CHARS}"
-            if _UNSTORABLE.search(text):
+        for what, checked in (("key", key), ("value", value)):
+            if len(checked) > MAX_UPDATE_VALUE_CHARS:
+                return f"the {what} of {_shown(key)} has {len(checked)} characters, more than the limit of {MAX_UPDATE_VALUE_CHARS}"
+            if _UNSTORABLE.search(checked):
                 return f"the {what} of {_shown(key)} holds a control character or a lone surrogate"
     return None
 

@@ -36,7 +36,8 @@ from namesrv.protocol.codes import (
     ResponseCode,
     Version,
 )
-from namesrv.protocol.command import RemotingCommand, request as new_request
+from namesrv.protocol.command import RemotingCommand
+from namesrv.protocol.command import request as new_request
 from namesrv.protocol.headers import (
     BrokerIdentityHeader,
     BrokerMemberGroupHeader,

@@ -22,7 +22,6 @@ from pathlib import Path
 from namesrv.logs import setup_logging
 from streaming.config import DEFAULT_CONFIG_PATH, ConfigError, load_config, parse_overrides
 
-
 log = logging.getLogger("streaming.main")
 #: failures of the query within _FAILURE_WINDOW_S that the process recovers from by itself
 _MAX_FAILURES = 5

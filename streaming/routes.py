@@ -45,7 +45,6 @@ from namesrv.routes.snapshot import (
     ModelSnapshot,
     OrderConf,
     RedisKeys,
-    SnapshotError,
     decode_model,
     encode_meta,
     encode_topic_entry,

@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from namesrv import kafka_clients
+from namesrv.departure import Cause, Departure
 from namesrv.events.schema import (
     MAX_HEARTBEAT_TIMEOUT_MILLIS,
     MAX_REASON_CHARS,
@@ -79,7 +80,6 @@ from namesrv.events.schema import (
     is_light,
     wall_ms,
 )
-from namesrv.departure import Cause, Departure
 from namesrv.handlers import AdminChange, NodeObserver
 from namesrv.logs import LogThrottle
 from namesrv.protocol import fastjson

@@ -18,7 +18,7 @@ import pytest
 
 from namesrv import server as server_mod
 from namesrv.client import NameServerClient
-from namesrv.protocol.codec import FrameDecoder, MAX_LENGTH
+from namesrv.protocol.codec import MAX_LENGTH, FrameDecoder
 from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from tests.support.process import node_process

@@ -488,7 +488,7 @@ class System:
         self,
         infra: Infra,
         run_dir: Path,
-        timing: Timing = Timing(),
+        timing: Timing | None = None,
         nodes: int = 2,
         streaming_set: dict[str, str] | None = None,
     ) -> None:
@@ -496,7 +496,7 @@ class System:
         #: extra ``-D key=value`` for the job (e.g. kafka.endOffsets=listoffsets), after ours
         self.streaming_set = dict(streaming_set or {})
         self.run_dir = run_dir
-        self.timing = timing
+        self.timing = timing or Timing()
         self.node_ports = [free_port() for _ in range(nodes)]
         self.checkpoint_dir = run_dir / "checkpoint"
         self.nodes: list[NamesrvNode | None] = [None] * nodes

@@ -28,8 +28,8 @@ from tests.integration.backends import (
     parse_settings,
     route_or_none,
 )
-from tests.support.wait import wait_until
 from tests.integration.images import build
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -109,7 +109,7 @@ def test_every_kind_of_request_publishes_its_event(kafka, tmp_path):
         c.ok(RequestCode.UNREGISTER_BROKER, identity)
         with NameServerClient(node.addr) as other:  # a broker whose connection then closes
             register(other, "broker-b", "127.0.0.1:20911")
-        events = reader.wait_for_events(lambda e: e.type is EventType.CHANNEL_CLOSED, what="CHANNEL_CLOSED")
+        reader.wait_for_events(lambda e: e.type is EventType.CHANNEL_CLOSED, what="CHANNEL_CLOSED")
         reader.wait_for_events(lambda e: e.type is EventType.TICK, count=2, what="two ticks")
     reader.close()
 

@@ -26,14 +26,15 @@ import time
 from collections.abc import Iterator
 
 import pytest
+
 from infra.services import pid_alive
-from namesrv.client import NameServerClient
 from namesrv import kafka_clients
+from namesrv.client import NameServerClient
 from namesrv.events.schema import Action, ActionType, Event, EventType, encode_action, encode_event
 from tests.integration.backends import (
     ACTIONS,
-    SUMMARY,
     EVENTS,
+    SUMMARY,
     FleetRunner,
     ProcessInfra,
     System,

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 import redis
 
 from infra.services import ProcessService, RedisService, _read_pidfile, free_port, pid_alive, port_is_free

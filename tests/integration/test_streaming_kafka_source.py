@@ -65,7 +65,7 @@ def test_the_reader_plans_and_reads_exactly_the_new_records(kafka):
         # nothing new: the end stays where it was
         assert r.latestOffset(end, ReadAllAvailable()) == end
         # a limit moves the end only part of the way
-        for i in range(10):
+        for _ in range(10):
             producer.send("ev", value=b"w", partition=0)
         producer.flush()
         limited = r.latestOffset(end, ReadMaxRows(4))

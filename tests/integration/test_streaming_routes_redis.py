@@ -110,7 +110,7 @@ def test_watch_yields_changed_topic_names(store, redis_url):
     model = RouteModel()
     model.apply_event(B0)
     # the subscription starts on the generator's first step; publish until it is seen
-    for i in range(20):
+    for _ in range(20):
         store.client.publish(store.keys.channel, "T3")
         th.join(timeout=0.05)
         if seen:

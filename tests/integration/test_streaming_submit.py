@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+
 from infra import procfs
 from infra.services import TopicSpec, pid_alive
 from infra.stack import REPO, StreamingJob

@@ -22,6 +22,7 @@ poll with a deadline.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import time
@@ -116,7 +117,10 @@ def test_a_silent_broker_is_dropped_by_both_nodes_and_redis_with_one_alert(world
 
     def gone_everywhere() -> bool:
         now = time.monotonic() - silenced_at
-        for where, present in (*zip(system.node_addrs, world.at_nodes(name)), ("redis", world.in_redis(name))):
+        for where, present in (
+            *zip(system.node_addrs, world.at_nodes(name), strict=True),
+            ("redis", world.in_redis(name)),
+        ):
             if not present:
                 dropped.setdefault(where, now)
         return len(dropped) == len(system.node_addrs) + 1
@@ -341,7 +345,7 @@ def test_a_restarted_node_with_warm_start_answers_from_redis_at_once_then_conver
         out = [
             f"{ghost_name} at {where}"
             for where, present in (
-                *zip(system.node_addrs, world.at_nodes(ghost_name)),
+                *zip(system.node_addrs, world.at_nodes(ghost_name), strict=True),
                 ("redis", world.in_redis(ghost_name)),
             )
             if present
@@ -402,7 +406,7 @@ def test_clients_read_routes_throughout_and_no_live_broker_was_ever_expired(worl
     assert {a.broker_addrs for a in answers if a.outcome == "ok"} == {(world.fake.address,)}
     # some node answered at every moment: no gap between successful answers longer than a couple of rounds
     ok_times = sorted(a.at for a in answers if a.outcome == "ok")
-    longest = max(b - a for a, b in zip(ok_times, ok_times[1:]))
+    longest = max(b - a for a, b in itertools.pairwise(ok_times))
     world.record.durations["longest gap between route answers (any node)"] = round(longest, 2)
     assert longest < 5.0, longest
     world.record.durations[f"route lookups by our client ({len(answers)} answers)"] = round(

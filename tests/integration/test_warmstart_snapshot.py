@@ -26,7 +26,6 @@ from tests.unit.routes_support import (
 )
 from tests.unit.test_warmstart import model_values
 
-
 # --------------------------------------------------------------------------- filter servers and static topics
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-
-import uvloop
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import uvloop
 
 from namesrv.app import RunningNode, start_node
 from namesrv.config import load_config

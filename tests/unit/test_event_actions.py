@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from namesrv.config import load_config
+from namesrv.departure import MONITOR_EXPIRE, Departure
 from namesrv.events.actions import (
     ActionApplier,
     ActionConsumer,
@@ -17,7 +18,6 @@ from namesrv.events.actions import (
     trusted_monitors,
 )
 from namesrv.events.schema import Action, ActionType, encode_action
-from namesrv.departure import MONITOR_EXPIRE, Departure
 from namesrv.handlers import NodeObserver
 from namesrv.liveness import BatchUnregistration, ExpiryScan
 from namesrv.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig

@@ -9,10 +9,10 @@ import pytest
 from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError, NotLeaderForPartitionError
 from kafka.future import Future
 
-from namesrv.config import ConfigError
-from namesrv.events import check_bootstrap_servers
 from namesrv import departure
+from namesrv.config import ConfigError
 from namesrv.departure import Cause
+from namesrv.events import check_bootstrap_servers
 from namesrv.events.publisher import UNREGISTER_SOURCES, EventPublisher, EventQueue, PublisherSettings
 from namesrv.events.schema import (
     AdminOp,

@@ -3,11 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
-from namesrv.protocol.codes import SYNC_BROKER_MEMBER_GROUP_PREFIX, Perm, TopicSysFlag
-from namesrv.protocol.types import BrokerData, DataVersion, QueueData, RegisterBrokerBody, TopicConfig
-from namesrv.routes.queries import pickup_topic_route_data
-from namesrv.routes.tables import RouteTables
 from routes_support import (
     DEF_BROKER,
     DEF_CLUSTER,
@@ -23,6 +18,11 @@ from routes_support import (
     topic_configs,
     unregister,
 )
+
+from namesrv.protocol.codes import SYNC_BROKER_MEMBER_GROUP_PREFIX, Perm, TopicSysFlag
+from namesrv.protocol.types import BrokerData, DataVersion, QueueData, RegisterBrokerBody, TopicConfig
+from namesrv.routes.queries import pickup_topic_route_data
+from namesrv.routes.tables import RouteTables
 
 READ = int(Perm.READ)
 RW = int(Perm.READ | Perm.WRITE)

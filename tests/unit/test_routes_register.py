@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-
-from namesrv.protocol.codes import Perm
-from namesrv.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig
-from namesrv.routes import RouteSettings
-from namesrv.routes.register import register_broker
-from namesrv.routes.tables import RouteTables
 from routes_support import (
     DEF_BROKER,
     DEF_CLUSTER,
@@ -28,6 +22,12 @@ from routes_support import (
     topic_configs,
     unregister,
 )
+
+from namesrv.protocol.codes import Perm
+from namesrv.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig
+from namesrv.routes import RouteSettings
+from namesrv.routes.register import register_broker
+from namesrv.routes.tables import RouteTables
 
 WRITABLE = int(Perm.READ | Perm.WRITE)
 

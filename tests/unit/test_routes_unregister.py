@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from namesrv.protocol.codes import Perm
-from namesrv.protocol.types import DataVersion
-from namesrv.routes import FenceReason, UnregisterRequest
 from routes_support import (
     DEF_BROKER,
     DEF_CLUSTER,
@@ -21,6 +18,10 @@ from routes_support import (
     register,
     unregister,
 )
+
+from namesrv.protocol.codes import Perm
+from namesrv.protocol.types import DataVersion
+from namesrv.routes import FenceReason, UnregisterRequest
 
 
 def request(mgr, broker, seq=None):

@@ -212,7 +212,7 @@ def test_flapping_opens_once_and_resolves_when_the_window_empties():
     feed(t, register(T0))
     opened = []
     t_now = T0
-    for i in range(3):  # expire, come back, three times: 6 changes > 2
+    for _ in range(3):  # expire, come back, three times: 6 changes > 2
         wm = t_now + TIMEOUT + 1
         opened += kinds(fire(t, wm), KIND_ALERT)
         t_now = wm + 1_000

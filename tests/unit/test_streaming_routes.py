@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 import orjson
+import pytest
 
 from namesrv.config import load_config
 from namesrv.events.publisher import EventPublisher, PublisherSettings

@@ -12,20 +12,6 @@ import logging
 
 import orjson
 import pytest
-
-from namesrv.config import NamesrvConfig
-from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
-from namesrv.protocol.types import DataVersion, QueueData
-from namesrv.routes import BrokerAddrInfo, RouteInfoManager
-from namesrv.warmstart import (
-    RedisModel,
-    WarmStartError,
-    drop_unconfirmed,
-    load_model,
-    parse_model,
-    redact_url,
-    warm_start,
-)
 from routes_support import (
     DEF_BROKER,
     DEF_CLUSTER,
@@ -42,6 +28,20 @@ from routes_support import (
     register,
     topic_configs,
     unregister,
+)
+
+from namesrv.config import NamesrvConfig
+from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
+from namesrv.protocol.types import DataVersion, QueueData
+from namesrv.routes import BrokerAddrInfo, RouteInfoManager
+from namesrv.warmstart import (
+    RedisModel,
+    WarmStartError,
+    drop_unconfirmed,
+    load_model,
+    parse_model,
+    redact_url,
+    warm_start,
 )
 
 TIMEOUT = 10_000
