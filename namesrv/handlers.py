@@ -191,7 +191,7 @@ class Pending:
         return None if request.is_oneway else response
 
 
-Handler = Callable[[NameServerNode, RemotingCommand, object], RemotingCommand]
+Handler = Callable[[NameServerNode, RemotingCommand, object], RemotingCommand | Pending]
 #: looked up once: an enum member read through its class is a visible share of a heartbeat on 3.11
 _QUERY_DATA_VERSION = RequestCode.QUERY_DATA_VERSION
 HANDLERS: dict[int, Handler] = {}
@@ -224,11 +224,12 @@ def dispatch(
         )
     else:
         try:
-            response = handler(node, request, channel)
+            answer = handler(node, request, channel)
         except Exception as e:
-            response = _failed(request, e)
-        if type(response) is Pending:
-            return response.resolve() if wait else response
+            answer = _failed(request, e)
+        if isinstance(answer, Pending):
+            return answer.resolve() if wait else answer
+        response = answer
     return None if request.is_oneway else response
 
 
@@ -257,19 +258,20 @@ def min_broker_id_change_request(change: MinBrokerIdChange, opaque: int) -> Remo
 
 
 @handles(RequestCode.PUT_KV_CONFIG)
-def put_kv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+def put_kv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
     h = decode_header(KVConfigHeader, request.ext_fields)
-    if h.namespace is None or h.key is None:
+    namespace, key, value = h.namespace, h.key, h.value
+    if namespace is None or key is None:
         return request.response(ResponseCode.SYSTEM_ERROR, "namespace or key is null")
-    problem = node.kv.refusal(h.namespace, h.key, h.value)
+    problem = node.kv.refusal(namespace, key, value)
     if problem is not None:
         return request.response(ResponseCode.SYSTEM_ERROR, problem)
 
     def stored(_: None) -> RemotingCommand:
-        node.observer.kv_config_changed(h.namespace, h.key, h.value)
+        node.observer.kv_config_changed(namespace, key, value)
         return request.response()
 
-    return Pending(request, node.kv.submit_put(h.namespace, h.key, h.value), stored)
+    return Pending(request, node.kv.submit_put(namespace, key, value), stored)
 
 
 @handles(RequestCode.GET_KV_CONFIG)
@@ -284,16 +286,17 @@ def get_kv_config(node: NameServerNode, request: RemotingCommand, channel: objec
 
 
 @handles(RequestCode.DELETE_KV_CONFIG)
-def delete_kv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+def delete_kv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
     h = decode_header(KVConfigHeader, request.ext_fields)
-    if h.namespace is None or h.key is None:
+    namespace, key = h.namespace, h.key
+    if namespace is None or key is None:
         return request.response()
 
     def deleted(_: None) -> RemotingCommand:
-        node.observer.kv_config_changed(h.namespace, h.key, None)
+        node.observer.kv_config_changed(namespace, key, None)
         return request.response()
 
-    return Pending(request, node.kv.submit_delete(h.namespace, h.key), deleted)
+    return Pending(request, node.kv.submit_delete(namespace, key), deleted)
 
 
 @handles(RequestCode.GET_KVLIST_BY_NAMESPACE)
@@ -404,7 +407,8 @@ def broker_heartbeat(node: NameServerNode, request: RemotingCommand, channel: ob
 @handles(RequestCode.GET_BROKER_MEMBER_GROUP)
 def get_broker_member_group(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(BrokerMemberGroupHeader, request.ext_fields)
-    group = node.routes.get_broker_member_group(h.cluster_name, h.broker_name)
+    # the group's own cluster label is not answered (the header's is): a request without one reads as ""
+    group = node.routes.get_broker_member_group(h.cluster_name or "", h.broker_name)
     return request.response(body=bodies.encode_broker_member_group(h.cluster_name, h.broker_name, group.broker_addrs))
 
 
@@ -564,7 +568,7 @@ def get_system_topic_list_from_ns(node: NameServerNode, request: RemotingCommand
 
 
 @handles(RequestCode.UPDATE_NAMESRV_CONFIG)
-def update_namesrv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+def update_namesrv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
     if not request.body:
         return request.response()
     future = node.worker.submit(config_mod.apply_update, node.config, request.body)

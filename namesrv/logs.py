@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Hashable
+from typing import Any
 
 
 class LogfmtFormatter(logging.Formatter):
@@ -64,7 +65,7 @@ class RateLimited:
         self._sent = 0
         self._suppressed = 0
 
-    def log(self, level: int, msg: str, *args: object, **kwargs: object) -> bool:
+    def log(self, level: int, msg: str, *args: object, **kwargs: Any) -> bool:
         """Log unless the budget of this minute is spent; True when the record was written."""
         if not self.logger.isEnabledFor(level):
             return False

@@ -55,7 +55,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, cast
 
 from namesrv import departure
 from namesrv.client import parse_addr
@@ -148,11 +148,13 @@ class Connection(asyncio.Protocol):
         self.throttled = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # uvloop's transports are not asyncio.Transport subclasses
+        # a stream server's transport: typeshed's Protocol says BaseTransport, and uvloop's transports are
+        # not asyncio.Transport subclasses, though they have every method of one
+        self.transport = stream = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.server.connections.add(self)
-        self.server.tune(transport)
+        self.server.tune(stream)
 
     def data_received(self, data: bytes) -> None:
         self.last_active = self.server.clock()
@@ -168,6 +170,7 @@ class Connection(asyncio.Protocol):
             # take the loop for milliseconds each turn.  One read per turn, like everyone else.
             self.throttled = True
             self._update_reading()
+            assert self.server.loop is not None  # set before the server accepts a connection
             self.server.loop.call_soon(self._unthrottle)
 
     def _unthrottle(self) -> None:
@@ -186,7 +189,7 @@ class Connection(asyncio.Protocol):
                 response = dispatch(server.node, request, self, wait=False)
                 if response is None:
                     continue
-                if type(response) is Pending:
+                if isinstance(response, Pending):
                     self.pending = response
                     self._update_reading()
                     response.future.add_done_callback(self._work_done)
@@ -225,10 +228,12 @@ class Connection(asyncio.Protocol):
 
     def _write(self, out: list[bytes]) -> None:
         if out:
+            assert self.transport is not None  # answers follow connection_made
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def _update_reading(self) -> None:
         reading = not (self.paused or self.held_back or self.throttled or self.pending is not None)
+        assert self.transport is not None  # the node and the transport hold a connection back after connection_made
         if reading != self.reading and not self.transport.is_closing():
             self.reading = reading
             if reading:
@@ -247,6 +252,7 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.paused = False
+        assert self.transport is not None  # the transport calls this, after connection_made
         if not self.transport.is_closing():
             self._update_reading()
             try:
@@ -373,6 +379,7 @@ class NameServer:
             for c in held_back:
                 c.hold_back(False)
             return
+        assert self.loop is not None  # this runs on the loop, scheduled by call_later
         self._budget_check = self.loop.call_later(_BUDGET_CHECK_S, self._check_budget)
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
@@ -444,7 +451,7 @@ class NameServer:
         # as NettyRemotingServer: only when both are set (load_config refused low > high)
         self._water_marks = (high, low) if high > 0 and low > 0 else None
 
-    def tune(self, transport: asyncio.BaseTransport) -> None:
+    def tune(self, transport: asyncio.Transport) -> None:
         """Apply the configured socket buffers and write-buffer marks to a new connection."""
         if self._socket_buffers:
             sock = transport.get_extra_info("socket")

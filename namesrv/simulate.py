@@ -90,6 +90,7 @@ class FleetConfig:
     def __post_init__(self) -> None:
         if not self.namesrv:
             raise ValueError("no name-server address given: use -n host:port[;host:port...]")
+        value: float  # counts first, then intervals
         for name, value, low in (
             ("--brokers", self.brokers, 1),
             ("--topics", self.topics, 0),

@@ -104,6 +104,7 @@ def incident_id(
     node: str | None = None,
 ) -> str:
     kind = AlertKind(kind)
+    parts: tuple[str | None, ...]
     if kind in (AlertKind.BROKER_EXPIRED, AlertKind.BROKER_REMOVED, AlertKind.BROKER_FLAPPING):
         parts = (cluster_name, broker_addr)
     elif kind is AlertKind.GROUP_WITHOUT_MASTER:

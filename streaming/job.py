@@ -326,7 +326,9 @@ class MonitorStatus:
         """
         if not self.last_batch_done_at or now - self.last_batch_done_at > within_ms:
             return False
-        return bool(self.watermark_ms) and now - (self.watermark_ms + delay_ms) <= lag_ms
+        return (
+            self.watermark_ms is not None and self.watermark_ms != 0 and now - (self.watermark_ms + delay_ms) <= lag_ms
+        )
 
 
 class BatchSink:

@@ -253,7 +253,7 @@ def _topic_partitions(consumer: KafkaConsumer, topics: Sequence[str], timeout_s:
     from kafka import TopicPartition
 
     deadline = time.monotonic() + timeout_s
-    out = []
+    out: list[Any] = []
     for topic in topics:
         parts = consumer.partitions_for_topic(topic)
         while not parts and time.monotonic() < deadline:

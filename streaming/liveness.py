@@ -267,12 +267,13 @@ class LivenessProcessor(StatefulProcessor):
     def _broker_events(self, events: list[dict[str, Any]], watermark: int, out: _Out) -> None:
         s = self.settings
         first = events[0]
+        held = self.broker.get()  # None when the state has no value
         st = (
-            BrokerState.from_tuple(self.broker.get())
-            if self.broker.exists()
+            BrokerState.from_tuple(held)
+            if held is not None
             else BrokerState(first["clusterName"], first["brokerAddr"], timeout_ms=s.heartbeat_timeout_ms, alive=False)
         )
-        known = self.broker.exists()
+        known = held is not None
         flaps = [a for (a,) in self.flaps.get()] if self.flaps.exists() else []
         links = Links.load(st.links)
         for e in events:
@@ -295,13 +296,13 @@ class LivenessProcessor(StatefulProcessor):
                         st.registration = fingerprint
                         self.last_registration.update((e["raw"],))
                         out.add(KIND_ROUTE, t, type=etype, raw=e["raw"], **where, **_broker_fields(st))
-                elif self.last_registration.exists() and (
+                elif (last := self.last_registration.get()) is not None and (
                     comeback or (e["source"] == "REGISTER_BROKER" and t - st.replayed_at >= _REPLAY_GAP_MS)
                 ):
                     # A comeback: nodes that did not apply our removal send no topic table, so
                     # bring the last one back. An unchanged re-registration: nodes re-add topics
                     # an admin deleted meanwhile, so the route model must see it too.
-                    (raw,) = self.last_registration.get()
+                    (raw,) = last
                     st.replayed_at = t
                     cause = "COMEBACK" if comeback else "REREGISTER"
                     out.add(KIND_ROUTE, t, type=EventType.REGISTER, cause=cause, raw=raw, **where, **_broker_fields(st))
@@ -354,7 +355,8 @@ class LivenessProcessor(StatefulProcessor):
             self.flaps.clear()
 
     def _ticks(self, node: str, events: list[dict[str, Any]], out: _Out) -> None:
-        st = NodeState.from_tuple(self.node.get()) if self.node.exists() else NodeState(node)
+        held = self.node.get()  # None when the state has no value
+        st = NodeState.from_tuple(held) if held is not None else NodeState(node)
         last = max(int(e["eventTime"]) for e in events)
         if last > st.last_tick:
             st.last_tick = last
@@ -381,10 +383,10 @@ class LivenessProcessor(StatefulProcessor):
         watermark = timerValues.getCurrentWatermarkInMs()
         now = self._event_time_at(watermark)
         out = _Out()
-        if k.startswith(BROKER_KEY) and self.broker.exists():
-            self._broker_timer(BrokerState.from_tuple(self.broker.get()), fired, watermark, out)
-        elif k.startswith(NODE_KEY) and self.node.exists():
-            st = NodeState.from_tuple(self.node.get())
+        if k.startswith(BROKER_KEY) and (held_broker := self.broker.get()) is not None:
+            self._broker_timer(BrokerState.from_tuple(held_broker), fired, watermark, out)
+        elif k.startswith(NODE_KEY) and (held_node := self.node.get()) is not None:
+            st = NodeState.from_tuple(held_node)
             if fired == st.deadline:
                 st.deadline = _NO_TIMER
                 if not st.silent_open:

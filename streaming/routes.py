@@ -35,7 +35,7 @@ import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from namesrv.events.schema import AdminOp, Event, EventType, SchemaError, wall_ms
 from namesrv.protocol import bodies, fastjson
@@ -433,7 +433,9 @@ class RedisRouteStore:
             if changes.model_brokers is not None:
                 pipe.set(k.model_brokers, changes.model_brokers)
             self._alert_writes(pipe, alerts, monitor, now)
-            pipe.hset(k.meta, mapping=encode_meta(lineage, batch_id, now, watermark))
+            # redis-py asks for a Mapping keyed by its whole union of key types (Mapping is invariant in
+            # its key), which no dict[str, ...] is
+            pipe.hset(k.meta, mapping=encode_meta(lineage, batch_id, now, watermark))  # type: ignore[arg-type]
             for topic in changed:
                 pipe.publish(k.channel, topic)
             pipe.execute()
@@ -456,6 +458,11 @@ class RedisRouteStore:
 # --------------------------------------------------------------------------- the reader
 
 
+def _text(reply: bytes | str) -> str:
+    """A reply as text, whether or not the client (which a caller may pass in) decodes responses."""
+    return reply if isinstance(reply, str) else reply.decode()
+
+
 class RouteLookup:
     """Read routes the job materialised: ``RouteLookup(url).get("TopicTest")``."""
 
@@ -467,17 +474,19 @@ class RouteLookup:
 
     def get_raw(self, topic: str) -> bytes | None:
         """The route exactly as GET_ROUTEINFO_BY_TOPIC answers it (standard JSON), None if there is none."""
-        return self.client.get(self.keys.route(topic))
+        # cast: the client is made without decode_responses, so replies are bytes; redis-py types them
+        # for either setting
+        return cast(bytes | None, self.client.get(self.keys.route(topic)))
 
     def get(self, topic: str) -> TopicRouteData | None:
         raw = self.get_raw(topic)
         return None if raw is None else bodies.decode_route(raw)
 
     def topics(self) -> list[str]:
-        return sorted(t.decode() for t in self.client.smembers(self.keys.topics))
+        return sorted(_text(t) for t in self.client.smembers(self.keys.topics))
 
     def cluster_info(self) -> bodies.ClusterInfo | None:
-        raw = self.client.get(self.keys.cluster)
+        raw = cast(bytes | None, self.client.get(self.keys.cluster))  # bytes, as in get_raw
         return None if raw is None else bodies.decode_cluster_info(raw)
 
     def alerts(self) -> list[Alert]:
@@ -492,7 +501,7 @@ class RouteLookup:
 
     def status(self) -> dict[str, str]:
         """The job's last write: lineage, batchId, watermark, updatedAt."""
-        return {k.decode(): v.decode() for k, v in self.client.hgetall(self.keys.meta).items()}
+        return {_text(k): _text(v) for k, v in self.client.hgetall(self.keys.meta).items()}
 
     def watch(self, timeout: float | None = None) -> Iterator[str]:
         """Names of topics whose route changes, as they change; stops after ``timeout`` s of silence."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 import orjson
@@ -293,7 +293,7 @@ class ClusterInfo(NamedTuple):
 
 
 def encode_cluster_info(
-    broker_addr_table: dict[str, BrokerData], cluster_addr_table: dict[str, Iterable[str]]
+    broker_addr_table: Mapping[str, BrokerData], cluster_addr_table: Mapping[str, Iterable[str]]
 ) -> bytes:
     """Always the legacy dialect, for every client version (apache/rocketmq#3369 is still open)."""
     return fastjson.dumps_legacy(

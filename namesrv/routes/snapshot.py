@@ -185,9 +185,9 @@ def encode_brokers(t: RouteTables, order_topic_conf: Mapping[str, OrderConf], or
     )
 
 
-def encode_meta(lineage: str, batch_id: int, updated_at: int, watermark: int | None) -> dict[str, Any]:
+def encode_meta(lineage: str, batch_id: int, updated_at: int, watermark: int | None) -> dict[str, str | int]:
     """The ``P:meta`` fields of one batch's write."""
-    meta: dict[str, Any] = {"lineage": lineage, "batchId": batch_id, "updatedAt": updated_at}
+    meta: dict[str, str | int] = {"lineage": lineage, "batchId": batch_id, "updatedAt": updated_at}
     if watermark is not None:
         meta["watermark"] = watermark
     return meta
