@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 CONF ?= conf/namesrv.properties
 PYTEST_ARGS ?=
 
-.PHONY: setup run run-node test bench stop clean
+.PHONY: setup run run-node lint test bench stop clean
 
 setup: $(STAMP)
 	@bash infra/install.sh
@@ -29,7 +29,13 @@ run: setup
 run-node: setup
 	$(BIN)/namesrv start -c $(CONF)
 
-test: setup
+# formatting, lint and types (configured in pyproject.toml); `make test` runs it first
+lint: setup
+	$(BIN)/ruff check
+	$(BIN)/ruff format --check
+	$(BIN)/mypy namesrv streaming
+
+test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # writes bench/RESULTS.md (name server vs rmq-echo and Java) and bench/STREAMING_RESULTS.md (the monitor)

@@ -76,8 +76,9 @@ def blocking_poll_reference(bootstrap: str, seconds: float, broker_pid: int) -> 
         consumer.close()
 
 
-def measure(bootstrap: str, pause: float, actions: int, idle_s: float, broker_pid: int,
-            producer: KafkaProducer) -> dict[str, float]:
+def measure(
+    bootstrap: str, pause: float, actions: int, idle_s: float, broker_pid: int, producer: KafkaProducer
+) -> dict[str, float]:
     delivered: dict[str, float] = {}
     arrived = threading.Condition()
 
@@ -98,7 +99,9 @@ def measure(bootstrap: str, pause: float, actions: int, idle_s: float, broker_pi
             producer.send(TOPIC, key=action_key(action), value=encode_action(action)).get(5)
             acked = time.perf_counter()
             with arrived:
-                assert arrived.wait_for(lambda: action.reason in delivered, 5), f"action {i} never arrived"
+                assert arrived.wait_for(
+                    lambda reason=action.reason: reason in delivered, 5
+                ), f"action {i} never arrived"
             latencies.append(max(0.0, delivered[action.reason] - acked) * 1000)
     finally:
         consumer.stop()
@@ -120,15 +123,22 @@ def main() -> None:
         producer = kafka_clients.producer(kafka.bootstrap_servers, acks=1, linger_ms=0, **CLIENT)
         try:
             own, broker = blocking_poll_reference(kafka.bootstrap_servers, args.idle, broker_pid)
-            print(f"reference: kafka-python poll(timeout_ms=100), idle: this process {own:.1f}% CPU, "
-                  f"noida-db {broker:.1f}%")
-            print("| idle pause | idle CPU, consumer process | idle CPU, noida-db | Kafka -> deliver median "
-                  "| p90 | max |")
+            print(
+                f"reference: kafka-python poll(timeout_ms=100), idle: this process {own:.1f}% CPU, "
+                f"noida-db {broker:.1f}%"
+            )
+            print(
+                "| idle pause | idle CPU, consumer process | idle CPU, noida-db | Kafka -> deliver median "
+                "| p90 | max |"
+            )
             print("|---:|---:|---:|---:|---:|---:|")
             for pause in (float(p) for p in args.pauses.split(",")):
                 r = measure(kafka.bootstrap_servers, pause, args.actions, args.idle, broker_pid, producer)
-                print(f"| {pause * 1000:.0f} ms | {r['own_cpu']:.1f}% | {r['broker_cpu']:.1f}% | "
-                      f"{r['median']:.0f} ms | {r['p90']:.0f} ms | {r['max']:.0f} ms |", flush=True)
+                print(
+                    f"| {pause * 1000:.0f} ms | {r['own_cpu']:.1f}% | {r['broker_cpu']:.1f}% | "
+                    f"{r['median']:.0f} ms | {r['p90']:.0f} ms | {r['max']:.0f} ms |",
+                    flush=True,
+                )
         finally:
             producer.close(5)
 

@@ -31,8 +31,13 @@ sys.path.insert(0, str(REPO))  # tests.support.loadgen: where the in-repo load g
 from tests.support.loadgen import ECHO, LOADGEN, LoadgenError, hold_brokers, run  # noqa: E402
 
 #: Apache RocketMQ 4.9.8 on this kind of machine (tools/rmq-loadgen/README.md): requests per server CPU-second
-JAVA_PER_CPU_S = {"route 16x1": 26_800, "route 16x16": 69_500, "route 64x4": 47_800, "heartbeat 16x16": 82_900,
-                  "register 4x1": 1_300}
+JAVA_PER_CPU_S = {
+    "route 16x1": 26_800,
+    "route 16x16": 69_500,
+    "route 64x4": 47_800,
+    "heartbeat 16x16": 82_900,
+    "register 4x1": 1_300,
+}
 
 
 @dataclass
@@ -94,16 +99,41 @@ class Process:
 def start_node(workdir: Path) -> tuple[Process, int]:
     port = free_port()
     workdir.mkdir(parents=True, exist_ok=True)
-    node = Process([str(REPO / ".venv" / "bin" / "namesrv"), "start", "--set", f"listenPort={port}",
-                    "--set", "bindAddress=127.0.0.1", "--set", f"kvConfigPath={workdir / 'kvConfig.json'}",
-                    "--set", f"configStorePath={workdir / 'namesrv.properties'}"], workdir / "namesrv.log")
+    node = Process(
+        [
+            str(REPO / ".venv" / "bin" / "namesrv"),
+            "start",
+            "--set",
+            f"listenPort={port}",
+            "--set",
+            "bindAddress=127.0.0.1",
+            "--set",
+            f"kvConfigPath={workdir / 'kvConfig.json'}",
+            "--set",
+            f"configStorePath={workdir / 'namesrv.properties'}",
+        ],
+        workdir / "namesrv.log",
+    )
     wait_for_port(port)
     return node, port
 
 
 def loadgen(w: Workload, port: int, server_pid: int, warmup: float, duration: float) -> dict:
-    args = [*w.args, "--addr", f"127.0.0.1:{port}", "-c", str(w.connections), "-d", str(w.depth),
-            "--warmup", str(warmup), "--duration", str(duration), "--server-pid", str(server_pid)]
+    args = [
+        *w.args,
+        "--addr",
+        f"127.0.0.1:{port}",
+        "-c",
+        str(w.connections),
+        "-d",
+        str(w.depth),
+        "--warmup",
+        str(warmup),
+        "--duration",
+        str(duration),
+        "--server-pid",
+        str(server_pid),
+    ]
     return run(args, timeout=warmup + duration + 120)
 
 
@@ -162,8 +192,10 @@ def main() -> int:
                         ceiling.append(loadgen(w, echo_port, echo.pid, args.warmup, args.duration))
                 results.append(summarise(w.name, ours, ceiling))
                 r = results[-1]
-                print(f"[bench]   {r['rps']:.0f} req/s, p99 {r['p99_us']:.0f} us, {r['per_cpu_s']:.0f} req/CPU-s",
-                      file=sys.stderr)
+                print(
+                    f"[bench]   {r['rps']:.0f} req/s, p99 {r['p99_us']:.0f} us, {r['per_cpu_s']:.0f} req/CPU-s",
+                    file=sys.stderr,
+                )
         finally:
             echo.stop()
     write_report(args.out, command, args, results)
@@ -189,8 +221,10 @@ def write_report(path: Path, command: str, args: argparse.Namespace, results: li
     for r in results:
         of_echo = f"{r['rps'] / r['echo_rps']:.2f}" if r["echo_rps"] else "–"
         vs_java = f"{r['vs_java_per_cpu']:.2f}x" if r["vs_java_per_cpu"] else "–"
-        lines.append(f"| {r['workload']} | {r['rps']:,.0f} | {r['p50_us']:,.0f} | {r['p99_us']:,.0f} | "
-                     f"{r['per_cpu_s']:,.0f} | {vs_java} | {of_echo} | {r['errors']} |")
+        lines.append(
+            f"| {r['workload']} | {r['rps']:,.0f} | {r['p50_us']:,.0f} | {r['p99_us']:,.0f} | "
+            f"{r['per_cpu_s']:,.0f} | {vs_java} | {of_echo} | {r['errors']} |"
+        )
     path.write_text("\n".join(lines) + "\n")
 
 

@@ -63,8 +63,7 @@ def main() -> int:
     command = "PYTHONPATH=. .venv/bin/python bench/soak.py " + shlex.join(sys.argv[1:])
     kinds = [*attacks.ATTACKS, "unfinished-frames"]
 
-    with tempfile.TemporaryDirectory() as tmp, node_process(Path(tmp)) as node, \
-            NameServerClient(node.addr) as broker:
+    with tempfile.TemporaryDirectory() as tmp, node_process(Path(tmp)) as node, NameServerClient(node.addr) as broker:
         register_broker(broker, broker_addr="127.0.0.1:10911", topics=[attacks.GOOD_TOPIC])
         baseline_probe = attacks.LatencyProbe(node.addr)
         baseline = baseline_probe.lookups(2000)

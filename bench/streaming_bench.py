@@ -212,8 +212,11 @@ def synthetic_load(brokers: int) -> Iterator[Event]:
             t = base + i * step
             for node in ("n1", "n2"):
                 if rnd == 0:
-                    topics = {f"T{i % 200}": QueueInfo(8, 8, 6), f"B{i}": QueueInfo(4, 4, 6),
-                              CLUSTER: QueueInfo(1, 1, 7)}
+                    topics = {
+                        f"T{i % 200}": QueueInfo(8, 8, 6),
+                        f"B{i}": QueueInfo(4, 4, 6),
+                        CLUSTER: QueueInfo(1, 1, 7),
+                    }
                     yield ev(node, EventType.REGISTER, t, i, heartbeat_timeout_millis=120_000,
                              data_version=DataVersionInfo(1, 0, T0), ha_server_addr=f"10.1.0.{i % 250}:10912",
                              enable_acting_master=False, topics=topics)  # fmt: skip
@@ -231,7 +234,6 @@ def registrations_count(brokers: int) -> int:
 
 
 def produce(bootstrap: str, topic: str, events: Iterator[Event]) -> int:
-
     producer = kafka_clients.producer(bootstrap, acks=1, linger_ms=20, batch_size=256 * 1024,
                              enable_idempotence=False)  # fmt: skip
     count = 0
@@ -358,8 +360,9 @@ def bench_throughput(spark, kafka: KafkaService, redis_url: str, tmp: Path, s: S
     ensure_topics(kafka, name)
     load = synthetic_load(s.brokers)
     first = produce(bootstrap, f"{name}-events", itertools.islice(load, registrations_count(s.brokers)))
-    cfg = job_config(bootstrap, redis_url, name, tmp / f"ckpt-{name}", s,
-                     **{"alerts.monitorLagMillis": str(10**13)})  # synthetic event times are years behind
+    cfg = job_config(
+        bootstrap, redis_url, name, tmp / f"ckpt-{name}", s, **{"alerts.monitorLagMillis": str(10**13)}
+    )  # synthetic event times are years behind
     say(f"throughput: a fresh query over the registrations of {s.brokers} brokers ({first} events)")
     gate = FirstBatchGate()
     try:
@@ -396,10 +399,14 @@ def bench_throughput(spark, kafka: KafkaService, redis_url: str, tmp: Path, s: S
     if raw_n != first + n or dec_n != first + n:
         raise SystemExit(f"kafka-python read {raw_n}/{dec_n} records, {first + n} were produced")
     r = Throughput(n, s.brokers, first, first_s, wall, batches, batch_s, raw_n / raw_s, dec_n / dec_s)
-    say(f"throughput:   kafka-python assign+seek over the same {raw_n} records: {r.raw_rate:,.0f}/s raw, "
-        f"{r.decode_rate:,.0f}/s decoding")
-    say(f"throughput:   {r.rate:,.0f} events/s through the job ({wall:.1f} s; {batches} batch(es), {batch_s:.1f} s), "
-        f"{r.rate / r.raw_rate:.3f}x raw kafka-python")
+    say(
+        f"throughput:   kafka-python assign+seek over the same {raw_n} records: {r.raw_rate:,.0f}/s raw, "
+        f"{r.decode_rate:,.0f}/s decoding"
+    )
+    say(
+        f"throughput:   {r.rate:,.0f} events/s through the job ({wall:.1f} s; {batches} batch(es), {batch_s:.1f} s), "
+        f"{r.rate / r.raw_rate:.3f}x raw kafka-python"
+    )
     return r
 
 
@@ -706,8 +713,10 @@ def bench_expiry(system, runner, watcher: Watcher, n0_addr: str, s: Settings) ->
     places = ("n1", "n2", "redis", "n0")
     wait_for(lambda: all(watcher.knows(b, places) for b, _ in fleets.values()), 120,
              f"{s.expiring} brokers at n1, n2, n0 and in Redis")  # fmt: skip
-    say(f"expiry latency: {s.expiring} brokers with heartbeatTimeoutMillis={s.timeout_ms} fall silent, "
-        f"one every {STAGGER_S} s")
+    say(
+        f"expiry latency: {s.expiring} brokers with heartbeatTimeoutMillis={s.timeout_ms} fall silent, "
+        f"one every {STAGGER_S} s"
+    )
     for name, (broker, _) in fleets.items():
         watcher.watch(broker)
         runner.silence(name)
@@ -740,7 +749,9 @@ def bench_close(system, runner, watcher: Watcher, s: Settings) -> dict[str, tupl
     return closed
 
 
-def expiry_legs(out: Live, topics: Topics, watcher: Watcher, fleets: dict[str, tuple[str, str]], timeout_ms: int) -> None:
+def expiry_legs(
+    out: Live, topics: Topics, watcher: Watcher, fleets: dict[str, tuple[str, str]], timeout_ms: int
+) -> None:
     for broker, addr in fleets.values():
         beats = topics.of(addr, EventType.REGISTER, EventType.HEARTBEAT)
         if not beats:
@@ -766,10 +777,12 @@ def expiry_legs(out: Live, topics: Topics, watcher: Watcher, fleets: dict[str, t
         # finished after the event was in Kafka and before the one that decided
         out.add(out.legs, "c batches", watcher.writes_between(past.ts, expire.ts))
         out.movers[f"{past.value.type} from {past.value.node}"] += 1
-        say(f"expiry latency: {broker}: deadline -> gone n1 {gone['n1'] - deadline:,} ms, n2 {gone['n2'] - deadline:,}"
+        say(
+            f"expiry latency: {broker}: deadline -> gone n1 {gone['n1'] - deadline:,} ms, n2 {gone['n2'] - deadline:,}"
             f", redis {gone['redis'] - deadline:,} (legs a {legs['a']:,} [{past.value.type} from {past.value.node}], "
             f"b {legs['b']:,}, c {legs['c']:,}, d {legs['d n1']:,}/{legs['d n2']:,}, e {legs['e']:,}); "
-            f"n0's own scan {gone['n0'] - deadline:,} ms")
+            f"n0's own scan {gone['n0'] - deadline:,} ms"
+        )
 
 
 def close_legs(out: Live, topics: Topics, watcher: Watcher, closed: dict[str, tuple[str, str, int]]) -> None:
@@ -789,9 +802,11 @@ def close_legs(out: Live, topics: Topics, watcher: Watcher, closed: dict[str, tu
         for k, v in legs.items():
             out.add(out.close_legs, k, v)
         out.add(out.close_legs, "batches", watcher.writes_between(last.ts, remove.ts))
-        say(f"close latency: {broker}: last close -> gone in redis {gone['redis'] - at:,} ms (CHANNEL_CLOSED in "
+        say(
+            f"close latency: {broker}: last close -> gone in redis {gone['redis'] - at:,} ms (CHANNEL_CLOSED in "
             f"kafka {legs['close -> CHANNEL_CLOSED in kafka']:,}, REMOVE +{legs['-> REMOVE']:,}, redis "
-            f"+{legs['REMOVE -> gone in redis']:,}); at n1 {gone['n1'] - at:,}, n2 {gone['n2'] - at:,}")
+            f"+{legs['REMOVE -> gone in redis']:,}); at n1 {gone['n1'] - at:,}, n2 {gone['n2'] - at:,}"
+        )
 
 
 def fallback_logged(system) -> list[int]:
@@ -881,9 +896,11 @@ def targets(live: Live) -> list[tuple[str, float, int, bool]]:
     """(what, measured, target, met) for each of the issue's targets."""
     every, redis = live.expiry.get("everywhere", []), live.close.get("redis", [])
     out = []
-    for what, xs, agg, bound in (("deadline -> gone everywhere, median", every, median, EXPIRY_MEDIAN_MS),
-                                 ("deadline -> gone everywhere, max", every, max, EXPIRY_MAX_MS),
-                                 ("last close -> gone in Redis, median", redis, median, CLOSE_MEDIAN_MS)):
+    for what, xs, agg, bound in (
+        ("deadline -> gone everywhere, median", every, median, EXPIRY_MEDIAN_MS),
+        ("deadline -> gone everywhere, max", every, max, EXPIRY_MAX_MS),
+        ("last close -> gone in Redis, median", redis, median, CLOSE_MEDIAN_MS),
+    ):
         value = agg(xs) if xs else float("nan")
         out.append((what, value, bound, value <= bound))
     return out
@@ -929,8 +946,12 @@ def report(command: str, s: Settings, thr: Throughput | None, live: Live, total_
         f"| close latency, last close → gone in Redis (median) | {closed:,.0f} ms | "
         f"close → gone at the node (it drops it itself): {at_node:,.0f} ms | {ratio(closed, at_node)} |",
         "",
-        "Targets (issue 8): " + "; ".join(f"{what} {value:,.0f} ms ≤ {bound:,} ms: **{'met' if met else 'NOT met'}**"
-                                          for what, value, bound, met in targets(live)) + ".",
+        "Targets (issue 8): "
+        + "; ".join(
+            f"{what} {value:,.0f} ms ≤ {bound:,} ms: **{'met' if met else 'NOT met'}**"
+            for what, value, bound, met in targets(live)
+        )
+        + ".",
         "",
         "## Settings (read from `conf/` with the stack's overrides, as the processes read them)",
         "",
@@ -960,7 +981,8 @@ def report(command: str, s: Settings, thr: Throughput | None, live: Live, total_
         f"| reference: n0's own scan, deadline → gone | {stats(live.expiry.get('n0', []))} |",
         "",
         "The event that moved event time past each deadline: "
-        + ", ".join(f"{k} ×{v}" for k, v in live.movers.most_common()) + ".",
+        + ", ".join(f"{k} ×{v}" for k, v in live.movers.most_common())
+        + ".",
         "",
         f"Close, per broker ({len(live.close.get('redis', []))} crashed brokers):",
         "",
@@ -991,7 +1013,8 @@ def report(command: str, s: Settings, thr: Throughput | None, live: Live, total_
             f"can take them all. Timed from releasing it until `processAllAvailable()` returns: {thr.wall_s:.1f} s "
             f"({thr.batches} batch(es) took them, {thr.batch_s:.1f} s of batches). The reference reads the whole topic "
             "with one kafka-python consumer (`assign()`, `seek(0)`, `poll()` to the end offsets), as the source's "
-            "tasks do.")
+            "tasks do."
+        )
     else:
         lines.append("- **Throughput**: not run (`--skip-throughput`).")
     lines += [
@@ -1000,7 +1023,7 @@ def report(command: str, s: Settings, thr: Throughput | None, live: Live, total_
         "process, as `make run` starts them (`tests.integration.backends.System`); overrides are only addresses, "
         "paths and `monitor.id`. Simulated brokers (`FleetRunner`) register with "
         f"`heartbeatTimeoutMillis={live.timeout_ms:,}` and heartbeat every second (QUERY_DATA_VERSION), a "
-        "re-registration every 30 s. \"Gone\" at a place is the first answer of a watcher that asks n1, n2 and n0 "
+        're-registration every 30 s. "Gone" at a place is the first answer of a watcher that asks n1, n2 and n0 '
         f"for their cluster info and Redis for the job's (`RouteLookup`) every {live.poll_ms} ms (a round took "
         f"{live.poll_round_ms:.0f} ms, median), and no longer lists the broker. Record timestamps are {ts_types} "
         "(kafka-python stamps a record when the producer's `send()` is called: leg b is the node's event queue and "
@@ -1053,18 +1076,30 @@ def main() -> int:
     parser.add_argument("--expiring", type=int, help="brokers that go silent (default 10, quick 3)")
     parser.add_argument("--crashing", type=int, help="brokers that crash (default 10, quick 3)")
     parser.add_argument("--registrations", type=int, help="route-latency registrations (default 12, quick 3)")
-    parser.add_argument("--heartbeat-timeout-ms", type=int, default=10_000,
-                        help="heartbeatTimeoutMillis the simulated brokers register with (default 10000)")
+    parser.add_argument(
+        "--heartbeat-timeout-ms",
+        type=int,
+        default=10_000,
+        help="heartbeatTimeoutMillis the simulated brokers register with (default 10000)",
+    )
     parser.add_argument("--poll-ms", type=int, default=25, help="the watcher's polling period (default 25)")
     parser.add_argument("--skip-throughput", action="store_true", help="only the figures on the stack")
-    parser.add_argument("--end-offsets", choices=("highwater", "listoffsets"), default="highwater",
-                        help="kafka.endOffsets of the throughput job (conf default highwater)")
+    parser.add_argument(
+        "--end-offsets",
+        choices=("highwater", "listoffsets"),
+        default="highwater",
+        help="kafka.endOffsets of the throughput job (conf default highwater)",
+    )
     experiment = parser.add_argument_group("experiments (default: the value conf/ ships; the report says so)")
     experiment.add_argument("--trigger-ms", type=int, help="monitor.triggerIntervalMillis")
     experiment.add_argument("--watermark-delay-ms", type=int, help="monitor.watermarkDelayMillis (live part)")
     experiment.add_argument("--tick-ms", type=int, help="the nodes' tickIntervalMillis (live part)")
-    parser.add_argument("--out", type=Path, help="where to write the report (default: bench/STREAMING_RESULTS.md "
-                        "for a full run with the shipped settings; other runs only print it)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="where to write the report (default: bench/STREAMING_RESULTS.md "
+        "for a full run with the shipped settings; other runs only print it)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="the bench's libraries' INFO logs too")
     args = parser.parse_args()
     s = settings(args)

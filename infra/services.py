@@ -169,9 +169,7 @@ OPTIONS: tuple[Option, ...] = (
 OPTIONS_BY_KEY = {o.key: o for o in OPTIONS}
 
 
-def config_from_properties(
-    props: Mapping[str, str], base_dir: Path | None = None
-) -> ServicesConfig:
+def config_from_properties(props: Mapping[str, str], base_dir: Path | None = None) -> ServicesConfig:
     """Build a config from parsed properties; relative paths resolve against ``base_dir`` (cwd)."""
     base = (base_dir or Path.cwd()).resolve()
     values: dict[str, object] = {}
@@ -339,10 +337,7 @@ def ensure_topics(
     created: list[str] = []
     with kafka_admin(bootstrap_servers, timeout) as admin:
         response = admin.create_topics(
-            {
-                name: {"num_partitions": n, "replication_factor": replication_factor}
-                for name, n in wanted.items()
-            },
+            {name: {"num_partitions": n, "replication_factor": replication_factor} for name, n in wanted.items()},
             timeout_ms=ms,
             raise_errors=False,
         )
@@ -361,7 +356,10 @@ def ensure_topics(
             if have != want:
                 log.warning(
                     "kafka: topic %s has %d partitions, configured %d; delete it (locally: "
-                    "stop and remove kafka.dataDir) to recreate it", info["name"], have, want,
+                    "stop and remove kafka.dataDir) to recreate it",
+                    info["name"],
+                    have,
+                    want,
                 )
     if created:
         log.info("kafka: created topics %s on %s", ", ".join(created), bootstrap_servers)
@@ -408,9 +406,7 @@ class ProcessService:
     port_key: ClassVar[str]
     backend_key: ClassVar[str]
 
-    def __init__(
-        self, *, port: int, run_dir: Path, host: str = LOOPBACK, start_timeout: float = 15.0
-    ) -> None:
+    def __init__(self, *, port: int, run_dir: Path, host: str = LOOPBACK, start_timeout: float = 15.0) -> None:
         self.port = port
         self.host = host
         self.run_dir = Path(run_dir)
@@ -536,8 +532,8 @@ class ProcessService:
         if not self._wait_ready(self._proc.pid, self.start_timeout):
             code = self._proc.poll()
             self.stop()
-            why = f"exited with code {code}" if code is not None else (
-                f"did not answer within {self.start_timeout:.0f}s"
+            why = (
+                f"exited with code {code}" if code is not None else (f"did not answer within {self.start_timeout:.0f}s")
             )
             raise ServiceError(
                 f"{self.name} ({self.backend}) on {self.address} {why}; log {self.log_file}:\n"
@@ -757,9 +753,7 @@ class RedisService(ProcessService):
 
     @classmethod
     def from_config(cls, config: ServicesConfig, **overrides: object) -> RedisService:
-        kwargs: dict[str, object] = dict(
-            port=config.redis_port, run_dir=config.run_dir, backend=config.redis_backend
-        )
+        kwargs: dict[str, object] = dict(port=config.redis_port, run_dir=config.run_dir, backend=config.redis_backend)
         kwargs.update(overrides)
         return cls(**kwargs)  # type: ignore[arg-type]
 
@@ -812,9 +806,7 @@ class RedisService(ProcessService):
     def _probe(self, timeout: float) -> bool:
         import redis
 
-        client = redis.Redis(
-            host=self.host, port=self.port, socket_timeout=timeout, socket_connect_timeout=timeout
-        )
+        client = redis.Redis(host=self.host, port=self.port, socket_timeout=timeout, socket_connect_timeout=timeout)
         try:
             return bool(client.ping())
         except redis.RedisError:
@@ -828,9 +820,7 @@ class RedisService(ProcessService):
 Service = KafkaService | RedisService
 
 
-def services_from_config(
-    config: ServicesConfig, only: Iterable[str] | None = None
-) -> list[Service]:
+def services_from_config(config: ServicesConfig, only: Iterable[str] | None = None) -> list[Service]:
     """The services named in ``only`` (default: all), Kafka first."""
     chosen = set(only) if only else {"kafka", "redis"}
     services: list[Service] = []
@@ -875,9 +865,7 @@ def _create_topics_cli(config: ServicesConfig, args: argparse.Namespace) -> str:
     deadline = time.monotonic() + args.wait
     while True:
         try:
-            created = ensure_topics(
-                bootstrap, config.kafka_topics, replication_factor=args.replication_factor
-            )
+            created = ensure_topics(bootstrap, config.kafka_topics, replication_factor=args.replication_factor)
             break
         except KafkaError as exc:
             if time.monotonic() >= deadline:

@@ -62,11 +62,11 @@ from infra.services import (
     ProcessService,
     RedisService,
     ServiceError,
-    load_config,
-    package_file,
     _log_tail,
     _read_pidfile,
     _write_pidfile,
+    load_config,
+    package_file,
     pid_alive,
 )
 
@@ -147,8 +147,9 @@ class StreamingJob(ProcessService):
         try:
             self.launcher = Launcher(launcher)
         except ValueError:
-            raise ServiceError(f"streaming launcher {launcher!r}: use one of "
-                               f"{' | '.join(m.value for m in Launcher)}") from None
+            raise ServiceError(
+                f"streaming launcher {launcher!r}: use one of " f"{' | '.join(m.value for m in Launcher)}"
+            ) from None
 
     @property
     def backend(self) -> str:
@@ -161,8 +162,10 @@ class StreamingJob(ProcessService):
         beside = Path(sys.executable).with_name("spark-submit")
         found = beside if beside.is_file() else package_file("pyspark", "bin/spark-submit")
         if found is None:
-            raise BinaryNotFoundError(f"spark-submit is neither beside {sys.executable} nor in a pyspark package; "
-                                      "run: pip install -e '.[streaming]'")
+            raise BinaryNotFoundError(
+                f"spark-submit is neither beside {sys.executable} nor in a pyspark package; "
+                "run: pip install -e '.[streaming]'"
+            )
         return found
 
     def _known_binaries(self) -> list[Path]:
@@ -175,8 +178,10 @@ class StreamingJob(ProcessService):
     def _script(self) -> Path:
         script = package_file("streaming", "__main__.py")
         if script is None:
-            raise ServiceError("the streaming package is not importable here; run from the repository or "
-                               "pip install -e '.[streaming]'")
+            raise ServiceError(
+                "the streaming package is not importable here; run from the repository or "
+                "pip install -e '.[streaming]'"
+            )
         return script
 
     def _command(self, binary: Path) -> list[str]:
@@ -236,8 +241,12 @@ class StreamingJob(ProcessService):
             self._proc = None
         else:
             if driver is not None:
-                log.warning("%s: spark-submit pid %d still runs %.0fs after its driver's SIGTERM; signalling it",
-                            self.name, pid, timeout)
+                log.warning(
+                    "%s: spark-submit pid %d still runs %.0fs after its driver's SIGTERM; signalling it",
+                    self.name,
+                    pid,
+                    timeout,
+                )
             super().stop(timeout)
         if leader is not None and leader.session == pid:
             _end_session(pid)
@@ -276,6 +285,7 @@ def _end_session(sid: int, grace: float = 10.0) -> None:
     Only called for a session whose leader we started and just stopped: a session's ID stays taken
     while any member lives, so nothing else can be in it.
     """
+
     def members() -> list[int]:
         return [p for p, st in procfs.all_stats().items() if st.session == sid and p != os.getpid() and pid_alive(p)]
 
@@ -327,8 +337,10 @@ class RestartPolicy:
 
     def __post_init__(self) -> None:
         if not 0 < self.first_delay <= self.max_delay or self.stable_after < 0:
-            raise ValueError(f"restart back-off: need 0 < first_delay ({self.first_delay}) <= max_delay "
-                             f"({self.max_delay}) and stable_after ({self.stable_after}) >= 0")
+            raise ValueError(
+                f"restart back-off: need 0 < first_delay ({self.first_delay}) <= max_delay "
+                f"({self.max_delay}) and stable_after ({self.stable_after}) >= 0"
+            )
         self._delay = self.first_delay
 
     def started(self) -> None:
@@ -394,9 +406,15 @@ class Supervisor:
     #: how long what a dead service left in its session gets to exit by itself before SIGKILL
     LEFTOVER_GRACE_S = 5.0
 
-    def __init__(self, services: list[ProcessService], *, clock: Callable[[], float] = time.monotonic,
-                 out: TextIO | None = None, poll_s: float = 1.0,
-                 end_session: Callable[[int, float], None] = _end_dead_session) -> None:
+    def __init__(
+        self,
+        services: list[ProcessService],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        out: TextIO | None = None,
+        poll_s: float = 1.0,
+        end_session: Callable[[int, float], None] = _end_dead_session,
+    ) -> None:
         self._out = out
         self._end_session = end_session
         self.poll_s = poll_s
@@ -439,9 +457,11 @@ class Supervisor:
             service.log_file.replace(kept)  # `start` truncates the log: keep the dead one's
         what = "from its checkpoint" if isinstance(service, StreamingJob) else "on the same port"
         lived = f" after {uptime:.0f} s" if uptime is not None else ""
-        self._say(f"{service.name} (pid {pid or '-'}) {describe_exit(service.exit_code())}{lived}; the rest keeps "
-                  f"running; restarting it {what} in {delay:.0f} s (death {w.policy.deaths}); "
-                  f"its log {kept} ends with:\n{_tail(kept)}")
+        self._say(
+            f"{service.name} (pid {pid or '-'}) {describe_exit(service.exit_code())}{lived}; the rest keeps "
+            f"running; restarting it {what} in {delay:.0f} s (death {w.policy.deaths}); "
+            f"its log {kept} ends with:\n{_tail(kept)}"
+        )
 
     def _restart(self, w: _Watched) -> None:
         service = w.service
@@ -451,8 +471,10 @@ class Supervisor:
         except Exception as e:  # noqa: BLE001
             delay = w.policy.died()
             why = _printable(next(iter(str(e).splitlines()), "") or repr(e))
-            self._say(f"{service.name} could not be restarted: {why}; next attempt in {delay:.0f} s "
-                      f"(death {w.policy.deaths}, log {service.log_file})")
+            self._say(
+                f"{service.name} could not be restarted: {why}; next attempt in {delay:.0f} s "
+                f"(death {w.policy.deaths}, log {service.log_file})"
+            )
             return
         w.policy.started()
         w.pid = service.running_pid()
@@ -467,21 +489,35 @@ def build_stack(args: argparse.Namespace) -> list[ProcessService]:
     run_dir = services.run_dir
     stack: list[ProcessService] = [KafkaService.from_config(services), RedisService.from_config(services)]
     for port in args.node_ports:
-        stack.append(NamesrvNode(port=port, run_dir=run_dir, conf=args.namesrv_conf, properties={
-            "bindAddress": args.bind,
-            "listenPort": str(port),
-            "nodeName": f"node-{port}",
-            "kafkaBootstrapServers": services.kafka_bootstrap,
-            "redisUrl": services.redis_url,
-            "kvConfigPath": str(run_dir / f"namesrv-{port}" / "kvConfig.json"),
-            "configStorePath": str(run_dir / f"namesrv-{port}" / "namesrv.properties"),
-        }))
+        stack.append(
+            NamesrvNode(
+                port=port,
+                run_dir=run_dir,
+                conf=args.namesrv_conf,
+                properties={
+                    "bindAddress": args.bind,
+                    "listenPort": str(port),
+                    "nodeName": f"node-{port}",
+                    "kafkaBootstrapServers": services.kafka_bootstrap,
+                    "redisUrl": services.redis_url,
+                    "kvConfigPath": str(run_dir / f"namesrv-{port}" / "kvConfig.json"),
+                    "configStorePath": str(run_dir / f"namesrv-{port}" / "namesrv.properties"),
+                },
+            )
+        )
     if not args.no_streaming:
-        stack.append(StreamingJob(run_dir=run_dir, conf=args.streaming_conf, overrides={
-            "kafka.bootstrap": services.kafka_bootstrap,
-            "redis.url": services.redis_url,
-            "monitor.checkpointDir": str(run_dir / "streaming" / "checkpoint"),
-        }, launcher=args.streaming_launcher))
+        stack.append(
+            StreamingJob(
+                run_dir=run_dir,
+                conf=args.streaming_conf,
+                overrides={
+                    "kafka.bootstrap": services.kafka_bootstrap,
+                    "redis.url": services.redis_url,
+                    "monitor.checkpointDir": str(run_dir / "streaming" / "checkpoint"),
+                },
+                launcher=args.streaming_launcher,
+            )
+        )
     return stack
 
 
@@ -530,8 +566,7 @@ def up(args: argparse.Namespace) -> int:
     stack = build_stack(args)
     run_dir = stack[0].run_dir
     if (other := running_up(run_dir)) is not None:
-        print(f"the system is already up (pid {other}, run dir {run_dir}); stop it first: make stop",
-              file=sys.stderr)
+        print(f"the system is already up (pid {other}, run dir {run_dir}); stop it first: make stop", file=sys.stderr)
         return 1
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -572,8 +607,11 @@ def down(args: argparse.Namespace) -> int:
         while pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
         if pid_alive(pid):
-            print(f"`up` (pid {pid}) still runs {UP_STOP_TIMEOUT_S:.0f} s after SIGTERM; stopping its services "
-                  "by pidfile", file=sys.stderr)
+            print(
+                f"`up` (pid {pid}) still runs {UP_STOP_TIMEOUT_S:.0f} s after SIGTERM; stopping its services "
+                "by pidfile",
+                file=sys.stderr,
+            )
     # what a gone `up` left behind (or all of it, with no `up`): each pidfile names its PID
     down_services(reversed(stack))
     return 0
@@ -604,14 +642,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--services-conf", type=Path, default=REPO / "conf" / "services.properties")
     parser.add_argument("--namesrv-conf", type=Path, default=REPO / "conf" / "namesrv.properties")
     parser.add_argument("--streaming-conf", type=Path, default=REPO / "conf" / "streaming.properties")
-    parser.add_argument("--node-ports", type=lambda s: [int(p) for p in s.split(",")], default=[9876, 9877],
-                        help="comma-separated name-server ports (default 9876,9877)")
+    parser.add_argument(
+        "--node-ports",
+        type=lambda s: [int(p) for p in s.split(",")],
+        default=[9876, 9877],
+        help="comma-separated name-server ports (default 9876,9877)",
+    )
     parser.add_argument("--bind", default=LOOPBACK, help="address the nodes listen on (default 127.0.0.1)")
     parser.add_argument("--no-streaming", action="store_true", help="start everything but the Spark job")
-    parser.add_argument("--streaming-launcher", type=Launcher, choices=list(Launcher),
-                        default=os.environ.get(LAUNCHER_ENV, Launcher.PYTHON.value),
-                        help=f"how `up` starts the Spark job: python -m streaming or spark-submit "
-                             f"(default: ${LAUNCHER_ENV} or python; `down` stops either)")
+    parser.add_argument(
+        "--streaming-launcher",
+        type=Launcher,
+        choices=list(Launcher),
+        default=os.environ.get(LAUNCHER_ENV, Launcher.PYTHON.value),
+        help=f"how `up` starts the Spark job: python -m streaming or spark-submit "
+        f"(default: ${LAUNCHER_ENV} or python; `down` stops either)",
+    )
     return parser
 
 

@@ -60,9 +60,12 @@ def build_node(config: NamesrvConfig) -> tuple[NameServerNode, BatchUnregistrati
         now=time.monotonic,
     )
     unregistration.on_min_broker_id_change = node.min_broker_id_changed
-    expiry = ExpiryScan(routes, config.scan_not_active_broker_interval,
-                        on_expired=lambda r, why: node.observer.broker_unregistered(r, why),
-                        on_min_broker_id_change=node.min_broker_id_changed)
+    expiry = ExpiryScan(
+        routes,
+        config.scan_not_active_broker_interval,
+        on_expired=lambda r, why: node.observer.broker_unregistered(r, why),
+        on_min_broker_id_change=node.min_broker_id_changed,
+    )
     return node, unregistration, expiry
 
 
@@ -81,8 +84,9 @@ async def start_node(config: NamesrvConfig) -> RunningNode:
     server.spawn(unregistration.run(), "batch-unregistration")
     server.spawn(expiry.run(), "expiry-scan")
     if warm is not None:
-        server.spawn(drop_unconfirmed(node.routes, on_min_broker_id_change=node.min_broker_id_changed),
-                     "warm-start-deadlines")
+        server.spawn(
+            drop_unconfirmed(node.routes, on_min_broker_id_change=node.min_broker_id_changed), "warm-start-deadlines"
+        )
     if kafka is not None:
         kafka.start(asyncio.get_running_loop(), server.spawn, config.node_name or default_node_name(server.port))
     running = RunningNode(server, node, unregistration, expiry, kafka, warm)
@@ -90,7 +94,9 @@ async def start_node(config: NamesrvConfig) -> RunningNode:
         server.spawn(_log_stats(running, config.stats_interval_millis / 1000), "stats")
     log.warning(
         "The Name Server boot success. serializeType=%s, address %s:%d",
-        config.response_serialize_type, config.bind_address, server.port,
+        config.response_serialize_type,
+        config.bind_address,
+        server.port,
     )
     return running
 
@@ -103,12 +109,21 @@ def node_stats(running: RunningNode) -> dict[str, object]:
     stats["localExpiry"] = "on" if running.expiry.enabled else "off (monitor decides)"
     if running.kafka is not None:
         published = running.kafka.publisher_stats()
-        stats.update(eventsSent=published.sent, eventsQueued=published.queued,
-                     eventsDropped=published.dropped_light + published.dropped_heavy, eventsInvalid=published.invalid)
+        stats.update(
+            eventsSent=published.sent,
+            eventsQueued=published.queued,
+            eventsDropped=published.dropped_light + published.dropped_heavy,
+            eventsInvalid=published.invalid,
+        )
         if running.kafka.consumer is not None:
             actions = running.kafka.action_stats()
-            stats.update(actionsApplied=actions.applied, actionsStale=actions.stale, actionsSkipped=actions.skipped,
-                         actionsUntrusted=actions.untrusted, actionsAhead=actions.ahead)
+            stats.update(
+                actionsApplied=actions.applied,
+                actionsStale=actions.stale,
+                actionsSkipped=actions.skipped,
+                actionsUntrusted=actions.untrusted,
+                actionsAhead=actions.ahead,
+            )
     return stats
 
 

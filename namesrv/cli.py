@@ -54,23 +54,37 @@ def _simulate(args: argparse.Namespace) -> int:
 
     try:
         config = simulate.FleetConfig(
-            namesrv=simulate.parse_namesrv_list(args.namesrv), brokers=args.brokers, topics=args.topics,
-            cluster=args.cluster, slaves_per_group=args.slaves_per_group, register_interval=args.register_interval,
-            heartbeat_interval=args.heartbeat_interval, heartbeat_kind=simulate.HeartbeatKind(args.heartbeat_kind),
-            heartbeat_timeout_ms=args.heartbeat_timeout_ms, silent=args.silent, silent_after=args.silent_after,
-            unregister=args.unregister, unregister_after=args.unregister_after, addr_base=args.addr_base,
-            timeout=args.timeout, summary_interval=args.summary_interval)
+            namesrv=simulate.parse_namesrv_list(args.namesrv),
+            brokers=args.brokers,
+            topics=args.topics,
+            cluster=args.cluster,
+            slaves_per_group=args.slaves_per_group,
+            register_interval=args.register_interval,
+            heartbeat_interval=args.heartbeat_interval,
+            heartbeat_kind=simulate.HeartbeatKind(args.heartbeat_kind),
+            heartbeat_timeout_ms=args.heartbeat_timeout_ms,
+            silent=args.silent,
+            silent_after=args.silent_after,
+            unregister=args.unregister,
+            unregister_after=args.unregister_after,
+            addr_base=args.addr_base,
+            timeout=args.timeout,
+            summary_interval=args.summary_interval,
+        )
     except ValueError as e:
         print(f"namesrv simulate: {e}", file=sys.stderr)
         return 2
     setup_logging(args.log_level or "WARNING")
     logging.getLogger(simulate.events_log.name).setLevel(logging.INFO)
-    summary = simulate.run(simulate.Fleet(config), duration=args.duration,
-                           unregister_on_exit=not args.no_unregister_on_exit)
+    summary = simulate.run(
+        simulate.Fleet(config), duration=args.duration, unregister_on_exit=not args.no_unregister_on_exit
+    )
     print(json.dumps(summary, indent=2, sort_keys=True) if args.json else _human(summary))
     if summary["registrations"] == 0:
-        print(f"namesrv simulate: no name server accepted a registration; is one listening at {args.namesrv}?",
-              file=sys.stderr)
+        print(
+            f"namesrv simulate: no name server accepted a registration; is one listening at {args.namesrv}?",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -97,7 +111,11 @@ def _routes(args: argparse.Namespace) -> int:
         elif args.routes_command == "topics":
             print("\n".join(lookup.topics()))
         elif args.routes_command == "alerts":
-            print(_table([{"severity": a.severity, "incident": a.incident, "message": a.message} for a in lookup.alerts()]))
+            print(
+                _table(
+                    [{"severity": a.severity, "incident": a.incident, "message": a.message} for a in lookup.alerts()]
+                )
+            )
         else:
             print(_human(lookup.status() or "nothing written yet"))
     except redis.RedisError as e:
@@ -145,9 +163,18 @@ def _topic_route(client, args) -> Any:
     route = client.topic_route(args.topic)
     if args.json:
         return route.to_wire()
-    rows = [{"brokerName": q.broker_name, "read": q.read_queue_nums, "write": q.write_queue_nums, "perm": q.perm,
-             "addrs": " ".join(f"{i}={a}" for i, a in sorted(b.broker_addrs.items()))}
-            for q in route.queue_datas for b in route.broker_datas if b.broker_name == q.broker_name]
+    rows = [
+        {
+            "brokerName": q.broker_name,
+            "read": q.read_queue_nums,
+            "write": q.write_queue_nums,
+            "perm": q.perm,
+            "addrs": " ".join(f"{i}={a}" for i, a in sorted(b.broker_addrs.items())),
+        }
+        for q in route.queue_datas
+        for b in route.broker_datas
+        if b.broker_name == q.broker_name
+    ]
     return rows
 
 
@@ -161,19 +188,32 @@ ADMIN_COMMANDS: dict[str, tuple[str, Any, list[tuple[str, str]]]] = {
     "topicRoute": ("route of one topic", _topic_route, [("-t", "topic")]),
     "topicList": ("all topics, or a cluster's", lambda c, a: c.topic_list(a.cluster), [("-c", "cluster?")]),
     "getKvConfig": ("one KV value", _kv_get, [("-s", "namespace"), ("-k", "key")]),
-    "updateKvConfig": ("set a KV value", lambda c, a: c.put_kv(a.namespace, a.key, a.value) or "OK",
-                       [("-s", "namespace"), ("-k", "key"), ("-v", "value")]),
-    "deleteKvConfig": ("delete a KV value", lambda c, a: c.delete_kv(a.namespace, a.key) or "OK",
-                       [("-s", "namespace"), ("-k", "key")]),
-    "wipeWritePerm": ("clear write permission of a broker group",
-                      lambda c, a: {"brokerName": a.broker_name, "wipeTopicCount": c.wipe_write_perm(a.broker_name)},
-                      [("-b", "broker_name")]),
-    "addWritePerm": ("restore write permission of a broker group",
-                     lambda c, a: {"brokerName": a.broker_name, "addTopicCount": c.add_write_perm(a.broker_name)},
-                     [("-b", "broker_name")]),
+    "updateKvConfig": (
+        "set a KV value",
+        lambda c, a: c.put_kv(a.namespace, a.key, a.value) or "OK",
+        [("-s", "namespace"), ("-k", "key"), ("-v", "value")],
+    ),
+    "deleteKvConfig": (
+        "delete a KV value",
+        lambda c, a: c.delete_kv(a.namespace, a.key) or "OK",
+        [("-s", "namespace"), ("-k", "key")],
+    ),
+    "wipeWritePerm": (
+        "clear write permission of a broker group",
+        lambda c, a: {"brokerName": a.broker_name, "wipeTopicCount": c.wipe_write_perm(a.broker_name)},
+        [("-b", "broker_name")],
+    ),
+    "addWritePerm": (
+        "restore write permission of a broker group",
+        lambda c, a: {"brokerName": a.broker_name, "addTopicCount": c.add_write_perm(a.broker_name)},
+        [("-b", "broker_name")],
+    ),
     "getNamesrvConfig": ("the name server's settings", lambda c, a: dict(sorted(c.get_config().items())), []),
-    "updateNamesrvConfig": ("change one setting", lambda c, a: c.update_config({a.key: a.value}) or "OK",
-                            [("-k", "key"), ("-v", "value")]),
+    "updateNamesrvConfig": (
+        "change one setting",
+        lambda c, a: c.update_config({a.key: a.value}) or "OK",
+        [("-k", "key"), ("-v", "value")],
+    ),
 }
 
 
@@ -214,33 +254,62 @@ def build_parser() -> argparse.ArgumentParser:
             dest = dest.rstrip("?")
             p.add_argument(flag, f"--{dest.replace('_', '-')}", dest=dest, required=not optional)
 
-    sim = sub.add_parser("simulate", help="a fleet of fake brokers registering with name servers over the real protocol",
-                         description="Simulated RocketMQ 5.x brokers: register with every name server, re-register "
-                                     "every interval, optionally heartbeat; some can go silent (half-open, removed "
-                                     "only by expiry) or unregister. Ctrl-C or SIGTERM unregisters the live ones.")
-    sim.add_argument("-n", "--namesrv", default="127.0.0.1:9876", help="name servers, ';'-separated like namesrvAddr "
-                     "(quote it in a shell; default 127.0.0.1:9876)")
+    sim = sub.add_parser(
+        "simulate",
+        help="a fleet of fake brokers registering with name servers over the real protocol",
+        description="Simulated RocketMQ 5.x brokers: register with every name server, re-register "
+        "every interval, optionally heartbeat; some can go silent (half-open, removed "
+        "only by expiry) or unregister. Ctrl-C or SIGTERM unregisters the live ones.",
+    )
+    sim.add_argument(
+        "-n",
+        "--namesrv",
+        default="127.0.0.1:9876",
+        help="name servers, ';'-separated like namesrvAddr " "(quote it in a shell; default 127.0.0.1:9876)",
+    )
     sim.add_argument("--brokers", type=int, default=1, help="broker groups, named broker-0.. (default 1)")
     sim.add_argument("--topics", type=int, default=1, help="topics per group: group b owns T<b*M>..T<b*M+M-1>")
     sim.add_argument("--cluster", default="DefaultCluster")
     sim.add_argument("--slaves-per-group", type=int, default=0, help="slaves (broker ids 1..K) beside each master")
-    sim.add_argument("--register-interval", type=float, default=30.0, metavar="S",
-                     help="re-register every S seconds (the second registration comes 10 s after the first)")
-    sim.add_argument("--heartbeat-interval", type=float, default=0.0, metavar="S",
-                     help="oneway heartbeat every S seconds between registrations; 0 = none (default)")
-    sim.add_argument("--heartbeat-kind", choices=["query-data-version", "broker-heartbeat"],
-                     default="query-data-version", help="QUERY_DATA_VERSION (5.x default) or BROKER_HEARTBEAT")
-    sim.add_argument("--heartbeat-timeout-ms", type=int, metavar="T",
-                     help="heartbeatTimeoutMillis sent when registering (node default: 120000)")
+    sim.add_argument(
+        "--register-interval",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="re-register every S seconds (the second registration comes 10 s after the first)",
+    )
+    sim.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="oneway heartbeat every S seconds between registrations; 0 = none (default)",
+    )
+    sim.add_argument(
+        "--heartbeat-kind",
+        choices=["query-data-version", "broker-heartbeat"],
+        default="query-data-version",
+        help="QUERY_DATA_VERSION (5.x default) or BROKER_HEARTBEAT",
+    )
+    sim.add_argument(
+        "--heartbeat-timeout-ms",
+        type=int,
+        metavar="T",
+        help="heartbeatTimeoutMillis sent when registering (node default: 120000)",
+    )
     sim.add_argument("--silent", type=int, default=0, metavar="K", help="K groups go silent (half-open) ...")
     sim.add_argument("--silent-after", type=float, default=60.0, metavar="S", help="... S seconds in (default 60)")
     sim.add_argument("--unregister", type=int, default=0, metavar="K", help="K groups unregister and leave ...")
     sim.add_argument("--unregister-after", type=float, default=60.0, metavar="S", help="... S seconds in (default 60)")
     sim.add_argument("--duration", type=float, metavar="S", help="stop after S seconds (default: until Ctrl-C)")
-    sim.add_argument("--addr-base", default="127.0.0.1:30000",
-                     help="broker i gets host:(port+2i), its HA address port+1 (default 127.0.0.1:30000)")
-    sim.add_argument("--no-unregister-on-exit", action="store_true",
-                     help="on exit just close the connections, like a crashed broker")
+    sim.add_argument(
+        "--addr-base",
+        default="127.0.0.1:30000",
+        help="broker i gets host:(port+2i), its HA address port+1 (default 127.0.0.1:30000)",
+    )
+    sim.add_argument(
+        "--no-unregister-on-exit", action="store_true", help="on exit just close the connections, like a crashed broker"
+    )
     sim.add_argument("--summary-interval", type=float, default=10.0, metavar="S", help="summary line every S seconds")
     sim.add_argument("--timeout", type=float, default=3.0, help="per request, seconds")
     sim.add_argument("--json", action="store_true", help="print the final summary as JSON")

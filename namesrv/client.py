@@ -24,7 +24,9 @@ class RemoteError(Exception):
     def __init__(self, response: RemotingCommand) -> None:
         self.code = response.code
         self.remark = response.remark
-        name = ResponseCode(response.code).name if response.code in ResponseCode._value2member_map_ else str(response.code)
+        name = (
+            ResponseCode(response.code).name if response.code in ResponseCode._value2member_map_ else str(response.code)
+        )
         super().__init__(f"{name} ({response.code}): {response.remark or 'no remark'}")
 
 
@@ -36,8 +38,14 @@ def parse_addr(addr: str) -> tuple[str, int]:
 
 
 class NameServerClient:
-    def __init__(self, addr: str, *, timeout: float = 5.0, version: int = Version.CURRENT,
-                 serialize_type: SerializeType = SerializeType.JSON) -> None:
+    def __init__(
+        self,
+        addr: str,
+        *,
+        timeout: float = 5.0,
+        version: int = Version.CURRENT,
+        serialize_type: SerializeType = SerializeType.JSON,
+    ) -> None:
         self.addr = addr
         self.timeout = timeout
         self.version = version
@@ -64,11 +72,25 @@ class NameServerClient:
             self._decoder = FrameDecoder()
         return self._sock
 
-    def call(self, code: int, ext_fields: dict[str, str] | None = None, body: bytes | None = None,
-             *, oneway: bool = False, version: int | None = None) -> RemotingCommand | None:
+    def call(
+        self,
+        code: int,
+        ext_fields: dict[str, str] | None = None,
+        body: bytes | None = None,
+        *,
+        oneway: bool = False,
+        version: int | None = None,
+    ) -> RemotingCommand | None:
         """Send one request and wait for its response (None for oneway requests)."""
-        cmd = request(code, ext_fields, body, opaque=next(self._opaque), oneway=oneway,
-                      version=self.version if version is None else version, serialize_type=self.serialize_type)
+        cmd = request(
+            code,
+            ext_fields,
+            body,
+            opaque=next(self._opaque),
+            oneway=oneway,
+            version=self.version if version is None else version,
+            serialize_type=self.serialize_type,
+        )
         sock = self._connect()
         sock.sendall(encode(cmd))
         if oneway:
@@ -133,7 +155,9 @@ class NameServerClient:
         return bodies.decode_kv_table(response.body)
 
     def wipe_write_perm(self, broker_name: str) -> int:
-        return int(self.ok(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": broker_name}).ext("wipeTopicCount") or 0)
+        return int(
+            self.ok(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": broker_name}).ext("wipeTopicCount") or 0
+        )
 
     def add_write_perm(self, broker_name: str) -> int:
         return int(self.ok(RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": broker_name}).ext("addTopicCount") or 0)

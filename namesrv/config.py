@@ -138,111 +138,175 @@ class NamesrvConfig:
 
     # --- NamesrvConfig (common/.../namesrv/NamesrvConfig.java) ---
     rocketmq_home: str = _opt(
-        _default_rocketmq_home, "rocketmqHome", "String", _N,
+        _default_rocketmq_home,
+        "rocketmqHome",
+        "String",
+        _N,
         "RocketMQ home directory, required at start-up",
         default_doc="$ROCKETMQ_HOME, else ~",
         effect=False,
     )
     kv_config_path: str = _opt(
-        _default_kv_config_path, "kvConfigPath", "String", _N,
+        _default_kv_config_path,
+        "kvConfigPath",
+        "String",
+        _N,
         "JSON file of the KV config store (relative paths resolve against the working directory)",
         default_doc="~/namesrv/kvConfig.json",
     )
     config_store_path: str = _opt(
-        _default_config_store_path, "configStorePath", "String", _N,
+        _default_config_store_path,
+        "configStorePath",
+        "String",
+        _N,
         "file UPDATE_NAMESRV_CONFIG rewrites; the -c file unless that file sets this key",
         default_doc="~/namesrv/namesrv.properties",
     )
     product_env_name: str = _opt(
-        "center", "productEnvName", "String", _N,
+        "center",
+        "productEnvName",
+        "String",
+        _N,
         "cluster-test mode: topic whose route answers for unknown topics",
         effect=False,
     )
     cluster_test: bool = _opt(
-        False, "clusterTest", "boolean", _N,
+        False,
+        "clusterTest",
+        "boolean",
+        _N,
         "cluster-test mode: unknown topics get the route of productEnvName",
         effect=False,
     )
     order_message_enable: bool = _opt(
-        False, "orderMessageEnable", "boolean", _N,
+        False,
+        "orderMessageEnable",
+        "boolean",
+        _N,
         "add orderTopicConf from KV namespace ORDER_TOPIC_CONFIG to topic routes",
     )
     return_order_topic_config_to_broker: bool = _opt(
-        True, "returnOrderTopicConfigToBroker", "boolean", _N,
+        True,
+        "returnOrderTopicConfigToBroker",
+        "boolean",
+        _N,
         "answer REGISTER_BROKER with the ORDER_TOPIC_CONFIG KV table",
     )
     client_request_thread_pool_nums: int = _opt(
-        8, "clientRequestThreadPoolNums", "int", _N,
+        8,
+        "clientRequestThreadPoolNums",
+        "int",
+        _N,
         "workers for GET_ROUTEINFO_BY_TOPIC",
         effect=False,
     )
     default_thread_pool_nums: int = _opt(
-        16, "defaultThreadPoolNums", "int", _N,
+        16,
+        "defaultThreadPoolNums",
+        "int",
+        _N,
         "workers for every other request code",
         effect=False,
     )
     client_request_thread_pool_queue_capacity: int = _opt(
-        50000, "clientRequestThreadPoolQueueCapacity", "int", _N,
+        50000,
+        "clientRequestThreadPoolQueueCapacity",
+        "int",
+        _N,
         "pending GET_ROUTEINFO_BY_TOPIC requests before rejecting",
         effect=False,
     )
     default_thread_pool_queue_capacity: int = _opt(
-        10000, "defaultThreadPoolQueueCapacity", "int", _N,
+        10000,
+        "defaultThreadPoolQueueCapacity",
+        "int",
+        _N,
         "pending other requests before rejecting",
         effect=False,
     )
     scan_not_active_broker_interval: int = _opt(
-        5000, "scanNotActiveBrokerInterval", "long", _N,
+        5000,
+        "scanNotActiveBrokerInterval",
+        "long",
+        _N,
         "period (ms) of the local scan that expires silent brokers",
     )
     un_register_broker_queue_capacity: int = _opt(
-        3000, "unRegisterBrokerQueueCapacity", "int", _N,
+        3000,
+        "unRegisterBrokerQueueCapacity",
+        "int",
+        _N,
         "queued UNREGISTER_BROKER requests before answering SYSTEM_ERROR",
     )
     support_acting_master: bool = _opt(
-        False, "supportActingMaster", "boolean", _N,
+        False,
+        "supportActingMaster",
+        "boolean",
+        _N,
         "let a slave stand in for a dead master in routes",
     )
     enable_all_topic_list: bool = _opt(
-        True, "enableAllTopicList", "boolean", _N,
+        True,
+        "enableAllTopicList",
+        "boolean",
+        _N,
         "answer GET_ALL_TOPIC_LIST_FROM_NAMESERVER (else SYSTEM_ERROR 'disable')",
     )
     enable_topic_list: bool = _opt(
-        True, "enableTopicList", "boolean", _N,
+        True,
+        "enableTopicList",
+        "boolean",
+        _N,
         "answer GET_TOPICS_BY_CLUSTER and the unit topic lists",
     )
     notify_min_broker_id_changed: bool = _opt(
-        False, "notifyMinBrokerIdChanged", "boolean", _N,
+        False,
+        "notifyMinBrokerIdChanged",
+        "boolean",
+        _N,
         "send NOTIFY_MIN_BROKER_ID_CHANGE (905) to a group's brokers when its smallest id changes"
         " (on departures: acting-master groups only)",
     )
     enable_controller_in_namesrv: bool = _opt(
-        False, "enableControllerInNamesrv", "boolean", _N,
+        False,
+        "enableControllerInNamesrv",
+        "boolean",
+        _N,
         "embed the DLedger/JRaft controller",
         effect=False,
     )
     need_wait_for_service: bool = _opt(
-        False, "needWaitForService", "boolean", _N,
+        False,
+        "needWaitForService",
+        "boolean",
+        _N,
         "refuse GET_ROUTEINFO_BY_TOPIC until waitSecondsForService after start",
     )
     wait_seconds_for_service: int = _opt(
-        45, "waitSecondsForService", "int", _N,
+        45,
+        "waitSecondsForService",
+        "int",
+        _N,
         "seconds needWaitForService waits after start",
     )
     delete_topic_with_broker_registration: bool = _opt(
-        False, "deleteTopicWithBrokerRegistration", "boolean", _N,
+        False,
+        "deleteTopicWithBrokerRegistration",
+        "boolean",
+        _N,
         "drop topics missing from a registration (pair with broker enableSingleTopicRegister)",
     )
     config_black_list: str = _opt(
-        "configBlackList;configStorePath;kvConfigPath", "configBlackList", "String", _N,
+        "configBlackList;configStorePath;kvConfigPath",
+        "configBlackList",
+        "String",
+        _N,
         "';'-separated keys UPDATE_NAMESRV_CONFIG refuses, besides the built-in four",
     )
 
     # --- NettyServerConfig (remoting/.../netty/NettyServerConfig.java) ---
     bind_address: str = _opt("0.0.0.0", "bindAddress", "String", _S, "address to listen on")
-    listen_port: int = _opt(
-        9876, "listenPort", "int", _S, "TCP port of the remoting protocol", bounds=(0, 65535)
-    )
+    listen_port: int = _opt(9876, "listenPort", "int", _S, "TCP port of the remoting protocol", bounds=(0, 65535))
     server_worker_threads: int = _opt(8, "serverWorkerThreads", "int", _S, "Netty worker threads", effect=False)
     server_callback_executor_threads: int = _opt(
         0, "serverCallbackExecutorThreads", "int", _S, "threads for async callbacks (0 = default)", effect=False
@@ -264,12 +328,18 @@ class NamesrvConfig:
         0, "serverSocketRcvBufSize", "int", _S, "SO_RCVBUF bytes of each accepted connection (0 = OS default)"
     )
     write_buffer_high_water_mark: int = _opt(
-        0, "writeBufferHighWaterMark", "int", _S,
+        0,
+        "writeBufferHighWaterMark",
+        "int",
+        _S,
         "answer bytes waiting for a peer at which the node stops reading from it; used with"
         " writeBufferLowWaterMark when both are > 0, as in Java (else the event loop's default, 64 KiB)",
     )
     write_buffer_low_water_mark: int = _opt(
-        0, "writeBufferLowWaterMark", "int", _S,
+        0,
+        "writeBufferLowWaterMark",
+        "int",
+        _S,
         "answer bytes waiting for a peer under which the node reads from it again; used with"
         " writeBufferHighWaterMark when both are > 0",
     )
@@ -292,40 +362,59 @@ class NamesrvConfig:
 
     # --- ours (defaults keep plain RocketMQ behaviour) ---
     response_serialize_type: str = _opt(
-        "JSON", "responseSerializeType", "String", _O,
+        "JSON",
+        "responseSerializeType",
+        "String",
+        _O,
         "header type of responses: JSON, ROCKETMQ, or ECHO (the request's, as 4.9.8 does)",
         choices=("JSON", "ROCKETMQ", "ECHO"),
     )
     log_level: str = _opt(
-        "WARNING", "logLevel", "String", _O,
+        "WARNING",
+        "logLevel",
+        "String",
+        _O,
         "Python logging level of the server",
         choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
     )
     kafka_bootstrap_servers: str = _opt(
-        "", "kafkaBootstrapServers", "String", _O,
+        "",
+        "kafkaBootstrapServers",
+        "String",
+        _O,
         "Kafka host:port list for events/actions; empty = standalone, local liveness scan only",
     )
     events_topic: str = _opt("namesrv-events", "eventsTopic", "String", _O, "Kafka topic nodes publish events to")
-    actions_topic: str = _opt(
-        "namesrv-actions", "actionsTopic", "String", _O, "Kafka topic of the monitor's actions"
-    )
+    actions_topic: str = _opt("namesrv-actions", "actionsTopic", "String", _O, "Kafka topic of the monitor's actions")
     monitor_silence_fallback_millis: int = _opt(
-        30000, "monitorSilenceFallbackMillis", "long", _O,
+        30000,
+        "monitorSilenceFallbackMillis",
+        "long",
+        _O,
         "after this long without actions, expire brokers with the local scan",
     )
     trusted_monitors: str = _opt(
-        "", "trustedMonitors", "String", _O,
+        "",
+        "trustedMonitors",
+        "String",
+        _O,
         "';'-separated monitor ids (the job's monitor.id) whose actions this node obeys; empty = the first one"
         " heard, and another only after it was silent for monitorSilenceFallbackMillis",
     )
     max_clock_skew_millis: int = _opt(
-        10000, "maxClockSkewMillis", "long", _O,
+        10000,
+        "maxClockSkewMillis",
+        "long",
+        _O,
         "refuse an action whose lastHeartbeat or watermark is further ahead of this node's clock (ms);"
         " as the job's monitor.maxClockSkewMillis",
         bounds=(0, 86_400_000),
     )
     event_queue_capacity: int = _opt(
-        10000, "eventQueueCapacity", "int", _O,
+        10000,
+        "eventQueueCapacity",
+        "int",
+        _O,
         "events held while Kafka is slow or down; past it the oldest heartbeats are dropped first",
         bounds=(1, 10_000_000),
     )
@@ -333,21 +422,33 @@ class NamesrvConfig:
         "", "nodeName", "String", _O, "name of this node in events (at most 1024 characters); empty = host:port"
     )
     tick_interval_millis: int = _opt(
-        500, "tickIntervalMillis", "long", _O,
+        500,
+        "tickIntervalMillis",
+        "long",
+        _O,
         "period (ms) of TICK events, which move the monitor's event time while brokers are silent",
         bounds=(1, 86_400_000),
     )
     redis_url: str = _opt("", "redisUrl", "String", _O, "Redis holding materialised routes; empty = none")
     redis_key_prefix: str = _opt(
-        "namesrv", "redisKeyPrefix", "String", _O,
+        "namesrv",
+        "redisKeyPrefix",
+        "String",
+        _O,
         "prefix of the keys the streaming job writes (its redis.keyPrefix); one per name-server cluster",
     )
     warm_start_from_redis: bool = _opt(
-        False, "warmStartFromRedis", "boolean", _O,
+        False,
+        "warmStartFromRedis",
+        "boolean",
+        _O,
         "serve the routes in redisUrl as provisional at start-up, until brokers register (docs/warm-start.md)",
     )
     stats_interval_millis: int = _opt(
-        60000, "statsIntervalMillis", "long", _O,
+        60000,
+        "statsIntervalMillis",
+        "long",
+        _O,
         "period (ms) of the node's `stats` log line (INFO level); 0 = never",
     )
 
@@ -403,8 +504,18 @@ def _build_options() -> tuple[Option, ...]:
         else:
             default_doc = _format_value(f.default)
         rows.append(
-            Option(f.name, md["key"], md["type"], md["group"], md["doc"], md["choices"], md["bounds"], default_doc,
-                   md["effect"], _converter(md["type"], md["choices"], md["bounds"]))
+            Option(
+                f.name,
+                md["key"],
+                md["type"],
+                md["group"],
+                md["doc"],
+                md["choices"],
+                md["bounds"],
+                default_doc,
+                md["effect"],
+                _converter(md["type"], md["choices"], md["bounds"]),
+            )
         )
     return tuple(rows)
 
@@ -485,9 +596,7 @@ def config_properties(cfg: NamesrvConfig) -> dict[str, str]:
 def render_properties(cfg: NamesrvConfig) -> str:
     """GET_NAMESRV_CONFIG body (and the persisted file): ``key=value`` lines sorted by key."""
     props = config_properties(cfg)
-    return "".join(
-        _property_line(key, props[key]) + "\n" for key in sorted(props, key=_java_string_order)
-    )
+    return "".join(_property_line(key, props[key]) + "\n" for key in sorted(props, key=_java_string_order))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -639,10 +748,10 @@ def _update_refusal(props: Mapping[str, str]) -> str | None:
     if len(props) > MAX_UPDATE_KEYS:
         return f"an update may set at most {MAX_UPDATE_KEYS} keys, this one sets {len(props)}"
     for key, value in props.items():
-        for what, text in (("key", key), ("value", value)):
-            if len(text) > MAX_UPDATE_VALUE_CHARS:
-                return f"the {what} of {_shown(key)} has {len(text)} characters, more than the limit of {MAX_UPDATE_VALUE_CHARS}"
-            if _UNSTORABLE.search(text):
+        for what, checked in (("key", key), ("value", value)):
+            if len(checked) > MAX_UPDATE_VALUE_CHARS:
+                return f"the {what} of {_shown(key)} has {len(checked)} characters, more than the limit of {MAX_UPDATE_VALUE_CHARS}"
+            if _UNSTORABLE.search(checked):
                 return f"the {what} of {_shown(key)} holds a control character or a lone surrogate"
     return None
 

@@ -36,7 +36,8 @@ from namesrv.protocol.codes import (
     ResponseCode,
     Version,
 )
-from namesrv.protocol.command import RemotingCommand, request as new_request
+from namesrv.protocol.command import RemotingCommand
+from namesrv.protocol.command import request as new_request
 from namesrv.protocol.headers import (
     BrokerIdentityHeader,
     BrokerMemberGroupHeader,
@@ -82,8 +83,9 @@ class NodeObserver:
     """
 
     #: a registration the tables accepted or refused (``result.conflict``): the body as decoded
-    def broker_registered(self, header: RegisterBrokerHeader, body: RegisterBrokerBody,
-                          result: RegisterBrokerResult) -> None: ...
+    def broker_registered(
+        self, header: RegisterBrokerHeader, body: RegisterBrokerBody, result: RegisterBrokerResult
+    ) -> None: ...
     #: ``source`` is QUERY_DATA_VERSION or BROKER_HEARTBEAT
     def broker_heartbeat(self, cluster_name: str, broker_addr: str, source: RequestCode) -> None: ...
     #: the broker's removal was queued, and why (see :mod:`namesrv.departure`)
@@ -133,7 +135,12 @@ class NameServerNode:
         topic name, which a client chooses), oldest out first; an entry larger than a quarter of that
         is built every time.
         """
-        generation = (self.routes.version, self.kv.version, self.config.order_message_enable, self.config.support_acting_master)
+        generation = (
+            self.routes.version,
+            self.kv.version,
+            self.config.order_message_enable,
+            self.config.support_acting_master,
+        )
         if generation != self._cache_key:
             self._cache.clear()
             self._cache_bytes = 0
@@ -184,7 +191,7 @@ class Pending:
         return None if request.is_oneway else response
 
 
-Handler = Callable[[NameServerNode, RemotingCommand, object], RemotingCommand]
+Handler = Callable[[NameServerNode, RemotingCommand, object], RemotingCommand | Pending]
 #: looked up once: an enum member read through its class is a visible share of a heartbeat on 3.11
 _QUERY_DATA_VERSION = RequestCode.QUERY_DATA_VERSION
 HANDLERS: dict[int, Handler] = {}
@@ -212,14 +219,17 @@ def dispatch(
         return None
     handler = HANDLERS.get(request.code)
     if handler is None:
-        response = request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported")
+        response = request.response(
+            ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
+        )
     else:
         try:
-            response = handler(node, request, channel)
+            answer = handler(node, request, channel)
         except Exception as e:
-            response = _failed(request, e)
-        if type(response) is Pending:
-            return response.resolve() if wait else response
+            answer = _failed(request, e)
+        if isinstance(answer, Pending):
+            return answer.resolve() if wait else answer
+        response = answer
     return None if request.is_oneway else response
 
 
@@ -248,19 +258,20 @@ def min_broker_id_change_request(change: MinBrokerIdChange, opaque: int) -> Remo
 
 
 @handles(RequestCode.PUT_KV_CONFIG)
-def put_kv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+def put_kv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
     h = decode_header(KVConfigHeader, request.ext_fields)
-    if h.namespace is None or h.key is None:
+    namespace, key, value = h.namespace, h.key, h.value
+    if namespace is None or key is None:
         return request.response(ResponseCode.SYSTEM_ERROR, "namespace or key is null")
-    problem = node.kv.refusal(h.namespace, h.key, h.value)
+    problem = node.kv.refusal(namespace, key, value)
     if problem is not None:
         return request.response(ResponseCode.SYSTEM_ERROR, problem)
 
     def stored(_: None) -> RemotingCommand:
-        node.observer.kv_config_changed(h.namespace, h.key, h.value)
+        node.observer.kv_config_changed(namespace, key, value)
         return request.response()
 
-    return Pending(request, node.kv.submit_put(h.namespace, h.key, h.value), stored)
+    return Pending(request, node.kv.submit_put(namespace, key, value), stored)
 
 
 @handles(RequestCode.GET_KV_CONFIG)
@@ -275,16 +286,17 @@ def get_kv_config(node: NameServerNode, request: RemotingCommand, channel: objec
 
 
 @handles(RequestCode.DELETE_KV_CONFIG)
-def delete_kv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+def delete_kv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
     h = decode_header(KVConfigHeader, request.ext_fields)
-    if h.namespace is None or h.key is None:
+    namespace, key = h.namespace, h.key
+    if namespace is None or key is None:
         return request.response()
 
     def deleted(_: None) -> RemotingCommand:
-        node.observer.kv_config_changed(h.namespace, h.key, None)
+        node.observer.kv_config_changed(namespace, key, None)
         return request.response()
 
-    return Pending(request, node.kv.submit_delete(h.namespace, h.key), deleted)
+    return Pending(request, node.kv.submit_delete(namespace, key), deleted)
 
 
 @handles(RequestCode.GET_KVLIST_BY_NAMESPACE)
@@ -343,7 +355,9 @@ def register_broker(node: NameServerNode, request: RemotingCommand, channel: obj
             ext["haServerAddr"] = result.ha_server_addr
         if result.master_addr is not None:
             ext["masterAddr"] = result.master_addr
-        order_table = node.kv.get_namespace(ORDER_TOPIC_CONFIG) if node.config.return_order_topic_config_to_broker else None
+        order_table = (
+            node.kv.get_namespace(ORDER_TOPIC_CONFIG) if node.config.return_order_topic_config_to_broker else None
+        )
         return request.response(
             ext_fields=ext, body=bodies.encode_kv_table(order_table) if order_table is not None else None
         )
@@ -393,7 +407,8 @@ def broker_heartbeat(node: NameServerNode, request: RemotingCommand, channel: ob
 @handles(RequestCode.GET_BROKER_MEMBER_GROUP)
 def get_broker_member_group(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(BrokerMemberGroupHeader, request.ext_fields)
-    group = node.routes.get_broker_member_group(h.cluster_name, h.broker_name)
+    # the group's own cluster label is not answered (the header's is): a request without one reads as ""
+    group = node.routes.get_broker_member_group(h.cluster_name or "", h.broker_name)
     return request.response(body=bodies.encode_broker_member_group(h.cluster_name, h.broker_name, group.broker_addrs))
 
 
@@ -447,7 +462,9 @@ def _encode_route(node: NameServerNode, topic: str, standard: bool, zone: str | 
 
 def _keep_zone(route: TopicRouteData, zone: str) -> TopicRouteData:
     """Keep brokers of the client's zone, and any group whose master is down (cross-zone reads)."""
-    kept = [b for b in route.broker_datas if MASTER_ID not in b.broker_addrs or (b.zone_name or "").lower() == zone.lower()]
+    kept = [
+        b for b in route.broker_datas if MASTER_ID not in b.broker_addrs or (b.zone_name or "").lower() == zone.lower()
+    ]
     names = {b.broker_name for b in kept}
     addrs = {a for b in kept for a in b.broker_addrs.values()}
     return TopicRouteData(
@@ -461,7 +478,9 @@ def _keep_zone(route: TopicRouteData, zone: str) -> TopicRouteData:
 
 @handles(RequestCode.GET_BROKER_CLUSTER_INFO)
 def get_broker_cluster_info(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
-    return request.response(body=node.cached("cluster", lambda: bodies.encode_cluster_info(*node.routes.get_all_cluster_info())))
+    return request.response(
+        body=node.cached("cluster", lambda: bodies.encode_cluster_info(*node.routes.get_all_cluster_info()))
+    )
 
 
 def _write_perm_handler(code: RequestCode, change: Callable[[RouteInfoManager, str], int], count_key: str) -> None:
@@ -517,11 +536,17 @@ def _topic_list_handler(code: RequestCode, list_topics: Callable[[RouteInfoManag
     handles(code)(handler)
 
 
-_topic_list_handler(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, RouteInfoManager.get_all_topic_list, "enable_all_topic_list")
-_topic_list_handler(RequestCode.GET_UNIT_TOPIC_LIST, RouteInfoManager.get_unit_topics, "enable_topic_list")
-_topic_list_handler(RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST, RouteInfoManager.get_has_unit_sub_topic_list, "enable_topic_list")
 _topic_list_handler(
-    RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST, RouteInfoManager.get_has_unit_sub_ununit_topic_list, "enable_topic_list"
+    RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, RouteInfoManager.get_all_topic_list, "enable_all_topic_list"
+)
+_topic_list_handler(RequestCode.GET_UNIT_TOPIC_LIST, RouteInfoManager.get_unit_topics, "enable_topic_list")
+_topic_list_handler(
+    RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST, RouteInfoManager.get_has_unit_sub_topic_list, "enable_topic_list"
+)
+_topic_list_handler(
+    RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST,
+    RouteInfoManager.get_has_unit_sub_ununit_topic_list,
+    "enable_topic_list",
 )
 
 
@@ -543,7 +568,7 @@ def get_system_topic_list_from_ns(node: NameServerNode, request: RemotingCommand
 
 
 @handles(RequestCode.UPDATE_NAMESRV_CONFIG)
-def update_namesrv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+def update_namesrv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
     if not request.body:
         return request.response()
     future = node.worker.submit(config_mod.apply_update, node.config, request.body)

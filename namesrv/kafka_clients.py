@@ -67,8 +67,9 @@ def bootstrap_list(servers: str | Sequence[str], key: str) -> list[str]:
 BOOTSTRAP: Converter[str] = Converter(lambda raw: ",".join(_entries(raw)), _BOOTSTRAP_EXPECTED)
 
 
-def _config(servers: str | Sequence[str], key: str, pinned: bool, timeout_ms: int | None,
-            config: dict[str, Any]) -> dict[str, Any]:
+def _config(
+    servers: str | Sequence[str], key: str, pinned: bool, timeout_ms: int | None, config: dict[str, Any]
+) -> dict[str, Any]:
     out: dict[str, Any] = {"bootstrap_servers": bootstrap_list(servers, key)}
     if pinned:
         out["api_version"] = API_VERSION
@@ -78,25 +79,44 @@ def _config(servers: str | Sequence[str], key: str, pinned: bool, timeout_ms: in
     return out
 
 
-def producer(servers: str | Sequence[str], *, key: str = "bootstrap servers", pinned: bool = False,
-             timeout_ms: int | None = None, **config: Any) -> KafkaProducer:
+def producer(
+    servers: str | Sequence[str],
+    *,
+    key: str = "bootstrap servers",
+    pinned: bool = False,
+    timeout_ms: int | None = None,
+    **config: Any,
+) -> KafkaProducer:
     """A ``KafkaProducer`` for ``servers`` (read from setting ``key``) with ``config`` on top."""
     from kafka import KafkaProducer
 
     return KafkaProducer(**_config(servers, key, pinned, timeout_ms, config))
 
 
-def consumer(servers: str | Sequence[str], *, key: str = "bootstrap servers", pinned: bool = False,
-             timeout_ms: int | None = None, **config: Any) -> KafkaConsumer:
+def consumer(
+    servers: str | Sequence[str],
+    *,
+    key: str = "bootstrap servers",
+    pinned: bool = False,
+    timeout_ms: int | None = None,
+    **config: Any,
+) -> KafkaConsumer:
     """A ``KafkaConsumer`` for ``servers``; it joins no group unless ``config`` names one."""
     from kafka import KafkaConsumer
 
-    return KafkaConsumer(**{"group_id": None, "enable_auto_commit": False,
-                            **_config(servers, key, pinned, timeout_ms, config)})
+    return KafkaConsumer(
+        **{"group_id": None, "enable_auto_commit": False, **_config(servers, key, pinned, timeout_ms, config)}
+    )
 
 
-def admin(servers: str | Sequence[str], *, key: str = "bootstrap servers", pinned: bool = False,
-          timeout_ms: int | None = None, **config: Any) -> KafkaAdminClient:
+def admin(
+    servers: str | Sequence[str],
+    *,
+    key: str = "bootstrap servers",
+    pinned: bool = False,
+    timeout_ms: int | None = None,
+    **config: Any,
+) -> KafkaAdminClient:
     """A ``KafkaAdminClient`` for ``servers``; ``timeout_ms`` bounds its bootstrap too."""
     from kafka.admin import KafkaAdminClient
 

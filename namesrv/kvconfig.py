@@ -170,7 +170,9 @@ class KVConfigManager:
             if table is not None:
                 log.warning(
                     "KV config file %s is %s; loaded the backup %s instead",
-                    self.path, problem or "empty", bak,
+                    self.path,
+                    problem or "empty",
+                    bak,
                 )
             elif problem is not None:
                 raise ConfigError(
@@ -190,8 +192,11 @@ class KVConfigManager:
     @staticmethod
     def refusal(namespace: str, key: str, value: str | None) -> str | None:
         """Why a put of this entry is refused (a remark for the client), or None when it may be stored."""
-        for what, text, limit in (("namespace", namespace, MAX_NAME_CHARS), ("key", key, MAX_NAME_CHARS),
-                                  ("value", value, MAX_VALUE_CHARS)):
+        for what, text, limit in (
+            ("namespace", namespace, MAX_NAME_CHARS),
+            ("key", key, MAX_NAME_CHARS),
+            ("value", value, MAX_VALUE_CHARS),
+        ):
             if text is None:
                 continue
             if len(text) > limit:
@@ -300,10 +305,12 @@ class KVConfigManager:
             if had:
                 grow -= _entry_chars(ch.namespace, ch.key, previous)
             if chars + grow > MAX_TABLE_CHARS:
-                ch.future.set_exception(KVRefused(
-                    f"the KV store holds {chars} characters; this entry would take it past the limit of "
-                    f"{MAX_TABLE_CHARS}: delete entries first"
-                ))
+                ch.future.set_exception(
+                    KVRefused(
+                        f"the KV store holds {chars} characters; this entry would take it past the limit of "
+                        f"{MAX_TABLE_CHARS}: delete entries first"
+                    )
+                )
                 continue
             if kv is None:
                 kv = table[ch.namespace] = {}

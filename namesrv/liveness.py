@@ -36,8 +36,9 @@ def forward_min_broker_id_changes(changes: list[MinBrokerIdChange], outlet: MinI
 class BatchUnregistration:
     """A bounded queue of unregistrations drained by one task, a batch at a time."""
 
-    def __init__(self, routes: RouteInfoManager, capacity: int,
-                 on_min_broker_id_change: MinIdOutlet | None = None) -> None:
+    def __init__(
+        self, routes: RouteInfoManager, capacity: int, on_min_broker_id_change: MinIdOutlet | None = None
+    ) -> None:
         self.routes = routes
         self.queue: asyncio.Queue[UnregisterRequest] = asyncio.Queue(maxsize=capacity)
         self.on_min_broker_id_change = on_min_broker_id_change
@@ -74,9 +75,13 @@ class ExpiryScan:
     broker's connection is closed, since a broker that stopped heartbeating is half-open at best.
     """
 
-    def __init__(self, routes: RouteInfoManager, interval_ms: int,
-                 on_expired: Callable[[UnregisterRequest, Departure], None] | None = None,
-                 on_min_broker_id_change: MinIdOutlet | None = None) -> None:
+    def __init__(
+        self,
+        routes: RouteInfoManager,
+        interval_ms: int,
+        on_expired: Callable[[UnregisterRequest, Departure], None] | None = None,
+        on_min_broker_id_change: MinIdOutlet | None = None,
+    ) -> None:
         self.routes = routes
         self.interval_ms = interval_ms
         self.on_expired = on_expired

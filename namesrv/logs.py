@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Hashable
+from typing import Any
 
 
 class LogfmtFormatter(logging.Formatter):
@@ -28,7 +29,7 @@ class LogfmtFormatter(logging.Formatter):
 
 
 #: what must never reach the log raw: C0/C1 controls, DEL, lone surrogates, Unicode line separators
-_UNSAFE = re.compile("[\\\\\"\\x00-\\x1f\\x7f-\\x9f\\ud800-\\udfff\\u2028\\u2029]")
+_UNSAFE = re.compile('[\\\\"\\x00-\\x1f\\x7f-\\x9f\\ud800-\\udfff\\u2028\\u2029]')
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -64,7 +65,7 @@ class RateLimited:
         self._sent = 0
         self._suppressed = 0
 
-    def log(self, level: int, msg: str, *args: object, **kwargs: object) -> bool:
+    def log(self, level: int, msg: str, *args: object, **kwargs: Any) -> bool:
         """Log unless the budget of this minute is spent; True when the record was written."""
         if not self.logger.isEnabledFor(level):
             return False

@@ -33,11 +33,14 @@ def retry_until_stopped(
         level = logging.WARNING if state.attempt_number == 1 else logging.DEBUG
         log.log(level, "%s (%s: %s); retrying until it works", problem, type(e).__name__, e)
 
+    def sleep(seconds: float) -> None:
+        stopping.wait(seconds)  # a stop ends the wait at once
+
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(retry_on),
         wait=tenacity.wait_exponential(multiplier=first_wait_s, max=max_wait_s),
         stop=tenacity.stop_when_event_set(stopping),
-        sleep=stopping.wait,
+        sleep=sleep,
         after=report,  # after every failed attempt, so a stop during the first one still says why
         retry_error_callback=lambda _state: None,
     )

@@ -55,7 +55,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, cast
 
 from namesrv import departure
 from namesrv.client import parse_addr
@@ -111,8 +111,20 @@ def _map_large_buffers() -> None:
 class Connection(asyncio.Protocol):
     """One TCP connection from a broker, a client or an admin tool."""
 
-    __slots__ = ("server", "transport", "decoder", "peer", "last_active", "paused", "close_reason", "held_back",
-                 "pending", "reading", "held", "throttled")
+    __slots__ = (
+        "server",
+        "transport",
+        "decoder",
+        "peer",
+        "last_active",
+        "paused",
+        "close_reason",
+        "held_back",
+        "pending",
+        "reading",
+        "held",
+        "throttled",
+    )
 
     def __init__(self, server: NameServer) -> None:
         self.server = server
@@ -136,11 +148,13 @@ class Connection(asyncio.Protocol):
         self.throttled = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # uvloop's transports are not asyncio.Transport subclasses
+        # a stream server's transport: typeshed's Protocol says BaseTransport, and uvloop's transports are
+        # not asyncio.Transport subclasses, though they have every method of one
+        self.transport = stream = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.server.connections.add(self)
-        self.server.tune(transport)
+        self.server.tune(stream)
 
     def data_received(self, data: bytes) -> None:
         self.last_active = self.server.clock()
@@ -156,6 +170,7 @@ class Connection(asyncio.Protocol):
             # take the loop for milliseconds each turn.  One read per turn, like everyone else.
             self.throttled = True
             self._update_reading()
+            assert self.server.loop is not None  # set before the server accepts a connection
             self.server.loop.call_soon(self._unthrottle)
 
     def _unthrottle(self) -> None:
@@ -174,7 +189,7 @@ class Connection(asyncio.Protocol):
                 response = dispatch(server.node, request, self, wait=False)
                 if response is None:
                     continue
-                if type(response) is Pending:
+                if isinstance(response, Pending):
                     self.pending = response
                     self._update_reading()
                     response.future.add_done_callback(self._work_done)
@@ -213,10 +228,12 @@ class Connection(asyncio.Protocol):
 
     def _write(self, out: list[bytes]) -> None:
         if out:
+            assert self.transport is not None  # answers follow connection_made
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def _update_reading(self) -> None:
         reading = not (self.paused or self.held_back or self.throttled or self.pending is not None)
+        assert self.transport is not None  # the node and the transport hold a connection back after connection_made
         if reading != self.reading and not self.transport.is_closing():
             self.reading = reading
             if reading:
@@ -235,6 +252,7 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.paused = False
+        assert self.transport is not None  # the transport calls this, after connection_made
         if not self.transport.is_closing():
             self._update_reading()
             try:
@@ -339,8 +357,11 @@ class NameServer:
             return
         offenders.sort(key=lambda c: c.held, reverse=True)
         _drop_log.log(
-            logging.WARNING, "%d bytes held for peers, over the budget of %d: no longer reading from %s",
-            self.held_total, BUFFER_BUDGET_BYTES, ", ".join(f"{c.peer} ({c.held} bytes)" for c in offenders[:5])
+            logging.WARNING,
+            "%d bytes held for peers, over the budget of %d: no longer reading from %s",
+            self.held_total,
+            BUFFER_BUDGET_BYTES,
+            ", ".join(f"{c.peer} ({c.held} bytes)" for c in offenders[:5])
             + (f" and {len(offenders) - 5} more" if len(offenders) > 5 else ""),
         )
         for c in offenders:
@@ -358,6 +379,7 @@ class NameServer:
             for c in held_back:
                 c.hold_back(False)
             return
+        assert self.loop is not None  # this runs on the loop, scheduled by call_later
         self._budget_check = self.loop.call_later(_BUDGET_CHECK_S, self._check_budget)
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
@@ -386,8 +408,14 @@ class NameServer:
 
     def notify_min_broker_id_change(self, change: MinBrokerIdChange) -> None:
         """Send the change to each of its targets in the background; failures are logged, never raised."""
-        log.info("min broker id of %s is now %d (%s), offline %s: notifying %s", change.broker_name,
-                 change.min_broker_id, change.min_broker_addr, change.offline_broker_addr, list(change.notify_addrs))
+        log.info(
+            "min broker id of %s is now %d (%s), offline %s: notifying %s",
+            change.broker_name,
+            change.min_broker_id,
+            change.min_broker_addr,
+            change.offline_broker_addr,
+            list(change.notify_addrs),
+        )
         for addr in change.notify_addrs:
             cmd = min_broker_id_change_request(change, next(self._opaque))
             cmd.serialize_type = self._response_type
@@ -413,15 +441,17 @@ class NameServer:
         config = self.node.config
         self._socket_buffers = tuple(
             (option, size)
-            for option, size in ((socket.SO_SNDBUF, config.server_socket_snd_buf_size),
-                                 (socket.SO_RCVBUF, config.server_socket_rcv_buf_size))
+            for option, size in (
+                (socket.SO_SNDBUF, config.server_socket_snd_buf_size),
+                (socket.SO_RCVBUF, config.server_socket_rcv_buf_size),
+            )
             if size > 0
         )
         high, low = config.write_buffer_high_water_mark, config.write_buffer_low_water_mark
         # as NettyRemotingServer: only when both are set (load_config refused low > high)
         self._water_marks = (high, low) if high > 0 and low > 0 else None
 
-    def tune(self, transport: asyncio.BaseTransport) -> None:
+    def tune(self, transport: asyncio.Transport) -> None:
         """Apply the configured socket buffers and write-buffer marks to a new connection."""
         if self._socket_buffers:
             sock = transport.get_extra_info("socket")

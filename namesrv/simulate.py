@@ -90,20 +90,35 @@ class FleetConfig:
     def __post_init__(self) -> None:
         if not self.namesrv:
             raise ValueError("no name-server address given: use -n host:port[;host:port...]")
-        for name, value, low in (("--brokers", self.brokers, 1), ("--topics", self.topics, 0),
-                                 ("--slaves-per-group", self.slaves_per_group, 0), ("--silent", self.silent, 0),
-                                 ("--unregister", self.unregister, 0), ("queues", self.queues, 1)):
+        value: float  # counts first, then intervals
+        for name, value, low in (
+            ("--brokers", self.brokers, 1),
+            ("--topics", self.topics, 0),
+            ("--slaves-per-group", self.slaves_per_group, 0),
+            ("--silent", self.silent, 0),
+            ("--unregister", self.unregister, 0),
+            ("queues", self.queues, 1),
+        ):
             if value < low:
                 raise ValueError(f"{name} must be at least {low}, got {value}")
         if self.silent + self.unregister > self.brokers:
-            raise ValueError(f"--silent {self.silent} plus --unregister {self.unregister} exceed --brokers {self.brokers}: "
-                             "each broker group can do only one of them")
-        for name, value in (("--register-interval", self.register_interval), ("timeout", self.timeout),
-                            ("summary interval", self.summary_interval), ("backoff", self.backoff_initial)):
+            raise ValueError(
+                f"--silent {self.silent} plus --unregister {self.unregister} exceed --brokers {self.brokers}: "
+                "each broker group can do only one of them"
+            )
+        for name, value in (
+            ("--register-interval", self.register_interval),
+            ("timeout", self.timeout),
+            ("summary interval", self.summary_interval),
+            ("backoff", self.backoff_initial),
+        ):
             if value <= 0:
                 raise ValueError(f"{name} must be positive, got {value}")
-        for name, value in (("--heartbeat-interval", self.heartbeat_interval), ("--silent-after", self.silent_after),
-                            ("--unregister-after", self.unregister_after)):
+        for name, value in (
+            ("--heartbeat-interval", self.heartbeat_interval),
+            ("--silent-after", self.silent_after),
+            ("--unregister-after", self.unregister_after),
+        ):
             if value < 0:
                 raise ValueError(f"{name} must not be negative, got {value}")
         if self.heartbeat_timeout_ms is not None and self.heartbeat_timeout_ms <= 0:
@@ -111,8 +126,10 @@ class FleetConfig:
         _, port = parse_addr(self.addr_base)
         last = port + 2 * (self.members - 1) + 1
         if last > 65535:
-            raise ValueError(f"--addr-base {self.addr_base} leaves no room for {self.members} brokers "
-                             f"(each takes two ports; the last would be {last}): lower the base port")
+            raise ValueError(
+                f"--addr-base {self.addr_base} leaves no room for {self.members} brokers "
+                f"(each takes two ports; the last would be {last}): lower the base port"
+            )
 
     @property
     def members(self) -> int:
@@ -228,12 +245,19 @@ def log_event(kind: str, fields: dict[str, Any]) -> None:
 class Fleet:
     """The simulated brokers; call :meth:`tick` with the current time, :meth:`shutdown` at the end."""
 
-    def __init__(self, config: FleetConfig, *, on_event: EventSink = log_event, rng: random.Random | None = None,
-                 wall_ms: int | None = None) -> None:
+    def __init__(
+        self,
+        config: FleetConfig,
+        *,
+        on_event: EventSink = log_event,
+        rng: random.Random | None = None,
+        wall_ms: int | None = None,
+    ) -> None:
         self.config = config
         self.on_event = on_event
-        self.backoff = Backoff(config.backoff_initial, min(config.backoff_max, max(config.register_interval, 1.0)),
-                               rng or random.Random())
+        self.backoff = Backoff(
+            config.backoff_initial, min(config.backoff_max, max(config.register_interval, 1.0)), rng or random.Random()
+        )
         self.counters = {"registrations": 0, "heartbeats": 0, "unregistrations": 0, "failures": 0, "reconnects": 0}
         self._start: float | None = None
         self._now = 0.0
@@ -260,13 +284,24 @@ class Fleet:
             for broker_id in range(1 + c.slaves_per_group):
                 port = base_port + 2 * (group * (1 + c.slaves_per_group) + broker_id)
                 addr, ha = f"{host}:{port}", f"{host}:{port + 1}"
-                identity = {"brokerName": name, "brokerAddr": addr, "clusterName": c.cluster, "brokerId": str(broker_id)}
-                ext = {**identity, "haServerAddr": ha, "enableActingMaster": "false", "compressed": "false",
-                       "bodyCrc32": str(bodies.body_crc32(raw))}
+                identity = {
+                    "brokerName": name,
+                    "brokerAddr": addr,
+                    "clusterName": c.cluster,
+                    "brokerId": str(broker_id),
+                }
+                ext = {
+                    **identity,
+                    "haServerAddr": ha,
+                    "enableActingMaster": "false",
+                    "compressed": "false",
+                    "bodyCrc32": str(bodies.body_crc32(raw)),
+                }
                 if c.heartbeat_timeout_ms is not None:
                     ext["heartbeatTimeoutMillis"] = str(c.heartbeat_timeout_ms)
-                m = Member(group, broker_id, name, addr, ha, State.LIVE, ext, raw, identity,
-                           bodies.encode_data_version(dv))
+                m = Member(
+                    group, broker_id, name, addr, ha, State.LIVE, ext, raw, identity, bodies.encode_data_version(dv)
+                )
                 m.links = {ns: Link(ns, _Connection(ns, timeout=c.timeout)) for ns in c.namesrv}
                 members.append(m)
         return members
@@ -320,7 +355,9 @@ class Fleet:
             if m.group in self.silent_groups and now >= start + self.config.silent_after:
                 m.state = State.SILENT
                 # connections stay open: only the name servers' liveness expiry can remove it now
-                self.on_event("silent", {**m.fields(), "heartbeat_timeout_ms": self.config.heartbeat_timeout_ms or 120_000})
+                self.on_event(
+                    "silent", {**m.fields(), "heartbeat_timeout_ms": self.config.heartbeat_timeout_ms or 120_000}
+                )
             elif m.group in self.unregister_groups and now >= start + self.config.unregister_after:
                 self._unregister(m, reason="scheduled")
 
@@ -351,8 +388,10 @@ class Fleet:
             self.counters["failures"] += 1
             link.failures += 1
             if link.up or link.failures == 1:
-                self.on_event("error", {**m.fields(), "namesrv": link.namesrv, "code": response.code,
-                                        "remark": response.remark or ""})
+                self.on_event(
+                    "error",
+                    {**m.fields(), "namesrv": link.namesrv, "code": response.code, "remark": response.remark or ""},
+                )
             link.up = False
             link.retry_at = now + self.backoff.delay(link.failures)
             return
@@ -382,8 +421,16 @@ class Fleet:
         self.counters["heartbeats"] += 1
         link.heartbeat_at = now + self.config.heartbeat_interval
 
-    def _call(self, link: Link, unreachable: dict[str, str], code: RequestCode, ext: dict[str, str],
-              body: bytes | None, *, oneway: bool = False):
+    def _call(
+        self,
+        link: Link,
+        unreachable: dict[str, str],
+        code: RequestCode,
+        ext: dict[str, str],
+        body: bytes | None,
+        *,
+        oneway: bool = False,
+    ):
         try:
             if not link.conn.connected:
                 link.conn.connect()
@@ -407,14 +454,16 @@ class Fleet:
         if link.up or link.failures == 1:
             # one line when a link goes down; retries that keep failing are only debug
             self.counters["reconnects"] += 1
-            self.on_event("reconnect", {**m.fields(), "namesrv": link.namesrv, "reason": reason,
-                                        "retry_in_s": round(delay, 2)})
+            self.on_event(
+                "reconnect", {**m.fields(), "namesrv": link.namesrv, "reason": reason, "retry_in_s": round(delay, 2)}
+            )
         else:
             log.debug("%s -> %s still unreachable (%s); retry in %.1f s", m.addr, link.namesrv, reason, delay)
         link.up = False
 
-    def _unregister(self, m: Member, *, reason: str, unreachable: dict[str, str] | None = None,
-                    final: State = State.UNREGISTERED) -> None:
+    def _unregister(
+        self, m: Member, *, reason: str, unreachable: dict[str, str] | None = None, final: State = State.UNREGISTERED
+    ) -> None:
         """UNREGISTER_BROKER on every connected link, then close them all (a broker's shutdown)."""
         unreachable = {} if unreachable is None else unreachable
         for link in m.links.values():
@@ -493,8 +542,14 @@ def _describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
-def run(fleet: Fleet, *, duration: float | None = None, unregister_on_exit: bool = True,
-        clock: Callable[[], float] = time.monotonic, stop: threading.Event | None = None) -> dict[str, Any]:
+def run(
+    fleet: Fleet,
+    *,
+    duration: float | None = None,
+    unregister_on_exit: bool = True,
+    clock: Callable[[], float] = time.monotonic,
+    stop: threading.Event | None = None,
+) -> dict[str, Any]:
     """Tick ``fleet`` until ``duration`` passes, ``stop`` is set, or SIGINT/SIGTERM; then shut it down.
 
     A second signal during the shutdown abandons the unregistrations and just closes the connections.

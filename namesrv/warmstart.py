@@ -90,9 +90,7 @@ class WarmStartReport:
 # --------------------------------------------------------------------------- reading
 
 
-def parse_model(
-    meta: Mapping[Any, Any], topic_entries: Mapping[Any, Any], brokers: bytes | str | None
-) -> RedisModel:
+def parse_model(meta: Mapping[Any, Any], topic_entries: Mapping[Any, Any], brokers: bytes | str | None) -> RedisModel:
     """The model from the raw values of ``P:meta``, ``P:model:topics`` and ``P:model:brokers``.
 
     Raises :class:`WarmStartError` naming the key whose value does not have the documented shape
@@ -153,8 +151,9 @@ def load_model(routes: RouteInfoManager, model: RedisModel, source: str, wall_ms
     brokers, groups, clusters, topics = loaded.brokers, loaded.groups, loaded.clusters, loaded.topics
     longest = loaded.longest_timeout_ms
     age = None if model.updated_at is None else max(0, wall_ms - model.updated_at)
-    report = WarmStartReport(source, model.batch_id, model.lineage, model.watermark, age, brokers, groups,
-                             clusters, topics, longest)
+    report = WarmStartReport(
+        source, model.batch_id, model.lineage, model.watermark, age, brokers, groups, clusters, topics, longest
+    )
     watermark = "none" if model.watermark is None else _iso(model.watermark)
     log.warning(
         "warm start: %d provisional broker(s) in %d group(s) of %d cluster(s), %d topic(s) from %s "
@@ -208,8 +207,11 @@ async def warm_start(
         log.warning("warm start: cannot read %s (%s): starting with empty route tables", source, exc)
         return None
     if model.empty:
-        log.warning("warm start: no route model under %s (has the streaming job written there?): "
-                    "starting with empty route tables", source)
+        log.warning(
+            "warm start: no route model under %s (has the streaming job written there?): "
+            "starting with empty route tables",
+            source,
+        )
         return None
     try:
         return load_model(routes, model, source, wall_ms())
@@ -243,5 +245,9 @@ async def drop_unconfirmed(
             )  # fmt: skip
     stats = routes.provisional_stats
     if stats.loaded:
-        log.warning("warm start over: of %d provisional broker(s), %d confirmed by registering, %d dropped",
-                    stats.loaded, stats.confirmed, stats.dropped)
+        log.warning(
+            "warm start over: of %d provisional broker(s), %d confirmed by registering, %d dropped",
+            stats.loaded,
+            stats.confirmed,
+            stats.dropped,
+        )

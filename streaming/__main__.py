@@ -22,7 +22,6 @@ from pathlib import Path
 from namesrv.logs import setup_logging
 from streaming.config import DEFAULT_CONFIG_PATH, ConfigError, load_config, parse_overrides
 
-
 log = logging.getLogger("streaming.main")
 #: failures of the query within _FAILURE_WINDOW_S that the process recovers from by itself
 _MAX_FAILURES = 5
@@ -91,12 +90,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             failures = [t for t in failures if now - t < _FAILURE_WINDOW_S] + [now]
             first_line = str(failure).splitlines()[0] if str(failure) else repr(failure)
             if len(failures) > _MAX_FAILURES:
-                print(f"error: the streaming query failed {len(failures)} times within "
-                      f"{_FAILURE_WINDOW_S:.0f} s; last: {first_line}", file=sys.stderr)
+                print(
+                    f"error: the streaming query failed {len(failures)} times within "
+                    f"{_FAILURE_WINDOW_S:.0f} s; last: {first_line}",
+                    file=sys.stderr,
+                )
                 return 1
             wait_s = min(60.0, 2.0 ** len(failures))
-            log.error("the streaming query failed (%s); starting it again from its checkpoint in %.0f s",
-                      first_line, wait_s)
+            log.error(
+                "the streaming query failed (%s); starting it again from its checkpoint in %.0f s", first_line, wait_s
+            )
             if stopping.wait(wait_s):
                 return 0
     finally:

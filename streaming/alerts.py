@@ -104,6 +104,7 @@ def incident_id(
     node: str | None = None,
 ) -> str:
     kind = AlertKind(kind)
+    parts: tuple[str | None, ...]
     if kind in (AlertKind.BROKER_EXPIRED, AlertKind.BROKER_REMOVED, AlertKind.BROKER_FLAPPING):
         parts = (cluster_name, broker_addr)
     elif kind is AlertKind.GROUP_WITHOUT_MASTER:
@@ -240,8 +241,9 @@ def lag_incident(watermark_ms: int | None, delay_ms: int, now_ms: int, threshold
     return {alert.incident: alert}
 
 
-def clock_incidents(ahead: Mapping[str, tuple[int, int, int]], now_ms: int, quiet_ms: int,
-                    max_skew_ms: int) -> dict[str, Alert]:
+def clock_incidents(
+    ahead: Mapping[str, tuple[int, int, int]], now_ms: int, quiet_ms: int, max_skew_ms: int
+) -> dict[str, Alert]:
     """NODE_CLOCK_AHEAD for every node that sent events ahead of the clock within the last ``quiet_ms``.
 
     ``ahead`` maps a node to (wall time last seen ahead, events refused, furthest claim in epoch ms).

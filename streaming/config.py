@@ -125,8 +125,7 @@ _MILLIS = options.integer(1, expected="milliseconds (an integer >= 1)")
 _MILLIS_OR_ZERO = options.integer(0, expected="milliseconds (an integer >= 0)")
 _COUNT = options.integer(1, expected="count (an integer >= 1)")
 _POSITIVE = options.integer(1)
-_OPTIONAL_POSITIVE = options.Converter(lambda raw: _POSITIVE(raw) if raw.strip() else None,
-                                       "positive integer or empty")
+_OPTIONAL_POSITIVE = options.Converter(lambda raw: _POSITIVE(raw) if raw.strip() else None, "positive integer or empty")
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -189,9 +188,7 @@ def config_from_properties(props: Mapping[str, str], base_dir: Path | None = Non
             continue
         opt = OPTIONS_BY_KEY.get(key)
         if opt is None:
-            raise ConfigError(
-                f"{_SOURCE}: unknown key {key!r}; known keys are spark.* and {', '.join(OPTIONS_BY_KEY)}"
-            )
+            raise ConfigError(f"{_SOURCE}: unknown key {key!r}; known keys are spark.* and {', '.join(OPTIONS_BY_KEY)}")
         values[opt.attr] = options.convert(_SOURCE, key, text, opt.convert)
     if "checkpoint_dir" in values:
         values["checkpoint_dir"] = Path(values["checkpoint_dir"])

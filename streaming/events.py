@@ -127,6 +127,7 @@ def parse_events(records: DataFrame) -> DataFrame:
 
     # DDL is parsed by the JVM: do it here on the driver, workers get the Arrow schema
     struct = StructType.fromDDL(parsed_ddl())
+    assert isinstance(struct, StructType)  # fromDDL is typed on DataType; a struct's DDL gives a StructType
     body = functools.partial(parse_arrow_batches, schema=to_arrow_schema(struct))
     return records.select("value").mapInArrow(body, struct)
 

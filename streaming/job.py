@@ -174,7 +174,9 @@ def build_pipeline(spark: SparkSession, cfg: StreamingConfig) -> DataFrame:
 
 
 #: what Spark's StreamExecution recognises as a stop interrupting a foreachBatch call
-_INTERRUPTED = "py4j.protocol.Py4JJavaError: An error occurred while calling collectToPython: java.lang.InterruptedException"
+_INTERRUPTED = (
+    "py4j.protocol.Py4JJavaError: An error occurred while calling collectToPython: java.lang.InterruptedException"
+)
 #: a NODE_CLOCK_AHEAD incident ends after this long (wall clock) without a refused event from the node
 _CLOCK_QUIET_MS = 60_000
 #: one attempt to reach Kafka at start-up; short, so a stop request is answered within it
@@ -203,12 +205,21 @@ class KafkaPublisher:
             # not pinned (namesrv.kafka_clients): the constructor raises while Kafka does not answer,
             # which is how this waits for it
             return kafka_clients.producer(
-                bootstrap_servers, key="kafka.bootstrap", acks=1, linger_ms=2, enable_idempotence=False,
+                bootstrap_servers,
+                key="kafka.bootstrap",
+                acks=1,
+                linger_ms=2,
+                enable_idempotence=False,
                 bootstrap_timeout_ms=_BOOTSTRAP_ATTEMPT_MS,
             )
 
         made = retry_until_stopped(
-            producer, stopping or threading.Event(), log=log, retry_on=KafkaError, first_wait_s=0.5, max_wait_s=10.0,
+            producer,
+            stopping or threading.Event(),
+            log=log,
+            retry_on=KafkaError,
+            first_wait_s=0.5,
+            max_wait_s=10.0,
             problem=f"Kafka at {bootstrap_servers} does not answer yet: is it up, and is kafka.bootstrap right?",
         )
         return None if made is None else cls(made)
@@ -315,7 +326,9 @@ class MonitorStatus:
         """
         if not self.last_batch_done_at or now - self.last_batch_done_at > within_ms:
             return False
-        return bool(self.watermark_ms) and now - (self.watermark_ms + delay_ms) <= lag_ms
+        return (
+            self.watermark_ms is not None and self.watermark_ms != 0 and now - (self.watermark_ms + delay_ms) <= lag_ms
+        )
 
 
 class BatchSink:
@@ -359,18 +372,25 @@ class BatchSink:
                 except RedisError as exc:  # Redis down must not stop the liveness decisions
                     log.error("redis: cannot load the route model (%r); starting from an empty one", exc)
                 except SnapshotError as exc:  # nor does a model this job cannot read: it is rewritten
-                    log.error("redis: unreadable route model (%s); starting from an empty one and rewriting "
-                              "everything", exc)
+                    log.error(
+                        "redis: unreadable route model (%s); starting from an empty one and rewriting " "everything",
+                        exc,
+                    )
                 else:
                     if stored.lineage == query_id:
                         self.model, self.book = stored.model, AlertBook(stored.alerts)
                         self._stored_batch = stored.batch_id
                         self._rewrite = False
-                        log.info("redis: carrying on from batch %d of query %s (%d topics)",
-                                 stored.batch_id, query_id, len(self.model.topics()))
+                        log.info(
+                            "redis: carrying on from batch %d of query %s (%d topics)",
+                            stored.batch_id,
+                            query_id,
+                            len(self.model.topics()),
+                        )
                     else:
-                        log.info("redis: new query lineage %s (stored: %s); rewriting everything",
-                                 query_id, stored.lineage)
+                        log.info(
+                            "redis: new query lineage %s (stored: %s); rewriting everything", query_id, stored.lineage
+                        )
             self._lineage_set.set()
 
     # -- the batch
@@ -394,14 +414,17 @@ class BatchSink:
         """Everything after collect(), for one batch; returns the alerts it emitted."""
         with self.lock:
             if batch_id <= self._stored_batch:
-                log.info("batch %d was already written to redis (stored up to %d); skipping", batch_id,
-                         self._stored_batch)
+                log.info(
+                    "batch %d was already written to redis (stored up to %d); skipping", batch_id, self._stored_batch
+                )
                 return []
             at = self.clock()
             self._publish_actions(rows, at)
             self._apply_routes(rows)
             changes = self.model.changes(full=self._rewrite)
-            alerts = self._alerts(rows, changes.lost_topics, changes.deleted_topics, rows[-1]["orderTime"] if rows else at)
+            alerts = self._alerts(
+                rows, changes.lost_topics, changes.deleted_topics, rows[-1]["orderTime"] if rows else at
+            )
             for alert in alerts:
                 self._publish_alert(alert, at)
             self.publisher.flush()
@@ -445,7 +468,9 @@ class BatchSink:
 
     def _publish_alert(self, alert: Alert, at: int) -> None:
         log_alert(alert)
-        self.publisher.send(self.cfg.alerts_topic, alert.incident.encode(), encode_alert(alert, monitor=self.monitor, emitted_at=at))
+        self.publisher.send(
+            self.cfg.alerts_topic, alert.incident.encode(), encode_alert(alert, monitor=self.monitor, emitted_at=at)
+        )
 
     def _write_redis(self, batch_id: int, changes: Any, alerts: list[Alert]) -> None:
         if self.store is None:
@@ -481,9 +506,13 @@ class BatchSink:
             wm = st.watermark_ms
             within = max(10_000, 3 * cfg.monitor_heartbeat_interval_millis, 3 * cfg.trigger_interval_millis)
             if st.deciding(at, within_ms=within, delay_ms=cfg.watermark_delay_millis, lag_ms=cfg.monitor_lag_millis):
-                beat = Action(type=ActionType.MONITOR_HEARTBEAT, monitor=self.monitor, decided_at=at, watermark=wm,
-                              reason=f"batches={st.batches} events={st.events} bad={st.bad_events} "
-                                     f"ahead={st.ahead_events}")
+                beat = Action(
+                    type=ActionType.MONITOR_HEARTBEAT,
+                    monitor=self.monitor,
+                    decided_at=at,
+                    watermark=wm,
+                    reason=f"batches={st.batches} events={st.events} bad={st.bad_events} " f"ahead={st.ahead_events}",
+                )
                 self.publisher.send(cfg.actions_topic, action_key(beat), encode_action(beat))
             current = lag_incident(wm, cfg.watermark_delay_millis, at, cfg.monitor_lag_millis)
             current |= clock_incidents(dict(st.ahead_nodes), at, _CLOCK_QUIET_MS, cfg.max_clock_skew_millis)
@@ -536,8 +565,14 @@ def _make_listener_class() -> type:
             if ahead:
                 nodes = {n for n in (metrics["aheadNode"], metrics["aheadOtherNode"]) if n is not None}
                 s.note_ahead(nodes, ahead, int(metrics["aheadMax"]), now_ms())
-                log.warning("refused %d event(s) stamped more than %d ms ahead of the monitor's clock, from %s "
-                            "(furthest: %s)", ahead, self.max_skew_ms, sorted(nodes), metrics["aheadMax"])
+                log.warning(
+                    "refused %d event(s) stamped more than %d ms ahead of the monitor's clock, from %s "
+                    "(furthest: %s)",
+                    ahead,
+                    self.max_skew_ms,
+                    sorted(nodes),
+                    metrics["aheadMax"],
+                )
             s.batches += 1
             s.events += int(p.numInputRows)
             s.bad_events += bad
@@ -618,9 +653,13 @@ def checkpoint_location(checkpoint_dir: Path) -> Path:
         if checkpoint_dir.joinpath("offsets").is_dir():
             others.append("(an unversioned checkpoint in the directory itself)")
         if others:
-            log.warning("checkpoint %s: starting a new state layout %s; the state of %s was written by another "
-                        "version of the job and is not read (delete it once the new one runs)",
-                        checkpoint_dir, location.name, ", ".join(others))
+            log.warning(
+                "checkpoint %s: starting a new state layout %s; the state of %s was written by another "
+                "version of the job and is not read (delete it once the new one runs)",
+                checkpoint_dir,
+                location.name,
+                ", ".join(others),
+            )
     location.mkdir(parents=True, exist_ok=True)
     return location
 
@@ -636,7 +675,9 @@ def start(
     status = MonitorStatus()
     sink = BatchSink(cfg, publisher, store, status)
     query_id: list[str | None] = [None]
-    listener = _make_listener_class()(status, cfg.watermark_delay_millis, cfg.max_clock_skew_millis, lambda: query_id[0])
+    listener = _make_listener_class()(
+        status, cfg.watermark_delay_millis, cfg.max_clock_skew_millis, lambda: query_id[0]
+    )
     spark.streams.addListener(listener)
     checkpoint = checkpoint_location(cfg.checkpoint_dir)
     query = (
@@ -652,6 +693,12 @@ def start(
     sink.set_lineage(str(query.id))
     heartbeat = MonitorHeartbeat(sink, cfg.monitor_heartbeat_interval_millis / 1000)
     heartbeat.start()
-    log.info("monitor %s started: events %s on %s, checkpoint %s, redis %s", cfg.monitor_name, cfg.events_topic,
-             cfg.kafka_bootstrap, checkpoint, cfg.redis_url or "-")
+    log.info(
+        "monitor %s started: events %s on %s, checkpoint %s, redis %s",
+        cfg.monitor_name,
+        cfg.events_topic,
+        cfg.kafka_bootstrap,
+        checkpoint,
+        cfg.redis_url or "-",
+    )
     return MonitorJob(spark, query, sink, status, listener, heartbeat)

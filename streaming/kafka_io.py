@@ -55,8 +55,7 @@ log = logging.getLogger(__name__)
 FORMAT = "namesrv-kafka"
 #: the columns of the native connector's source, in its order
 SOURCE_SCHEMA = (
-    "key binary, value binary, topic string, partition int, offset bigint, "
-    "timestamp timestamp, timestampType int"
+    "key binary, value binary, topic string, partition int, offset bigint, " "timestamp timestamp, timestampType int"
 )
 
 #: a stream offset: topic -> partition (as a string, JSON keys are strings) -> next offset
@@ -163,8 +162,7 @@ def parse_offsets(text: str) -> Offsets:
         raw = json.loads(text)
     except ValueError:
         raise KafkaSourceError(
-            f"startingOffsets {text!r} is neither earliest, latest nor JSON like "
-            '{"namesrv-events": {"0": 0}}'
+            f"startingOffsets {text!r} is neither earliest, latest nor JSON like " '{"namesrv-events": {"0": 0}}'
         ) from None
     if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
         raise KafkaSourceError(f"startingOffsets {text!r}: expected {{topic: {{partition: offset}}}}")
@@ -255,7 +253,7 @@ def _topic_partitions(consumer: KafkaConsumer, topics: Sequence[str], timeout_s:
     from kafka import TopicPartition
 
     deadline = time.monotonic() + timeout_s
-    out = []
+    out: list[Any] = []
     for topic in topics:
         parts = consumer.partitions_for_topic(topic)
         while not parts and time.monotonic() < deadline:
@@ -452,8 +450,9 @@ def read_range(opts: KafkaOptions, part: KafkaInputPartition) -> Iterator[pa.Rec
                             f"{part.topic}[{part.partition}]: offsets {position}..{earliest} are gone from "
                             f"the broker (retention); set failOnDataLoss=false to skip them"
                         ) from None
-                    log.warning("%s[%d]: offsets %d..%d are gone; skipping them",
-                                part.topic, part.partition, position, earliest)
+                    log.warning(
+                        "%s[%d]: offsets %d..%d are gone; skipping them", part.topic, part.partition, position, earliest
+                    )
                     consumer.seek(tp, earliest)
                     continue
                 if opts.fail_on_data_loss:
@@ -463,8 +462,13 @@ def read_range(opts: KafkaOptions, part: KafkaInputPartition) -> Iterator[pa.Rec
                         "or the broker's data wiped (Tansu keeps nothing across restarts)? Start with a new "
                         "checkpoint, or set failOnDataLoss=false to skip the range"
                     ) from None
-                log.warning("%s[%d]: offsets %d..%d are not on the broker; skipping them",
-                            part.topic, part.partition, position, part.end)
+                log.warning(
+                    "%s[%d]: offsets %d..%d are not on the broker; skipping them",
+                    part.topic,
+                    part.partition,
+                    position,
+                    part.end,
+                )
                 break
             for record in polled.get(tp, ()):
                 if record.offset >= part.end:

@@ -243,7 +243,9 @@ class LivenessProcessor(StatefulProcessor):
 
     # ------------------------------------------------------------------ input
 
-    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
         k: str = key[0]
         frames = [f for f in rows if len(f)]
         if not frames:
@@ -265,12 +267,13 @@ class LivenessProcessor(StatefulProcessor):
     def _broker_events(self, events: list[dict[str, Any]], watermark: int, out: _Out) -> None:
         s = self.settings
         first = events[0]
+        held = self.broker.get()  # None when the state has no value
         st = (
-            BrokerState.from_tuple(self.broker.get())
-            if self.broker.exists()
+            BrokerState.from_tuple(held)
+            if held is not None
             else BrokerState(first["clusterName"], first["brokerAddr"], timeout_ms=s.heartbeat_timeout_ms, alive=False)
         )
-        known = self.broker.exists()
+        known = held is not None
         flaps = [a for (a,) in self.flaps.get()] if self.flaps.exists() else []
         links = Links.load(st.links)
         for e in events:
@@ -293,13 +296,13 @@ class LivenessProcessor(StatefulProcessor):
                         st.registration = fingerprint
                         self.last_registration.update((e["raw"],))
                         out.add(KIND_ROUTE, t, type=etype, raw=e["raw"], **where, **_broker_fields(st))
-                elif self.last_registration.exists() and (
+                elif (last := self.last_registration.get()) is not None and (
                     comeback or (e["source"] == "REGISTER_BROKER" and t - st.replayed_at >= _REPLAY_GAP_MS)
                 ):
                     # A comeback: nodes that did not apply our removal send no topic table, so
                     # bring the last one back. An unchanged re-registration: nodes re-add topics
                     # an admin deleted meanwhile, so the route model must see it too.
-                    (raw,) = self.last_registration.get()
+                    (raw,) = last
                     st.replayed_at = t
                     cause = "COMEBACK" if comeback else "REREGISTER"
                     out.add(KIND_ROUTE, t, type=EventType.REGISTER, cause=cause, raw=raw, **where, **_broker_fields(st))
@@ -352,7 +355,8 @@ class LivenessProcessor(StatefulProcessor):
             self.flaps.clear()
 
     def _ticks(self, node: str, events: list[dict[str, Any]], out: _Out) -> None:
-        st = NodeState.from_tuple(self.node.get()) if self.node.exists() else NodeState(node)
+        held = self.node.get()  # None when the state has no value
+        st = NodeState.from_tuple(held) if held is not None else NodeState(node)
         last = max(int(e["eventTime"]) for e in events)
         if last > st.last_tick:
             st.last_tick = last
@@ -379,10 +383,10 @@ class LivenessProcessor(StatefulProcessor):
         watermark = timerValues.getCurrentWatermarkInMs()
         now = self._event_time_at(watermark)
         out = _Out()
-        if k.startswith(BROKER_KEY) and self.broker.exists():
-            self._broker_timer(BrokerState.from_tuple(self.broker.get()), fired, watermark, out)
-        elif k.startswith(NODE_KEY) and self.node.exists():
-            st = NodeState.from_tuple(self.node.get())
+        if k.startswith(BROKER_KEY) and (held_broker := self.broker.get()) is not None:
+            self._broker_timer(BrokerState.from_tuple(held_broker), fired, watermark, out)
+        elif k.startswith(NODE_KEY) and (held_node := self.node.get()) is not None:
+            st = NodeState.from_tuple(held_node)
             if fired == st.deadline:
                 st.deadline = _NO_TIMER
                 if not st.silent_open:
@@ -407,8 +411,10 @@ class LivenessProcessor(StatefulProcessor):
             st.deadline = _NO_TIMER
             st.alive = False
             st.gone_at = due
-            reason = (f"no heartbeat at any node for {(now - st.last_seen) / 1000:.1f} s "
-                      f"(timeout {st.timeout_ms} ms, last heartbeat at {st.last_seen}, event time now {now})")
+            reason = (
+                f"no heartbeat at any node for {(now - st.last_seen) / 1000:.1f} s "
+                f"(timeout {st.timeout_ms} ms, last heartbeat at {st.last_seen}, event time now {now})"
+            )
             out.add(
                 KIND_ACTION, due, type=ActionType.EXPIRE, cause="TIMEOUT", lastHeartbeat=st.last_seen,
                 watermark=watermark, reason=reason, **_broker_fields(st),

@@ -35,7 +35,7 @@ import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from namesrv.events.schema import AdminOp, Event, EventType, SchemaError, wall_ms
 from namesrv.protocol import bodies, fastjson
@@ -45,7 +45,6 @@ from namesrv.routes.snapshot import (
     ModelSnapshot,
     OrderConf,
     RedisKeys,
-    SnapshotError,
     decode_model,
     encode_meta,
     encode_topic_entry,
@@ -153,7 +152,9 @@ class RouteModel:
         m = self.manager
         if event.type is EventType.REGISTER:
             assert event.cluster_name and event.broker_addr and event.broker_name is not None
-            self._touched_groups |= self.manager.groups_with_member(event.cluster_name, event.broker_addr) | {event.broker_name}
+            self._touched_groups |= self.manager.groups_with_member(event.cluster_name, event.broker_addr) | {
+                event.broker_name
+            }
             body = _register_body(event)
             # a mapping may name a topic the registering group does not serve
             self._touched_topics |= set(body.topic_queue_mapping_info_map)
@@ -432,7 +433,9 @@ class RedisRouteStore:
             if changes.model_brokers is not None:
                 pipe.set(k.model_brokers, changes.model_brokers)
             self._alert_writes(pipe, alerts, monitor, now)
-            pipe.hset(k.meta, mapping=encode_meta(lineage, batch_id, now, watermark))
+            # redis-py asks for a Mapping keyed by its whole union of key types (Mapping is invariant in
+            # its key), which no dict[str, ...] is
+            pipe.hset(k.meta, mapping=encode_meta(lineage, batch_id, now, watermark))  # type: ignore[arg-type]
             for topic in changed:
                 pipe.publish(k.channel, topic)
             pipe.execute()
@@ -455,6 +458,11 @@ class RedisRouteStore:
 # --------------------------------------------------------------------------- the reader
 
 
+def _text(reply: bytes | str) -> str:
+    """A reply as text, whether or not the client (which a caller may pass in) decodes responses."""
+    return reply if isinstance(reply, str) else reply.decode()
+
+
 class RouteLookup:
     """Read routes the job materialised: ``RouteLookup(url).get("TopicTest")``."""
 
@@ -466,17 +474,19 @@ class RouteLookup:
 
     def get_raw(self, topic: str) -> bytes | None:
         """The route exactly as GET_ROUTEINFO_BY_TOPIC answers it (standard JSON), None if there is none."""
-        return self.client.get(self.keys.route(topic))
+        # cast: the client is made without decode_responses, so replies are bytes; redis-py types them
+        # for either setting
+        return cast(bytes | None, self.client.get(self.keys.route(topic)))
 
     def get(self, topic: str) -> TopicRouteData | None:
         raw = self.get_raw(topic)
         return None if raw is None else bodies.decode_route(raw)
 
     def topics(self) -> list[str]:
-        return sorted(t.decode() for t in self.client.smembers(self.keys.topics))
+        return sorted(_text(t) for t in self.client.smembers(self.keys.topics))
 
     def cluster_info(self) -> bodies.ClusterInfo | None:
-        raw = self.client.get(self.keys.cluster)
+        raw = cast(bytes | None, self.client.get(self.keys.cluster))  # bytes, as in get_raw
         return None if raw is None else bodies.decode_cluster_info(raw)
 
     def alerts(self) -> list[Alert]:
@@ -491,7 +501,7 @@ class RouteLookup:
 
     def status(self) -> dict[str, str]:
         """The job's last write: lineage, batchId, watermark, updatedAt."""
-        return {k.decode(): v.decode() for k, v in self.client.hgetall(self.keys.meta).items()}
+        return {_text(k): _text(v) for k, v in self.client.hgetall(self.keys.meta).items()}
 
     def watch(self, timeout: float | None = None) -> Iterator[str]:
         """Names of topics whose route changes, as they change; stops after ``timeout`` s of silence."""

@@ -84,8 +84,15 @@ class KafkaLink:
         node.observer = publisher
         watchdog = MonitorWatchdog(expiry, config.monitor_silence_fallback_millis)
         trust = MonitorTrust(trusted_monitors(config), config.monitor_silence_fallback_millis)
-        applier = ActionApplier(node.routes, node.submit_unregister, publisher.last_event_time, publisher, watchdog,
-                                trust=trust, max_clock_skew_ms=config.max_clock_skew_millis)
+        applier = ActionApplier(
+            node.routes,
+            node.submit_unregister,
+            publisher.last_event_time,
+            publisher,
+            watchdog,
+            trust=trust,
+            max_clock_skew_ms=config.max_clock_skew_millis,
+        )
         return cls(config, publisher, applier, watchdog)
 
     def start(self, loop: asyncio.AbstractEventLoop, spawn: Spawn, node_name: str) -> None:
@@ -99,9 +106,13 @@ class KafkaLink:
         self.consumer.start()
         spawn(self.publisher.run_ticks(), "event-ticks")
         spawn(self.watchdog.run(), "monitor-watchdog")
-        log.info("publishing events to %s at %s as node %s; reading actions from %s",
-                 self.publisher.settings.topic, self.publisher.settings.bootstrap_servers, node_name,
-                 self.config.actions_topic)
+        log.info(
+            "publishing events to %s at %s as node %s; reading actions from %s",
+            self.publisher.settings.topic,
+            self.publisher.settings.bootstrap_servers,
+            node_name,
+            self.config.actions_topic,
+        )
 
     async def stop(self, timeout: float = 3.0) -> None:
         """Stop reading actions, send what is queued for up to ``timeout`` seconds, close."""

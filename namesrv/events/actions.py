@@ -127,8 +127,12 @@ class MonitorTrust:
             if monitor in self.trusted:
                 return True
             if self._warnings.allow(monitor):
-                log.warning("ignoring %s from monitor %r: not in trustedMonitors (%s); add its id there to obey it",
-                            what, monitor, ";".join(sorted(self.trusted)))
+                log.warning(
+                    "ignoring %s from monitor %r: not in trustedMonitors (%s); add its id there to obey it",
+                    what,
+                    monitor,
+                    ";".join(sorted(self.trusted)),
+                )
             return False
         if self.current is None:
             log.info("obeying monitor %r, the first one heard (trustedMonitors is empty)", monitor)
@@ -138,12 +142,23 @@ class MonitorTrust:
             silent_ms = (now - self.last_heard) * 1000
             if silent_ms < self.silence_ms:
                 if self._warnings.allow(monitor):
-                    log.warning("ignoring %s from monitor %r: this node obeys monitor %r, the first one it heard, "
-                                "until that one is silent for %d ms (monitorSilenceFallbackMillis); set "
-                                "trustedMonitors to choose", what, monitor, self.current, self.silence_ms)
+                    log.warning(
+                        "ignoring %s from monitor %r: this node obeys monitor %r, the first one it heard, "
+                        "until that one is silent for %d ms (monitorSilenceFallbackMillis); set "
+                        "trustedMonitors to choose",
+                        what,
+                        monitor,
+                        self.current,
+                        self.silence_ms,
+                    )
                 return False
-            log.warning("monitor %r silent for %d ms (monitorSilenceFallbackMillis=%d): obeying monitor %r from now on",
-                        self.current, silent_ms, self.silence_ms, monitor)
+            log.warning(
+                "monitor %r silent for %d ms (monitorSilenceFallbackMillis=%d): obeying monitor %r from now on",
+                self.current,
+                silent_ms,
+                self.silence_ms,
+                monitor,
+            )
             self.current = monitor
         self.last_heard = now
         return True
@@ -170,8 +185,11 @@ class MonitorWatchdog:
         if self.expiry.enabled:
             self.expiry.enabled = False
             # a hand-back pairs with the warning that switched the scan on, so it is one too
-            log.log(logging.WARNING if handing_back else logging.INFO,
-                    "liveness monitor %r is alive: local expiry scan off, the monitor decides", monitor)
+            log.log(
+                logging.WARNING if handing_back else logging.INFO,
+                "liveness monitor %r is alive: local expiry scan off, the monitor decides",
+                monitor,
+            )
 
     def check(self) -> None:
         if self.expiry.enabled or self.last_heard is None or self.monitor_alive:
@@ -179,7 +197,8 @@ class MonitorWatchdog:
         self.expiry.enabled = True
         log.warning(
             "liveness monitor %r silent for %d ms (monitorSilenceFallbackMillis): local expiry scan back on",
-            self.monitor, self.silence_ms,
+            self.monitor,
+            self.silence_ms,
         )
 
     async def run(self) -> None:
@@ -239,8 +258,15 @@ class ActionApplier:
         outcome = self._apply(action)
         self.counts[outcome] += 1
         if outcome is not Outcome.HEARD:
-            log.info("%s %r/%r (lastHeartbeat=%s) from %r: %s", action.type.value, action.cluster_name,
-                     action.broker_addr, action.last_heartbeat, action.monitor, outcome.value)
+            log.info(
+                "%s %r/%r (lastHeartbeat=%s) from %r: %s",
+                action.type.value,
+                action.cluster_name,
+                action.broker_addr,
+                action.last_heartbeat,
+                action.monitor,
+                outcome.value,
+            )
         return outcome
 
     def _apply(self, action: Action) -> Outcome:
@@ -401,16 +427,21 @@ class ActionConsumer:
 
         tps = [TopicPartition(self.settings.topic, p) for p in partitions]
         consumer.assign(tps)
-        ends = self._retry("read the end offsets of the actions topic", consumer.end_offsets, tps,
-                           self.settings.request_timeout_ms)
+        ends = self._retry(
+            "read the end offsets of the actions topic", consumer.end_offsets, tps, self.settings.request_timeout_ms
+        )
         if ends is None:
             return
         for tp in tps:
             consumer.seek(tp, ends[tp])
         #: per partition, records below this offset predate our start (None: not known yet)
         start: dict[Any, int | None] = dict.fromkeys(tps)
-        log.info("reading actions from %s partitions %s at %s", self.settings.topic, partitions,
-                 {tp.partition: o for tp, o in ends.items()})
+        log.info(
+            "reading actions from %s partitions %s at %s",
+            self.settings.topic,
+            partitions,
+            {tp.partition: o for tp, o in ends.items()},
+        )
         while not self._stopping.is_set():
             try:
                 batches = consumer.poll(timeout_ms=0)  # one fetch round; the idle pause below paces us
@@ -440,8 +471,13 @@ class ActionConsumer:
                 start[tp] = hw
             position = consumer.position(tp, timeout_ms=self.settings.request_timeout_ms)
             if position is not None and hw < position:
-                log.warning("actions partition %s shrank below our offset %d (high watermark %d): the broker "
-                            "lost its log; reading it from the beginning", tp.partition, position, hw)
+                log.warning(
+                    "actions partition %s shrank below our offset %d (high watermark %d): the broker "
+                    "lost its log; reading it from the beginning",
+                    tp.partition,
+                    position,
+                    hw,
+                )
                 consumer.seek_to_beginning(tp)
                 start[tp] = 0
         if not self.ready.is_set() and all(v is not None for v in start.values()):

@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from namesrv import kafka_clients
+from namesrv.departure import Cause, Departure
 from namesrv.events.schema import (
     MAX_HEARTBEAT_TIMEOUT_MILLIS,
     MAX_REASON_CHARS,
@@ -79,7 +80,6 @@ from namesrv.events.schema import (
     is_light,
     wall_ms,
 )
-from namesrv.departure import Cause, Departure
 from namesrv.handlers import AdminChange, NodeObserver
 from namesrv.logs import LogThrottle
 from namesrv.protocol import fastjson
@@ -330,8 +330,9 @@ class EventPublisher(NodeObserver):
     # ------------------------------------------------------------------ NodeObserver (loop thread)
 
     @_never_raises
-    def broker_registered(self, header: RegisterBrokerHeader, body: RegisterBrokerBody,
-                          result: RegisterBrokerResult) -> None:
+    def broker_registered(
+        self, header: RegisterBrokerHeader, body: RegisterBrokerBody, result: RegisterBrokerResult
+    ) -> None:
         if result.conflict:  # the registration was ignored and the address is not live
             self._counts.ignored += 1
             return
@@ -365,9 +366,8 @@ class EventPublisher(NodeObserver):
                 },
                 filter_server_list=None if filters is None else list(filters),
                 # the dialect the broker sent: integer map keys stay integers for whoever replays it
-                topic_queue_mapping_info_map={
-                    t: fastjson.dumps_legacy(info).decode() for t, info in mappings.items()
-                } or None,
+                topic_queue_mapping_info_map={t: fastjson.dumps_legacy(info).decode() for t, info in mappings.items()}
+                or None,
             )
         else:
             event = self._emit(EventType.HEARTBEAT, **common, source=HeartbeatSource.REGISTER_BROKER.value)
@@ -408,7 +408,9 @@ class EventPublisher(NodeObserver):
         queue_datas = None
         if change.queue_datas is not None:
             queue_datas = [
-                BrokerQueueInfo(q.broker_name, QueueInfo(q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag))
+                BrokerQueueInfo(
+                    q.broker_name, QueueInfo(q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag)
+                )
                 for q in change.queue_datas
             ]
         self._emit(
@@ -460,16 +462,28 @@ class EventPublisher(NodeObserver):
         # one warning per minute per field (map keys and list indexes left out), whatever the values
         field = re.sub(r"\[.*?\]| key .*", "", str(error).split(": ", 1)[0])
         if self._invalid_log.allow((event.type, field)):
-            log.warning("not publishing a %s event of broker %s: %s (%d event(s) refused so far; "
-                        "the monitor cannot read such a record)", event.type.value, _short(event.broker_addr),
-                        error, self._counts.invalid)
+            log.warning(
+                "not publishing a %s event of broker %s: %s (%d event(s) refused so far; "
+                "the monitor cannot read such a record)",
+                event.type.value,
+                _short(event.broker_addr),
+                error,
+                self._counts.invalid,
+            )
 
     def _bounded_timeout(self, timeout: int, cluster: str, addr: str) -> int:
         bounded = min(max(timeout, MIN_HEARTBEAT_TIMEOUT_MILLIS), MAX_HEARTBEAT_TIMEOUT_MILLIS)
         if bounded != timeout and self._invalid_log.allow(("heartbeatTimeoutMillis", cluster, addr)):
-            log.warning("broker %s of cluster %s registered with heartbeatTimeoutMillis=%d: publishing %d, the "
-                        "nearest value the monitor accepts ([%d, %d])", _short(addr), _short(cluster), timeout,
-                        bounded, MIN_HEARTBEAT_TIMEOUT_MILLIS, MAX_HEARTBEAT_TIMEOUT_MILLIS)
+            log.warning(
+                "broker %s of cluster %s registered with heartbeatTimeoutMillis=%d: publishing %d, the "
+                "nearest value the monitor accepts ([%d, %d])",
+                _short(addr),
+                _short(cluster),
+                timeout,
+                bounded,
+                MIN_HEARTBEAT_TIMEOUT_MILLIS,
+                MAX_HEARTBEAT_TIMEOUT_MILLIS,
+            )
         return bounded
 
     def stats(self) -> PublisherStats:
@@ -488,7 +502,10 @@ class EventPublisher(NodeObserver):
         self._reported_drops, self._last_drop_log = dropped, now
         log.warning(
             "event queue full (%d): dropped %d heartbeat/tick and %d other event(s) so far; is Kafka at %s up?",
-            q.capacity, q.dropped_light, q.dropped_heavy, self.settings.bootstrap_servers,
+            q.capacity,
+            q.dropped_light,
+            q.dropped_heavy,
+            self.settings.bootstrap_servers,
         )
 
     # ------------------------------------------------------------------ the sender thread
@@ -573,8 +590,12 @@ class EventPublisher(NodeObserver):
     def _undelivered(self, event: Event, error: Exception) -> None:
         self._in_flight.release()
         attempts = self._attempts.pop(event.seq, 0) + 1
-        if not is_light(event) and _worth_retrying(error) and attempts <= MAX_REDELIVERIES \
-                and not self._stopping.is_set():
+        if (
+            not is_light(event)
+            and _worth_retrying(error)
+            and attempts <= MAX_REDELIVERIES
+            and not self._stopping.is_set()
+        ):
             self._attempts[event.seq] = attempts
             self._counts.requeued += 1
             self._resume_at = time.monotonic() + RETRY_PAUSE_S

@@ -184,9 +184,7 @@ class DataVersionInfo:
     @classmethod
     def from_json(cls, d: Any, where: str) -> DataVersionInfo:
         d = _object(d, where)
-        return cls(
-            _req_int(d, "counter", where), _req_int(d, "stateVersion", where), _req_int(d, "timestamp", where)
-        )
+        return cls(_req_int(d, "counter", where), _req_int(d, "stateVersion", where), _req_int(d, "timestamp", where))
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 import orjson
@@ -292,12 +292,16 @@ class ClusterInfo(NamedTuple):
     cluster_addr_table: dict[str, list[str]]
 
 
-def encode_cluster_info(broker_addr_table: dict[str, BrokerData], cluster_addr_table: dict[str, Iterable[str]]) -> bytes:
+def encode_cluster_info(
+    broker_addr_table: Mapping[str, BrokerData], cluster_addr_table: Mapping[str, Iterable[str]]
+) -> bytes:
     """Always the legacy dialect, for every client version (apache/rocketmq#3369 is still open)."""
-    return fastjson.dumps_legacy({
-        "brokerAddrTable": {name: b.to_wire() for name, b in broker_addr_table.items()},
-        "clusterAddrTable": {name: sorted(members) for name, members in cluster_addr_table.items()},
-    })
+    return fastjson.dumps_legacy(
+        {
+            "brokerAddrTable": {name: b.to_wire() for name, b in broker_addr_table.items()},
+            "clusterAddrTable": {name: sorted(members) for name, members in cluster_addr_table.items()},
+        }
+    )
 
 
 def decode_cluster_info(body: bytes | None) -> ClusterInfo:
@@ -310,7 +314,9 @@ def decode_cluster_info(body: bytes | None) -> ClusterInfo:
     )
 
 
-def encode_broker_member_group(cluster_name: str | None, broker_name: str | None, broker_addrs: dict[int, str]) -> bytes:
+def encode_broker_member_group(
+    cluster_name: str | None, broker_name: str | None, broker_addrs: dict[int, str]
+) -> bytes:
     """GET_BROKER_MEMBER_GROUP, legacy dialect (bare integer broker ids)."""
     group = {"brokerAddrs": dict(broker_addrs), "brokerName": broker_name, "cluster": cluster_name}
     return fastjson.dumps_legacy({"brokerMemberGroup": group})

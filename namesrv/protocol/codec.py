@@ -23,12 +23,13 @@ is too large, or whose opaque cannot be located unambiguously, takes the full pa
 
 from __future__ import annotations
 
+import enum
 import functools
 import json
 import re
 import struct
 import threading
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -100,13 +101,14 @@ _SHAPE_CACHE_SIZE = 4096
 def _shape(cmd: RemotingCommand) -> tuple[Any, ...]:
     """A command's header fields other than the opaque: the key of the encoders' template caches."""
     ext = cmd.ext_fields
+    items: tuple[tuple[str, Any], ...] | None = None
     if ext is not None:
-        ext = tuple(ext.items())
+        items = tuple(ext.items())
         try:
-            hash(ext)
+            hash(items)
         except TypeError:  # a list or map value: written as Java's String.valueOf would
-            ext = tuple(_wire_ext(cmd.ext_fields).items())
-    return cmd.code, cmd.flag, cmd.language, cmd.version, cmd.remark, ext
+            items = tuple(_wire_ext(ext).items())
+    return cmd.code, cmd.flag, cmd.language, cmd.version, cmd.remark, items
 
 
 def _memorable(cmd: RemotingCommand) -> bool:
@@ -144,8 +146,10 @@ def _json_template(
         head, tail = orjson.dumps(before), orjson.dumps(after)
     except TypeError as e:
         try:  # a lone surrogate (a peer may send "\ud800"): written as '?', as Java's getBytes(UTF_8) does
-            head, tail = (json.dumps(d, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace")
-                          for d in (before, after))
+            head, tail = (
+                json.dumps(d, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace")
+                for d in (before, after)
+            )
         except (TypeError, ValueError):
             raise LocalProtocolError(f"header of command code={code} cannot be written as JSON: {e}") from None
     return head[:-1] + b',"opaque":', b"," + tail[1:]
@@ -372,7 +376,13 @@ class _JsonShapes:
         table[key] = value
 
 
-_UNSEEN = object()
+class _Unseen(enum.Enum):
+    """A one-member enum rather than ``object()``: mypy narrows ``is not _UNSEEN`` away only for an enum."""
+
+    UNSEEN = enum.auto()
+
+
+_UNSEEN: Final = _Unseen.UNSEEN
 _JSON_SHAPES = _JsonShapes(_SHAPE_CACHE_SIZE)
 
 

@@ -22,7 +22,9 @@ from __future__ import annotations
 import json
 import re
 from enum import Enum
-from json.decoder import scanstring
+
+# typeshed does not list json.decoder.scanstring, which the module defines (the C scanner or its Python twin)
+from json.decoder import scanstring  # type: ignore[attr-defined]
 from json.encoder import encode_basestring
 from typing import Any
 
@@ -52,6 +54,15 @@ class FastjsonError(ValueError):
 # Reading
 
 _WS = re.compile(r"[ \t\n\r\f\b]*")
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    """Where the whitespace from ``pos`` ends (``_WS`` matches everywhere, the empty string included)."""
+    m = _WS.match(text, pos)
+    assert m is not None
+    return m.end()
+
+
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _INT_KEY = re.compile(r"-?[0-9]+")
 _NAME_KEY = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
@@ -72,10 +83,10 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
         except UnicodeDecodeError as e:
             raise FastjsonError(f"not UTF-8 ({e.reason})", e.start) from None
     try:
-        value, end = _value(text, _WS.match(text, 0).end(), 0)
+        value, end = _value(text, _skip_ws(text, 0), 0)
     except RecursionError:
         raise FastjsonError("nesting too deep") from None
-    end = _WS.match(text, end).end()
+    end = _skip_ws(text, end)
     if end != len(text):
         raise FastjsonError("extra data after the JSON value", end)
     return value
@@ -115,18 +126,18 @@ def _object(s: str, i: int, depth: int) -> tuple[dict, int]:
     if depth > _MAX_DEPTH:
         raise FastjsonError("nesting too deep", i)
     out: dict[Any, Any] = {}
-    i = _WS.match(s, i).end()
+    i = _skip_ws(s, i)
     while s[i : i + 1] != "}":
         key, i = _key(s, i)
-        i = _WS.match(s, i).end()
+        i = _skip_ws(s, i)
         if s[i : i + 1] != ":":
             raise FastjsonError("expected ':' after an object key", i)
-        i = _WS.match(s, i + 1).end()
+        i = _skip_ws(s, i + 1)
         out[key], i = _value(s, i, depth)
-        i = _WS.match(s, i).end()
+        i = _skip_ws(s, i)
         c = s[i : i + 1]
         if c == ",":
-            i = _WS.match(s, i + 1).end()  # a trailing comma is fine, as in fastjson
+            i = _skip_ws(s, i + 1)  # a trailing comma is fine, as in fastjson
         elif c != "}":
             raise FastjsonError("expected ',' or '}' in an object", i)
     return out, i + 1
@@ -151,14 +162,14 @@ def _array(s: str, i: int, depth: int) -> tuple[list, int]:
     if depth > _MAX_DEPTH:
         raise FastjsonError("nesting too deep", i)
     out: list[Any] = []
-    i = _WS.match(s, i).end()
+    i = _skip_ws(s, i)
     while s[i : i + 1] != "]":
         item, i = _value(s, i, depth)
         out.append(item)
-        i = _WS.match(s, i).end()
+        i = _skip_ws(s, i)
         c = s[i : i + 1]
         if c == ",":
-            i = _WS.match(s, i + 1).end()
+            i = _skip_ws(s, i + 1)
         elif c != "]":
             raise FastjsonError("expected ',' or ']' in an array", i)
     return out, i + 1
@@ -221,7 +232,6 @@ def _prepare(obj: Any, standard: bool) -> Any:
     if isinstance(obj, Enum):
         return obj.name
     raise TypeError(f"cannot write {type(obj).__name__} as JSON; pass to_wire() dicts, lists and scalars")
-
 
 
 def _prepare_key(k: Any, standard: bool) -> str | int:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, get_type_hints
+from typing import Any, TypeVar, cast, get_type_hints
 
 T = TypeVar("T")
 
@@ -22,6 +23,7 @@ class HeaderError(ValueError):
 
 
 def _java(name: str, *, required: bool = False) -> Any:
+    # a required field is typed without None: decode_header never builds a header that lacks it
     return field(default=None, metadata={"java": name, "required": required})
 
 
@@ -58,10 +60,11 @@ def decode_header(cls: type[T], ext_fields: dict[str, str] | None) -> T:
     # a broker sends the same header with every heartbeat: decode each one once (headers are frozen);
     # a large header (a client chooses its topic name's length) is not worth remembering
     if not ext_fields:
-        return _decode_header_memo(cls, ())
+        # cast: a class is hashable, but mypy does not see type[T] as Hashable, which lru_cache asks for
+        return _decode_header_memo(cast(Hashable, cls), ())
     if sum(map(len, ext_fields.values())) > _MEMO_MAX_CHARS:
         return _decode_header(cls, ext_fields)
-    return _decode_header_memo(cls, tuple(ext_fields.items()))
+    return _decode_header_memo(cast(Hashable, cls), tuple(ext_fields.items()))
 
 
 #: the remembered headers then hold at most 4,096 x this many characters of values
@@ -109,18 +112,18 @@ class BrokerIdentityHeader:
     """UNREGISTER_BROKER, QUERY_DATA_VERSION and BROKER_HEARTBEAT name a broker the same way."""
 
     broker_name: str | None = _java("brokerName")
-    broker_addr: str | None = _java("brokerAddr", required=True)
-    cluster_name: str | None = _java("clusterName", required=True)
+    broker_addr: str = _java("brokerAddr", required=True)
+    cluster_name: str = _java("clusterName", required=True)
     broker_id: int | None = _java("brokerId")
 
 
 @dataclass(frozen=True, slots=True)
 class RegisterBrokerHeader:
-    broker_name: str | None = _java("brokerName", required=True)
-    broker_addr: str | None = _java("brokerAddr", required=True)
-    cluster_name: str | None = _java("clusterName", required=True)
+    broker_name: str = _java("brokerName", required=True)
+    broker_addr: str = _java("brokerAddr", required=True)
+    cluster_name: str = _java("clusterName", required=True)
     ha_server_addr: str | None = _java("haServerAddr")
-    broker_id: int | None = _java("brokerId", required=True)
+    broker_id: int = _java("brokerId", required=True)
     heartbeat_timeout_millis: int | None = _java("heartbeatTimeoutMillis")
     #: absent for 4.x brokers, which is how the name server tells them apart
     enable_acting_master: bool | None = _java("enableActingMaster")
@@ -132,7 +135,7 @@ class RegisterBrokerHeader:
 class TopicHeader:
     """GET_ROUTEINFO_BY_TOPIC, DELETE_TOPIC_IN_NAMESRV and REGISTER_TOPIC_IN_NAMESRV."""
 
-    topic: str | None = _java("topic", required=True)
+    topic: str = _java("topic", required=True)
     cluster_name: str | None = _java("clusterName")
     accept_standard_json_only: bool | None = _java("acceptStandardJsonOnly")
 
@@ -141,20 +144,20 @@ class TopicHeader:
 class BrokerNameHeader:
     """WIPE/ADD_WRITE_PERM_OF_BROKER."""
 
-    broker_name: str | None = _java("brokerName", required=True)
+    broker_name: str = _java("brokerName", required=True)
 
 
 @dataclass(frozen=True, slots=True)
 class ClusterHeader:
     """GET_TOPICS_BY_CLUSTER."""
 
-    cluster: str | None = _java("cluster", required=True)
+    cluster: str = _java("cluster", required=True)
 
 
 @dataclass(frozen=True, slots=True)
 class BrokerMemberGroupHeader:
     cluster_name: str | None = _java("clusterName")
-    broker_name: str | None = _java("brokerName", required=True)
+    broker_name: str = _java("brokerName", required=True)
 
 
 @dataclass(frozen=True, slots=True)

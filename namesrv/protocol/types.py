@@ -87,10 +87,25 @@ class TopicConfig:
             # the shape every broker sends; anything else takes the checked path below
             topic, r, w, p = d.get("topicName") or name, d.get("readQueueNums"), d.get("writeQueueNums"), d.get("perm")
             flag, attrs = d.get("topicSysFlag", d.get("topicSynFlag", 0)), d.get("attributes")
-            if (type(topic) is str and topic and type(r) is int and type(w) is int and type(p) is int
-                    and type(flag) is int and (not attrs or type(attrs) is dict and all(type(v) is str for v in attrs.values()))):
-                return cls(topic, r, w, p, d.get("topicFilterType") or "SINGLE_TAG", flag, bool(d.get("order", False)),
-                           dict(attrs) if attrs else {})
+            if (
+                type(topic) is str
+                and topic
+                and type(r) is int
+                and type(w) is int
+                and type(p) is int
+                and type(flag) is int
+                and (not attrs or type(attrs) is dict and all(type(v) is str for v in attrs.values()))
+            ):
+                return cls(
+                    topic,
+                    r,
+                    w,
+                    p,
+                    d.get("topicFilterType") or "SINGLE_TAG",
+                    flag,
+                    bool(d.get("order", False)),
+                    dict(attrs) if attrs else {},
+                )
         d = _obj(d, "topicConfig")
         topic = d.get("topicName") or name
         if not isinstance(topic, str) or not topic:
@@ -153,7 +168,9 @@ class BrokerData:
     enable_acting_master: bool = False
 
     def copy(self) -> BrokerData:
-        return BrokerData(self.cluster, self.broker_name, dict(self.broker_addrs), self.zone_name, self.enable_acting_master)
+        return BrokerData(
+            self.cluster, self.broker_name, dict(self.broker_addrs), self.zone_name, self.enable_acting_master
+        )
 
     def to_wire(self) -> dict[str, Any]:
         d: dict[str, Any] = {

@@ -153,9 +153,7 @@ def encode_topic_entry(qmap: Mapping[str, QueueData]) -> bytes:
     return orjson.dumps({name: qd.to_wire() for name, qd in qmap.items()}, option=_JSON_OPTS)
 
 
-def encode_brokers(
-    t: RouteTables, order_topic_conf: Mapping[str, OrderConf], order_message_enable: bool
-) -> bytes:
+def encode_brokers(t: RouteTables, order_topic_conf: Mapping[str, OrderConf], order_message_enable: bool) -> bytes:
     """The ``P:model:brokers`` value for the tables and the job's order-conf state."""
     return orjson.dumps(
         {
@@ -187,9 +185,9 @@ def encode_brokers(
     )
 
 
-def encode_meta(lineage: str, batch_id: int, updated_at: int, watermark: int | None) -> dict[str, Any]:
+def encode_meta(lineage: str, batch_id: int, updated_at: int, watermark: int | None) -> dict[str, str | int]:
     """The ``P:meta`` fields of one batch's write."""
-    meta: dict[str, Any] = {"lineage": lineage, "batchId": batch_id, "updatedAt": updated_at}
+    meta: dict[str, str | int] = {"lineage": lineage, "batchId": batch_id, "updatedAt": updated_at}
     if watermark is not None:
         meta["watermark"] = watermark
     return meta
@@ -202,7 +200,9 @@ def _key_text(key: BrokerAddrInfo) -> str:
 # --------------------------------------------------------------------------- reading
 
 
-def decode_model(meta: Mapping[Any, Any], topic_entries: Mapping[Any, Any], brokers: bytes | str | None) -> ModelSnapshot:
+def decode_model(
+    meta: Mapping[Any, Any], topic_entries: Mapping[Any, Any], brokers: bytes | str | None
+) -> ModelSnapshot:
     """The model from the raw values of ``P:meta``, ``P:model:topics`` and ``P:model:brokers``.
 
     Keys and values may be bytes (as redis-py returns them) or text.  Raises

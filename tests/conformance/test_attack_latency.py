@@ -45,8 +45,10 @@ def test_route_lookups_stay_fast_under_attack(attacked_node, kind, capsys):
     base_p99, base_max = attacks.percentile(baseline, 0.99), max(baseline)
     p99, worst = attacks.percentile(during, 0.99), max(during)
     with capsys.disabled():
-        print(f"\n{kind}: baseline p99 {base_p99 / MS:.2f} max {base_max / MS:.1f} ms; attacked p99 {p99 / MS:.2f} "
-              f"max {worst / MS:.1f} ms over {time.monotonic() - start:.1f} s; attacker {result}")
+        print(
+            f"\n{kind}: baseline p99 {base_p99 / MS:.2f} max {base_max / MS:.1f} ms; attacked p99 {p99 / MS:.2f} "
+            f"max {worst / MS:.1f} ms over {time.monotonic() - start:.1f} s; attacker {result}"
+        )
     assert p99 <= max(10 * base_p99, 50 * MS), f"p99 {p99 / MS:.1f} ms (baseline {base_p99 / MS:.1f} ms)"
     assert worst <= max(10 * base_max, 250 * MS), f"max {worst / MS:.1f} ms (baseline {base_max / MS:.1f} ms)"
 

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -47,7 +46,9 @@ def test_admin_commands_against_a_running_node(served):
     with NameServerClient(addr) as broker:
         register_broker(broker, broker_addr="127.0.0.1:10911", topics=["OrderTopic"])
         rows = json.loads(admin(addr, "--json", "clusterList").stdout)
-        assert rows == [{"addr": "127.0.0.1:10911", "brokerId": 0, "brokerName": "broker-a", "cluster": "DefaultCluster"}]
+        assert rows == [
+            {"addr": "127.0.0.1:10911", "brokerId": 0, "brokerName": "broker-a", "cluster": "DefaultCluster"}
+        ]
         route = json.loads(admin(addr, "--json", "topicRoute", "-t", "OrderTopic").stdout)
         assert route["queueDatas"][0]["writeQueueNums"] == 4
         assert "OrderTopic" in admin(addr, "topicList").stdout.split()
@@ -83,7 +84,13 @@ def test_bad_configuration_fails_at_start_naming_the_key(tmp_path):
 
 
 def test_print_config_shows_rocketmq_keys_sorted(tmp_path):
-    done = subprocess.run([*NAMESRV, "start", "-p", "--set", "listenPort=19999"], capture_output=True, text=True,
-                          timeout=30, cwd=REPO, env={**os.environ, "HOME": str(tmp_path)})
+    done = subprocess.run(
+        [*NAMESRV, "start", "-p", "--set", "listenPort=19999"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO,
+        env={**os.environ, "HOME": str(tmp_path)},
+    )
     keys = [line.split("=", 1)[0] for line in done.stdout.splitlines()]
     assert done.returncode == 0 and keys == sorted(keys) and "listenPort=19999" in done.stdout.splitlines()

@@ -18,7 +18,7 @@ import pytest
 
 from namesrv import server as server_mod
 from namesrv.client import NameServerClient
-from namesrv.protocol.codec import FrameDecoder, MAX_LENGTH
+from namesrv.protocol.codec import MAX_LENGTH, FrameDecoder
 from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from tests.support.process import node_process
@@ -203,7 +203,9 @@ def test_unfinished_frames_on_many_connections_stay_within_the_node_budget(tmp_p
         baseline = n.rss()
         stop = threading.Event()
         result: list[list[int]] = []
-        attacker = threading.Thread(target=lambda: result.append(_stream_unfinished_frames(n.addr, 20, MAX_LENGTH, stop)))
+        attacker = threading.Thread(
+            target=lambda: result.append(_stream_unfinished_frames(n.addr, 20, MAX_LENGTH, stop))
+        )
         attacker.start()
         try:
             peak = 0

@@ -33,22 +33,35 @@ def receive_one_notification(listener: socket.socket) -> RemotingCommand:
 
 def test_the_slave_is_told_when_a_master_arrives_and_when_it_leaves(tmp_path):
     master = f"127.0.0.1:{free_port()}"  # nothing listens there: the master is never the one told
-    with socket.create_server(("127.0.0.1", 0)) as listener, \
-            running_node(tmp_path, notifyMinBrokerIdChanged="true") as node, \
-            NameServerClient(node.addr) as slave_conn, NameServerClient(node.addr) as master_conn:
+    with (
+        socket.create_server(("127.0.0.1", 0)) as listener,
+        running_node(tmp_path, notifyMinBrokerIdChanged="true") as node,
+        NameServerClient(node.addr) as slave_conn,
+        NameServerClient(node.addr) as master_conn,
+    ):
         listener.settimeout(5)
         slave = f"127.0.0.1:{listener.getsockname()[1]}"
-        register_broker(slave_conn, broker_addr=slave, broker_name=GROUP, broker_id=1, topics=["T"],
-                        enable_acting_master=True)
-        register_broker(master_conn, broker_addr=master, broker_name=GROUP, broker_id=0, topics=["T"],
-                        enable_acting_master=True, ha_server_addr="127.0.0.1:10912")
+        register_broker(
+            slave_conn, broker_addr=slave, broker_name=GROUP, broker_id=1, topics=["T"], enable_acting_master=True
+        )
+        register_broker(
+            master_conn,
+            broker_addr=master,
+            broker_name=GROUP,
+            broker_id=0,
+            topics=["T"],
+            enable_acting_master=True,
+            ha_server_addr="127.0.0.1:10912",
+        )
 
         arrival = receive_one_notification(listener)
         assert (arrival.code, arrival.flag) == (RequestCode.NOTIFY_MIN_BROKER_ID_CHANGE, Flag.ONEWAY)
         assert arrival.ext_fields == {"minBrokerId": "0", "minBrokerAddr": master, "haBrokerAddr": "127.0.0.1:10912"}
 
-        gone = master_conn.call(RequestCode.UNREGISTER_BROKER, {
-            "brokerName": GROUP, "brokerAddr": master, "clusterName": CLUSTER, "brokerId": "0"})
+        gone = master_conn.call(
+            RequestCode.UNREGISTER_BROKER,
+            {"brokerName": GROUP, "brokerAddr": master, "clusterName": CLUSTER, "brokerId": "0"},
+        )
         assert gone is not None and gone.code == ResponseCode.SUCCESS
 
         departure = receive_one_notification(listener)

@@ -40,30 +40,75 @@ hostile = st.one_of(
     st.builds(  # wrong types in extFields and header keys
         lambda code, ext, opaque: json_frame({"code": code, "extFields": ext, "opaque": opaque, "flag": 0}),
         st.sampled_from([int(c) for c in RequestCode]) | json_values,
-        st.dictionaries(st.sampled_from(["topic", "brokerAddr", "clusterName", "brokerId", "namespace", "key",
-                                         "bodyCrc32", "compressed", "brokerName"]), json_values, max_size=5) | json_values,
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "topic",
+                    "brokerAddr",
+                    "clusterName",
+                    "brokerId",
+                    "namespace",
+                    "key",
+                    "bodyCrc32",
+                    "compressed",
+                    "brokerName",
+                ]
+            ),
+            json_values,
+            max_size=5,
+        )
+        | json_values,
         st.integers(-(2**31), 2**31 - 1) | json_values,
     ),
     st.builds(  # a number of up to 6,000 digits where the header has an int
         lambda key, digits, quoted: json_frame_text(
-            '{"code":105,"flag":0,"%s":%s}' % (key, f'"{digits}"' if quoted else digits)),
+            '{"code":105,"flag":0,"%s":%s}' % (key, f'"{digits}"' if quoted else digits)
+        ),
         st.sampled_from(["code", "opaque", "flag", "version"]),
         st.integers(1, 6000).map(lambda n: "9" * n),
         st.booleans(),
     ),
     st.builds(  # every KV code with text that cannot be stored, logged or encoded as it is
-        lambda code, ns, key, value: json_frame({"code": code, "opaque": 5, "flag": 0,
-                                                 "extFields": {"namespace": ns, "key": key, "value": value}}),
-        st.sampled_from([RequestCode.PUT_KV_CONFIG, RequestCode.GET_KV_CONFIG, RequestCode.DELETE_KV_CONFIG,
-                         RequestCode.GET_KVLIST_BY_NAMESPACE]),
-        any_text, any_text, any_text,
+        lambda code, ns, key, value: json_frame(
+            {"code": code, "opaque": 5, "flag": 0, "extFields": {"namespace": ns, "key": key, "value": value}}
+        ),
+        st.sampled_from(
+            [
+                RequestCode.PUT_KV_CONFIG,
+                RequestCode.GET_KV_CONFIG,
+                RequestCode.DELETE_KV_CONFIG,
+                RequestCode.GET_KVLIST_BY_NAMESPACE,
+            ]
+        ),
+        any_text,
+        any_text,
+        any_text,
     ),
     st.builds(  # valid header, random body for every body-carrying code
-        lambda code, body: json_frame({"code": code, "opaque": 3, "flag": 0, "version": 479,
-                                       "extFields": {"clusterName": "c", "brokerAddr": "a:1", "brokerName": "b",
-                                                     "brokerId": "0", "topic": "t"}}, body),
-        st.sampled_from([RequestCode.REGISTER_BROKER, RequestCode.QUERY_DATA_VERSION,
-                         RequestCode.REGISTER_TOPIC_IN_NAMESRV, RequestCode.UPDATE_NAMESRV_CONFIG]),
+        lambda code, body: json_frame(
+            {
+                "code": code,
+                "opaque": 3,
+                "flag": 0,
+                "version": 479,
+                "extFields": {
+                    "clusterName": "c",
+                    "brokerAddr": "a:1",
+                    "brokerName": "b",
+                    "brokerId": "0",
+                    "topic": "t",
+                },
+            },
+            body,
+        ),
+        st.sampled_from(
+            [
+                RequestCode.REGISTER_BROKER,
+                RequestCode.QUERY_DATA_VERSION,
+                RequestCode.REGISTER_TOPIC_IN_NAMESRV,
+                RequestCode.UPDATE_NAMESRV_CONFIG,
+            ]
+        ),
         st.binary(max_size=64) | st.just(b"\x78\xda\x03\x00\x00\x00\x00\x01"),
     ),
 )

@@ -85,7 +85,8 @@ def test_every_broker_registers_with_every_node_with_its_topics_and_slaves(nodes
                 route = c.topic_route(f"T{topic_index}")  # group g owns T<2g>, T<2g+1>, as rmq-loadgen
                 owner = f"broker-{topic_index // 2}"
                 assert [(q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm) for q in route.queue_datas] == [
-                    (owner, 8, 8, 6)]
+                    (owner, 8, 8, 6)
+                ]
                 assert [bd.broker_addrs for bd in route.broker_datas] == [expected[owner]]
             with pytest.raises(RemoteError) as e:
                 c.topic_route("T6")
@@ -107,8 +108,14 @@ def test_every_broker_registers_with_every_node_with_its_topics_and_slaves(nodes
 @pytest.mark.parametrize("kind", list(HeartbeatKind))
 def test_heartbeats_alone_keep_brokers_alive_past_their_timeout(nodes, make_fleet, kind):
     a, b = nodes
-    fleet, rec = make_fleet([a.addr, b.addr], brokers=2, heartbeat_timeout_ms=1500, register_interval=3600,
-                            heartbeat_interval=0.3, heartbeat_kind=kind)
+    fleet, rec = make_fleet(
+        [a.addr, b.addr],
+        brokers=2,
+        heartbeat_timeout_ms=1500,
+        register_interval=3600,
+        heartbeat_interval=0.3,
+        heartbeat_kind=kind,
+    )
     start = time.monotonic()
     while time.monotonic() - start < 2.5:  # well past 1.5 s: only the heartbeats refresh the brokers
         fleet.tick(time.monotonic() - start)
@@ -119,8 +126,15 @@ def test_heartbeats_alone_keep_brokers_alive_past_their_timeout(nodes, make_flee
 
 def test_a_silent_broker_stays_until_expiry_then_leaves_both_nodes(nodes, make_fleet):
     a, b = nodes
-    fleet, rec = make_fleet([a.addr, b.addr], brokers=3, topics=1, silent=1, silent_after=0.5,
-                            heartbeat_timeout_ms=1500, register_interval=0.4)
+    fleet, rec = make_fleet(
+        [a.addr, b.addr],
+        brokers=3,
+        topics=1,
+        silent=1,
+        silent_after=0.5,
+        heartbeat_timeout_ms=1500,
+        register_interval=0.4,
+    )
     start = time.monotonic()
 
     def tick() -> None:
@@ -154,7 +168,8 @@ def test_an_unregistering_broker_leaves_both_nodes_promptly(nodes, make_fleet):
     fleet.tick(5)
     unregs = rec.of("unregistered")
     assert sorted((e["broker"], e["id"], e["namesrv"]) for e in unregs) == sorted(
-        ("broker-1", i, n.addr) for i in (0, 1) for n in (a, b))
+        ("broker-1", i, n.addr) for i in (0, 1) for n in (a, b)
+    )
     assert all(e["acked"] and e["reason"] == "scheduled" for e in unregs)
     start = time.monotonic()
     wait_until(lambda: all(sorted(brokers_at(n.addr)) == ["broker-0"] for n in (a, b)), 3, "unregistration")
@@ -185,7 +200,10 @@ def test_a_restarted_node_gets_the_brokers_back(tmp_path, make_fleet):
             fleet.tick(t[0])
 
         wait_until(lambda: len(rec.of("reconnect")) == 2, 5, "the fleet to notice node b went down", during=tick)
-        assert {(e["broker"], e["namesrv"]) for e in rec.of("reconnect")} == {("broker-0", b_addr), ("broker-1", b_addr)}
+        assert {(e["broker"], e["namesrv"]) for e in rec.of("reconnect")} == {
+            ("broker-0", b_addr),
+            ("broker-1", b_addr),
+        }
         fleet.tick(5)  # b still down: refused, retried later, no crash and no new event lines
         assert len(rec.of("reconnect")) == 2 and fleet.counters["failures"] >= 3
         assert sorted(brokers_at(a.addr)) == ["broker-0", "broker-1"]
@@ -237,14 +255,26 @@ def test_backoff_and_config_validation():
 
 
 def simulate(*args: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([*NAMESRV, "simulate", *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, **kw)
+    return subprocess.Popen(
+        [*NAMESRV, "simulate", *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw
+    )
 
 
 def test_cli_runs_for_a_duration_and_prints_a_json_summary(nodes):
     a, b = nodes
-    proc = simulate("-n", f"{a.addr};{b.addr}", "--brokers", "2", "--topics", "3", "--duration", "1.5",
-                    "--summary-interval", "0.5", "--json")
+    proc = simulate(
+        "-n",
+        f"{a.addr};{b.addr}",
+        "--brokers",
+        "2",
+        "--topics",
+        "3",
+        "--duration",
+        "1.5",
+        "--summary-interval",
+        "0.5",
+        "--json",
+    )
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     summary = json.loads(out)
@@ -275,6 +305,7 @@ def test_cli_stops_cleanly_on_sigterm_and_unregisters(nodes):
 
 
 def test_cli_rejects_a_bad_fleet_with_a_clear_message():
-    done = subprocess.run([*NAMESRV, "simulate", "--brokers", "1", "--silent", "2"], cwd=REPO, capture_output=True,
-                          text=True, timeout=30)
+    done = subprocess.run(
+        [*NAMESRV, "simulate", "--brokers", "1", "--silent", "2"], cwd=REPO, capture_output=True, text=True, timeout=30
+    )
     assert done.returncode == 2 and "--silent 2 plus --unregister 0 exceed --brokers 1" in done.stderr

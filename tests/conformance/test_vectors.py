@@ -115,7 +115,11 @@ SYNTHETIC = {
     "json, empty body": RemotingCommand(code=106, opaque=5, version=479),
     "json, large body": RemotingCommand(code=103, opaque=9, ext_fields={"k": "v"}, body=bytes(range(256)) * 400),
     "rocketmq, remark and ext": RemotingCommand(
-        code=1, opaque=3, flag=1, remark="boom é", ext_fields={"a": "1", "b": "x"},
+        code=1,
+        opaque=3,
+        flag=1,
+        remark="boom é",
+        ext_fields={"a": "1", "b": "x"},
         serialize_type=SerializeType.ROCKETMQ,
     ),
     "rocketmq, body": RemotingCommand(code=0, body=b"\x00" * 1000, serialize_type=SerializeType.ROCKETMQ),

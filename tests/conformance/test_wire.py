@@ -60,7 +60,9 @@ def test_v1_legacy_dialect_for_old_clients_and_standard_on_request(node):
         register_v3(c)
         old = c.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}, version=63)
         assert old.body.decode() == route_frame["legacy_body (request version<401 and no acceptStandardJsonOnly)"]
-        asked = c.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest", "acceptStandardJsonOnly": "true"}, version=0)
+        asked = c.call(
+            RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest", "acceptStandardJsonOnly": "true"}, version=0
+        )
         assert asked.body.decode() == route_frame["body_text"]
 
 
@@ -78,10 +80,17 @@ def test_v3_register_response_and_negative_cases(node):
         assert (bad_crc.code, bad_crc.remark) == (ResponseCode.SYSTEM_ERROR, "crc32 not match")
         ok = register_v3(c)
         assert ok.code == ResponseCode.SUCCESS and ok.ext_fields == {} and ok.body is None
-    expected = json.loads(FRAMES["REGISTER_BROKER response for a master (no KV ORDER_TOPIC_CONFIG namespace)"]["header_json"])
+    expected = json.loads(
+        FRAMES["REGISTER_BROKER response for a master (no KV ORDER_TOPIC_CONFIG namespace)"]["header_json"]
+    )
     with NameServerClient(node.addr) as c:
         raw = c.call(RequestCode.REGISTER_BROKER, V3_EXT, REGISTER_BODY)
-        assert (raw.code, raw.flag, raw.ext_fields, raw.version) == (expected["code"], expected["flag"], expected["extFields"], 479)
+        assert (raw.code, raw.flag, raw.ext_fields, raw.version) == (
+            expected["code"],
+            expected["flag"],
+            expected["extFields"],
+            479,
+        )
 
 
 def test_v3_first_registration_with_one_topic_fails(node):
@@ -109,7 +118,10 @@ def test_v4_cluster_info_is_legacy_json(node):
     with NameServerClient(node.addr) as broker:
         register_v3(broker)
         got = responses(raw_exchange(node.addr, frame("GET_BROKER_CLUSTER_INFO request")))
-    assert got[0].body.decode() == FRAMES["GET_BROKER_CLUSTER_INFO response (legacy fastjson: unquoted numeric keys)"]["body_text"]
+    assert (
+        got[0].body.decode()
+        == FRAMES["GET_BROKER_CLUSTER_INFO response (legacy fastjson: unquoted numeric keys)"]["body_text"]
+    )
 
 
 def test_v5_query_data_version(node):
@@ -132,7 +144,10 @@ def test_v6_kv_round_trip_and_file(node, tmp_path):
         assert c.get_kv("ORDER_TOPIC_CONFIG", "TopicOrder") == "broker-a:4"
         missing = c.call(RequestCode.GET_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "missing"})
         assert (missing.code, missing.remark, missing.ext_fields) == (
-            ResponseCode.QUERY_NOT_FOUND, "No config item, Namespace: ORDER_TOPIC_CONFIG Key: missing", {})
+            ResponseCode.QUERY_NOT_FOUND,
+            "No config item, Namespace: ORDER_TOPIC_CONFIG Key: missing",
+            {},
+        )
         c.delete_kv("ORDER_TOPIC_CONFIG", "TopicOrder")
         assert c.get_kv("ORDER_TOPIC_CONFIG", "TopicOrder") is None
         assert c.kv_namespace("ORDER_TOPIC_CONFIG") == {}  # the namespace outlives its last key
@@ -149,16 +164,31 @@ def test_every_request_code_is_answered(node):
         for code in RequestCode:
             if code == RequestCode.NOTIFY_MIN_BROKER_ID_CHANGE:
                 continue
-            r = c.call(code, {"topic": "TopicTest", "brokerName": "broker-a", "clusterName": "DefaultCluster",
-                              "brokerAddr": "127.0.0.1:10911", "cluster": "DefaultCluster", "namespace": "ns", "key": "k"})
+            r = c.call(
+                code,
+                {
+                    "topic": "TopicTest",
+                    "brokerName": "broker-a",
+                    "clusterName": "DefaultCluster",
+                    "brokerAddr": "127.0.0.1:10911",
+                    "cluster": "DefaultCluster",
+                    "namespace": "ns",
+                    "key": "k",
+                },
+            )
             assert r.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED, code
         unknown = c.call(99999)
-        assert (unknown.code, unknown.remark) == (ResponseCode.REQUEST_CODE_NOT_SUPPORTED, " request type 99999 not supported")
+        assert (unknown.code, unknown.remark) == (
+            ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+            " request type 99999 not supported",
+        )
 
 
 def test_oneway_requests_get_no_answer_even_on_error(node):
     oneway_bad = encode(request(99999, opaque=41, oneway=True))
-    oneway_hb = encode(request(RequestCode.BROKER_HEARTBEAT, {"clusterName": "c", "brokerAddr": "a"}, opaque=42, oneway=True))
+    oneway_hb = encode(
+        request(RequestCode.BROKER_HEARTBEAT, {"clusterName": "c", "brokerAddr": "a"}, opaque=42, oneway=True)
+    )
     normal = encode(request(RequestCode.GET_BROKER_CLUSTER_INFO, opaque=43))
     got = responses(raw_exchange(node.addr, oneway_bad + oneway_hb + normal))
     assert [r.opaque for r in got] == [43]
@@ -171,12 +201,16 @@ def test_response_frames_from_peers_are_not_requests(node):
     assert [r.opaque for r in responses(raw_exchange(node.addr, encode(stray) + normal))] == [6]
 
 
-@pytest.mark.parametrize("garbage", [
-    struct.pack(">i", 16 * 1024 * 1024 - 3) + b"\x00\x00\x00\x02",  # length over the 16 MiB cap
-    struct.pack(">ii", 8, 50) + b"xxxx",  # header longer than the frame
-    struct.pack(">ii", 6, 2) + b"{]",  # not JSON
-    struct.pack(">ii", 6, 0x05000002) + b"{}",  # unknown serialize type
-], ids=["oversize", "header-too-long", "bad-json", "bad-type"])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        struct.pack(">i", 16 * 1024 * 1024 - 3) + b"\x00\x00\x00\x02",  # length over the 16 MiB cap
+        struct.pack(">ii", 8, 50) + b"xxxx",  # header longer than the frame
+        struct.pack(">ii", 6, 2) + b"{]",  # not JSON
+        struct.pack(">ii", 6, 0x05000002) + b"{}",  # unknown serialize type
+    ],
+    ids=["oversize", "header-too-long", "bad-json", "bad-type"],
+)
 def test_malformed_frame_closes_only_that_connection(node, garbage):
     with NameServerClient(node.addr) as healthy:
         healthy.cluster_info()
@@ -190,8 +224,13 @@ def test_closing_the_broker_connection_unregisters_it(node):
         with NameServerClient(node.addr) as client:
             assert client.topic_route("TopicTest").queue_datas
     with NameServerClient(node.addr) as client:
-        wait_until(lambda: client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}).code
-                   == ResponseCode.TOPIC_NOT_EXIST, 3, "the broker's route to go with its connection", 0.02)
+        wait_until(
+            lambda: client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}).code
+            == ResponseCode.TOPIC_NOT_EXIST,
+            3,
+            "the broker's route to go with its connection",
+            0.02,
+        )
 
 
 def test_rocketmq_binary_requests_are_answered(node):
@@ -219,7 +258,8 @@ def test_tolerant_register_body_with_bare_integer_keys(node):
     text = json.dumps(body, separators=(",", ":")).replace(
         '"topicQueueMappingInfoMap":{}',
         '"topicQueueMappingInfoMap":{"TopicTest":{"bname":"broker-a","currIdMap":{0:0,1:1},"epoch":0,'
-        '"scope":"__global__","topic":"TopicTest","totalQueues":2}}')
+        '"scope":"__global__","topic":"TopicTest","totalQueues":2}}',
+    )
     with NameServerClient(node.addr) as c:
         r = c.call(RequestCode.REGISTER_BROKER, {**V3_EXT, "bodyCrc32": "0"}, text.encode())
         assert r.code == ResponseCode.SUCCESS, r.remark
@@ -267,8 +307,12 @@ def test_a_closed_and_an_idled_out_connection_each_drop_their_broker_and_say_whi
                 "127.0.0.1:10911": "idle for 1 s (serverChannelMaxIdleTimeSeconds)",
             }
             routes = n.running.node.routes
-            wait_until(lambda: n.call(routes.last_seen, cluster, "127.0.0.1:10911") is None
-                       and n.call(routes.last_seen, cluster, "127.0.0.1:20911") is None, 10, "both brokers dropped")
+            wait_until(
+                lambda: n.call(routes.last_seen, cluster, "127.0.0.1:10911") is None
+                and n.call(routes.last_seen, cluster, "127.0.0.1:20911") is None,
+                10,
+                "both brokers dropped",
+            )
 
 
 def test_decode_of_a_whole_frame_helper_matches_stream_decoder():
@@ -298,10 +342,15 @@ def test_a_peer_that_does_not_read_its_answers_is_held_back_and_loses_nothing(no
             peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
             sender = threading.Thread(target=peer.sendall, args=(pipeline,), daemon=True)
             sender.start()
-            wait_until(lambda: node.call(lambda: any(c.paused for c in node.running.server.connections)), 10,
-                       "the node to stop reading the peer")
+            wait_until(
+                lambda: node.call(lambda: any(c.paused for c in node.running.server.connections)),
+                10,
+                "the node to stop reading the peer",
+            )
             time.sleep(0.3)  # a node that kept reading would keep queueing now
-            queued = node.call(lambda: max(c.transport.get_write_buffer_size() for c in node.running.server.connections))
+            queued = node.call(
+                lambda: max(c.transport.get_write_buffer_size() for c in node.running.server.connections)
+            )
             assert queued < 64 * 1024 + 50 * one_answer  # the high-water mark plus one read's worth of answers
             with NameServerClient(node.addr) as other:  # everyone else is served meanwhile
                 assert other.call(RequestCode.GET_BROKER_CLUSTER_INFO).code == ResponseCode.SUCCESS
@@ -323,8 +372,13 @@ def _accepted_socket_settings(n) -> list[tuple[int, int, tuple[int, int]]]:
         out = []
         for c in n.running.server.connections:
             sock = c.transport.get_extra_info("socket")
-            out.append((sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
-                        sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF), c.transport.get_write_buffer_limits()))
+            out.append(
+                (
+                    sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+                    sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
+                    c.transport.get_write_buffer_limits(),
+                )
+            )
         return out
 
     return n.call(read)
@@ -335,8 +389,13 @@ def test_socket_buffer_sizes_and_write_buffer_marks_apply_to_every_accepted_conn
 
     # sizes no kernel picks by default; Linux reports twice what was set (its bookkeeping overhead)
     snd, rcv = 40_000, 50_000
-    with running_node(tmp_path, serverSocketSndBufSize=str(snd), serverSocketRcvBufSize=str(rcv),
-                      writeBufferHighWaterMark="8192", writeBufferLowWaterMark="2048") as n:
+    with running_node(
+        tmp_path,
+        serverSocketSndBufSize=str(snd),
+        serverSocketRcvBufSize=str(rcv),
+        writeBufferHighWaterMark="8192",
+        writeBufferLowWaterMark="2048",
+    ) as n:
         with NameServerClient(n.addr) as a, NameServerClient(n.addr) as b:
             a.cluster_info()
             b.cluster_info()

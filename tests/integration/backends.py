@@ -183,8 +183,12 @@ class ProcessInfra:
     def _new_kafka(self) -> KafkaService:
         self._kafka_runs += 1
         # same port and data directory, a fresh run directory: the log of the previous run stays
-        return KafkaService(port=self.kafka_port, run_dir=self.run_dir / f"kafka-{self._kafka_runs}",
-                            data_dir=self.kafka_data, topics=DEFAULT_TOPICS)
+        return KafkaService(
+            port=self.kafka_port,
+            run_dir=self.run_dir / f"kafka-{self._kafka_runs}",
+            data_dir=self.kafka_data,
+            topics=DEFAULT_TOPICS,
+        )
 
     @property
     def kafka_bootstrap(self) -> str:
@@ -258,8 +262,9 @@ def find_docker() -> tuple[str | None, str]:
 @contextlib.contextmanager
 def docker_env(host: str) -> Iterator[None]:
     """testcontainers' settings for a daemon it may not manage itself: no Ryuk, connect via DOCKER_HOST."""
-    saved = {k: os.environ.get(k) for k in ("DOCKER_HOST", "TESTCONTAINERS_RYUK_DISABLED",
-                                            "TESTCONTAINERS_CONNECTION_MODE")}
+    saved = {
+        k: os.environ.get(k) for k in ("DOCKER_HOST", "TESTCONTAINERS_RYUK_DISABLED", "TESTCONTAINERS_CONNECTION_MODE")
+    }
     os.environ["DOCKER_HOST"] = host
     # Ryuk is an image pulled from a registry, which may be unreachable; we remove our containers ourselves
     os.environ["TESTCONTAINERS_RYUK_DISABLED"] = "true"
@@ -359,8 +364,10 @@ class ContainerInfra:
             self.kafka.reload()
             if self.kafka.status not in ("created", "running") or time.monotonic() > deadline:
                 logs = b"".join(self.kafka.get_logs()).decode(errors="replace")[-2000:]
-                raise SystemFailure(f"kafka container {self.kafka_image} on {self.kafka_bootstrap} is "
-                                   f"{self.kafka.status} and does not answer; its log:\n{logs}")
+                raise SystemFailure(
+                    f"kafka container {self.kafka_image} on {self.kafka_bootstrap} is "
+                    f"{self.kafka.status} and does not answer; its log:\n{logs}"
+                )
             time.sleep(0.1)
         ensure_topics(self.kafka_bootstrap, DEFAULT_TOPICS)
 
@@ -383,8 +390,10 @@ class ContainerInfra:
         self._kafka_ready()
 
     def describe(self) -> str:
-        return (f"containers on {self.docker_host}: {self.kafka_image} {self.kafka_bootstrap}, "
-                f"{self.redis_image} {self.redis_url if self._redis_port else '(not started)'}")
+        return (
+            f"containers on {self.docker_host}: {self.kafka_image} {self.kafka_bootstrap}, "
+            f"{self.redis_image} {self.redis_url if self._redis_port else '(not started)'}"
+        )
 
 
 # --------------------------------------------------------------------------- a Docker daemon of our own
@@ -430,7 +439,11 @@ class DockerDaemon:
         deadline = time.monotonic() + timeout
         while (why := docker_answers(daemon.host, timeout=2.0)) is not None:
             if proc.poll() is not None or time.monotonic() > deadline:
-                state = f"exited with code {proc.returncode}" if proc.poll() is not None else f"did not answer in {timeout:.0f} s"
+                state = (
+                    f"exited with code {proc.returncode}"
+                    if proc.poll() is not None
+                    else f"did not answer in {timeout:.0f} s"
+                )
                 tail = log_tail(log_file, 15)
                 daemon.stop()
                 raise DockerUnavailable(f"dockerd {state} ({why}); the end of its log:\n{tail}")
@@ -471,13 +484,19 @@ def install_docker_io(timeout: float = 900.0) -> None:
 class System:
     """Kafka, Redis, two nodes and the streaming job; see the module docstring."""
 
-    def __init__(self, infra: Infra, run_dir: Path, timing: Timing = Timing(), nodes: int = 2,
-                 streaming_set: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        infra: Infra,
+        run_dir: Path,
+        timing: Timing | None = None,
+        nodes: int = 2,
+        streaming_set: dict[str, str] | None = None,
+    ) -> None:
         self.infra = infra
         #: extra ``-D key=value`` for the job (e.g. kafka.endOffsets=listoffsets), after ours
         self.streaming_set = dict(streaming_set or {})
         self.run_dir = run_dir
-        self.timing = timing
+        self.timing = timing or Timing()
         self.node_ports = [free_port() for _ in range(nodes)]
         self.checkpoint_dir = run_dir / "checkpoint"
         self.nodes: list[NamesrvNode | None] = [None] * nodes
@@ -543,8 +562,10 @@ class System:
         for i, node in enumerate(self.nodes):
             lines.append(f"node-{i + 1} {self.node_addrs[i]} log {node.log_file if node else '-'}")
         if self.streaming is not None:
-            lines.append(f"streaming log {self.streaming.log_file}, checkpoint {self.checkpoint_dir}"
-                         + (f", extra settings {self.streaming_set}" if self.streaming_set else ""))
+            lines.append(
+                f"streaming log {self.streaming.log_file}, checkpoint {self.checkpoint_dir}"
+                + (f", extra settings {self.streaming_set}" if self.streaming_set else "")
+            )
         return "\n".join(lines)
 
     # -- nodes
@@ -567,9 +588,12 @@ class System:
 
     def start_node(self, i: int, *, warm_start: bool = False) -> float:
         """Start node ``i``; returns the seconds until it answered."""
-        node = NamesrvNode(port=self.node_ports[i], run_dir=self._run_dir(f"node-{i + 1}"),
-                           conf=REPO / "conf" / "namesrv.properties",
-                           properties=self.node_properties(i, warm_start=warm_start))
+        node = NamesrvNode(
+            port=self.node_ports[i],
+            run_dir=self._run_dir(f"node-{i + 1}"),
+            conf=REPO / "conf" / "namesrv.properties",
+            properties=self.node_properties(i, warm_start=warm_start),
+        )
         t0 = time.monotonic()
         node.start()
         self.nodes[i] = node
@@ -631,18 +655,24 @@ class System:
         since_ms = int(time.time() * 1000)
         batch_before = self.committed_batch()
         t0 = time.monotonic()
-        self.streaming = StreamingJob(run_dir=self._run_dir("streaming"), conf=REPO / "conf" / "streaming.properties",
-                                      overrides=self.streaming_overrides())
+        self.streaming = StreamingJob(
+            run_dir=self._run_dir("streaming"),
+            conf=REPO / "conf" / "streaming.properties",
+            overrides=self.streaming_overrides(),
+        )
         self.streaming.start()
         assert self._tap is not None
         job = self.streaming
 
         def heard() -> bool:
             if job.status().pid is None:
-                raise SystemFailure(f"the streaming job exited; its log {job.log_file} ends with:\n"
-                                   f"{log_tail(job.log_file)}")
-            return (any(a.type == "MONITOR_HEARTBEAT" and a.decided_at >= since_ms for a in self._tap.actions())
-                    and self.committed_batch() > batch_before)
+                raise SystemFailure(
+                    f"the streaming job exited; its log {job.log_file} ends with:\n" f"{log_tail(job.log_file)}"
+                )
+            return (
+                any(a.type == "MONITOR_HEARTBEAT" and a.decided_at >= since_ms for a in self._tap.actions())
+                and self.committed_batch() > batch_before
+            )
 
         wait_until(heard, timeout, "the streaming job's first MONITOR_HEARTBEAT and committed batch", interval=0.3)
         return time.monotonic() - t0
@@ -691,6 +721,7 @@ def reap(procs: list[tuple[int, int]], grace: float = 15.0) -> None:
     The JVM exits by itself when the pipe from its Python driver closes; this only helps it.
     A process counts as the same one only while its start time matches (PIDs get reused).
     """
+
     def alive() -> list[int]:
         return [pid for pid, started in procs if pid_alive(pid) and _start_time(pid) == started]
 
@@ -731,8 +762,13 @@ class KafkaTap:
         from streaming.alerts import decode_alert
 
         self._decoders = {EVENTS: decode_event, ACTIONS: decode_action, ALERTS: decode_alert}
-        self._consumer = kafka_clients.consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100,
-                                                timeout_ms=5000, reconnect_backoff_max_ms=500)
+        self._consumer = kafka_clients.consumer(
+            bootstrap,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=100,
+            timeout_ms=5000,
+            reconnect_backoff_max_ms=500,
+        )
         parts = []
         for topic in topics:
             ids = wait_until(lambda t=topic: self._consumer.partitions_for_topic(t), 15, f"topic {topic}")
@@ -784,7 +820,9 @@ class KafkaTap:
 
     def decisions(self, broker_addr: str) -> list[str]:
         """The EXPIRE / REMOVE actions published for ``broker_addr``, in order."""
-        return [str(a.type) for a in self.actions() if a.broker_addr == broker_addr and str(a.type) in ("EXPIRE", "REMOVE")]
+        return [
+            str(a.type) for a in self.actions() if a.broker_addr == broker_addr and str(a.type) in ("EXPIRE", "REMOVE")
+        ]
 
     def alerts_for(self, broker_addr: str, kind: str) -> list[Any]:
         return [a for a in self.alerts() if a.broker_addr == broker_addr and str(a.kind) == kind]
@@ -820,8 +858,11 @@ class FleetRunner:
         )  # fmt: skip
         settings.update(config)
         cfg = FleetConfig(**settings)
-        fleet = Fleet(cfg, on_event=lambda kind, fields, n=name: self.events.append((time.monotonic(), n, kind, fields)),
-                      rng=random.Random(len(self.fleets)))
+        fleet = Fleet(
+            cfg,
+            on_event=lambda kind, fields, n=name: self.events.append((time.monotonic(), n, kind, fields)),
+            rng=random.Random(len(self.fleets)),
+        )
         with self._lock:
             self.fleets[name] = fleet
         return fleet
@@ -868,8 +909,13 @@ class FleetRunner:
     def links_up(self, namesrv: str) -> int:
         """How many brokers of the ticking fleets are registered at ``namesrv`` now."""
         with self._lock:
-            return sum(m.links[namesrv].up for name, f in self.fleets.items() if name not in self._silent
-                       for m in f.members if m.state is State.LIVE)
+            return sum(
+                m.links[namesrv].up
+                for name, f in self.fleets.items()
+                if name not in self._silent
+                for m in f.members
+                if m.state is State.LIVE
+            )
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -959,7 +1005,11 @@ class RouteProbe:
             return Answer(time.monotonic(), addr, "down")
         assert response is not None
         if response.code != ResponseCode.SUCCESS:
-            name = ResponseCode(response.code).name if response.code in ResponseCode._value2member_map_ else str(response.code)
+            name = (
+                ResponseCode(response.code).name
+                if response.code in ResponseCode._value2member_map_
+                else str(response.code)
+            )
             return Answer(time.monotonic(), addr, name)
         route = bodies.decode_route(response.body)
         addrs = tuple(sorted(a for bd in route.broker_datas for a in bd.broker_addrs.values()))
@@ -1002,8 +1052,11 @@ def run_cpp_producer(namesrv: str, topic: str, log_home: Path, timeout: float = 
         capture_output=True, text=True, timeout=timeout, check=False,
     )  # fmt: skip
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    result = json.loads(lines[-1]) if lines else {"ok": False, "error": f"no result (exit {done.returncode})",
-                                                   "stderr": done.stderr[-1500:]}
+    result = (
+        json.loads(lines[-1])
+        if lines
+        else {"ok": False, "error": f"no result (exit {done.returncode})", "stderr": done.stderr[-1500:]}
+    )
     return result, time.monotonic() - t0
 
 
@@ -1024,8 +1077,11 @@ class Record:
 
     def lines(self) -> list[str]:
         out = [f"  {k:<48} {v:6.1f} s" for k, v in self.durations.items()]
-        out += [f"  C++ client [{r.label}] via {r.namesrv}: ok={r.result.get('ok')} delivered={r.delivered} "
-                f"{r.seconds:.1f} s" for r in self.cpp]
+        out += [
+            f"  C++ client [{r.label}] via {r.namesrv}: ok={r.result.get('ok')} delivered={r.delivered} "
+            f"{r.seconds:.1f} s"
+            for r in self.cpp
+        ]
         return out
 
 

@@ -32,10 +32,10 @@ from tests.integration.backends import (
     ENV_KAFKA_IMAGE,
     ENV_REDIS_IMAGE,
     ENV_STREAMING_SET,
+    SUMMARY,
     ContainerInfra,
     DockerDaemon,
     DockerUnavailable,
-    SUMMARY,
     ProcessInfra,
     System,
     find_docker,
@@ -46,19 +46,33 @@ from tests.integration.images import build
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("namesrv-integration", "name-server end-to-end suite (tests/integration)")
-    group.addoption("--backend", choices=("auto", *BACKENDS), default=None,
-                    help=f"where Kafka and Redis run (default: ${ENV_BACKEND} or auto: containers when "
-                         "a Docker daemon answers, else processes)")
-    group.addoption("--kafka-image", default=None,
-                    help=f"Kafka-protocol image for the containers backend (default: ${ENV_KAFKA_IMAGE} "
-                         f"or {build.KAFKA_IMAGE}, built locally)")
-    group.addoption("--redis-image", default=None,
-                    help=f"Redis image for the containers backend (default: ${ENV_REDIS_IMAGE} or "
-                         f"{build.REDIS_IMAGE}, built locally)")
+    group.addoption(
+        "--backend",
+        choices=("auto", *BACKENDS),
+        default=None,
+        help=f"where Kafka and Redis run (default: ${ENV_BACKEND} or auto: containers when "
+        "a Docker daemon answers, else processes)",
+    )
+    group.addoption(
+        "--kafka-image",
+        default=None,
+        help=f"Kafka-protocol image for the containers backend (default: ${ENV_KAFKA_IMAGE} "
+        f"or {build.KAFKA_IMAGE}, built locally)",
+    )
+    group.addoption(
+        "--redis-image",
+        default=None,
+        help=f"Redis image for the containers backend (default: ${ENV_REDIS_IMAGE} or "
+        f"{build.REDIS_IMAGE}, built locally)",
+    )
     group.addoption("--docker-host", default=None, help="Docker daemon URL (default: $DOCKER_HOST or the local socket)")
-    group.addoption("--streaming-set", default=None, metavar="KEY=VALUE[,KEY=VALUE]",
-                    help=f"extra settings of the streaming job, e.g. kafka.endOffsets=listoffsets "
-                         f"(default: ${ENV_STREAMING_SET})")
+    group.addoption(
+        "--streaming-set",
+        default=None,
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help=f"extra settings of the streaming job, e.g. kafka.endOffsets=listoffsets "
+        f"(default: ${ENV_STREAMING_SET})",
+    )
 
 
 def _option(config: pytest.Config, name: str, env: str | None, default: str | None) -> str | None:
@@ -109,13 +123,16 @@ def docker_host(pytestconfig: pytest.Config) -> Iterator[str]:
 
 
 def container_images(config: pytest.Config) -> tuple[str, str]:
-    return (_option(config, "--kafka-image", ENV_KAFKA_IMAGE, build.KAFKA_IMAGE) or build.KAFKA_IMAGE,
-            _option(config, "--redis-image", ENV_REDIS_IMAGE, build.REDIS_IMAGE) or build.REDIS_IMAGE)
+    return (
+        _option(config, "--kafka-image", ENV_KAFKA_IMAGE, build.KAFKA_IMAGE) or build.KAFKA_IMAGE,
+        _option(config, "--redis-image", ENV_REDIS_IMAGE, build.REDIS_IMAGE) or build.REDIS_IMAGE,
+    )
 
 
 @pytest.fixture(scope="module")
-def system(request: pytest.FixtureRequest, backend_choice: BackendChoice,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
+def system(
+    request: pytest.FixtureRequest, backend_choice: BackendChoice, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[System]:
     """The whole system, started once per module, on the chosen backend."""
     run_dir = tmp_path_factory.mktemp("system")
     if backend_choice.name == "containers":

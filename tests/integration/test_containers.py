@@ -28,8 +28,8 @@ from tests.integration.backends import (
     parse_settings,
     route_or_none,
 )
-from tests.support.wait import wait_until
 from tests.integration.images import build
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -89,7 +89,8 @@ def test_testcontainers_runs_redis_and_a_kafka_protocol_broker_from_them(docker_
 
         port = free_port()
         kafka = DockerContainer(build.KAFKA_IMAGE).with_command(
-            ["start", "--data-dir", "/data", "--host", "0.0.0.0", "--only", "kafka", "--kafka-port", str(port)])
+            ["start", "--data-dir", "/data", "--host", "0.0.0.0", "--only", "kafka", "--kafka-port", str(port)]
+        )
         kafka.ports[f"{port}/tcp"] = ("127.0.0.1", port)
         t0 = time.monotonic()
         with kafka:
@@ -170,7 +171,9 @@ def test_the_system_on_containers_expires_a_silent_broker_once_and_survives_a_ka
     system.start_kafka()
     assert world.system.infra.kafka.get_container_id() == container_id
     wait_until(lambda: world.in_redis(late), 90, f"{late}, registered while Kafka was down, in Redis")
-    world.record.durations["Kafka container restart until Redis had the missed broker"] = round(time.monotonic() - t0, 2)
+    world.record.durations["Kafka container restart until Redis had the missed broker"] = round(
+        time.monotonic() - t0, 2
+    )
 
     run = world.cpp("containers backend", system.namesrv_addr)
     assert run.result["ok"] and run.delivered, run.result

@@ -67,13 +67,25 @@ def consumer_ready(*nodes) -> None:
 
 
 def expire(addr: str, last_heartbeat: int, name: str = "broker-a", kind=ActionType.EXPIRE) -> Action:
-    return Action(kind, "test-monitor", int(time.time() * 1000), cluster_name=CLUSTER, broker_addr=addr,
-                  broker_name=name, broker_id=0, last_heartbeat=last_heartbeat, watermark=last_heartbeat)
+    return Action(
+        kind,
+        "test-monitor",
+        int(time.time() * 1000),
+        cluster_name=CLUSTER,
+        broker_addr=addr,
+        broker_name=name,
+        broker_id=0,
+        last_heartbeat=last_heartbeat,
+        watermark=last_heartbeat,
+    )
 
 
 def last_seen_event_time(reader: EventReader, addr: str) -> int:
-    return max(e.event_time for e in reader.events()
-               if e.broker_addr == addr and e.type in (EventType.REGISTER, EventType.HEARTBEAT))
+    return max(
+        e.event_time
+        for e in reader.events()
+        if e.broker_addr == addr and e.type in (EventType.REGISTER, EventType.HEARTBEAT)
+    )
 
 
 # --------------------------------------------------------------------------- events out
@@ -85,7 +97,9 @@ def test_every_kind_of_request_publishes_its_event(kafka, tmp_path):
         register(c)
         register(c)
         identity = {"clusterName": CLUSTER, "brokerAddr": ADDR, "brokerName": "broker-a", "brokerId": "0"}
-        c.call(RequestCode.QUERY_DATA_VERSION, identity, bodies.encode_data_version(DataVersion(5, 0, 1_700_000_000_000)))
+        c.call(
+            RequestCode.QUERY_DATA_VERSION, identity, bodies.encode_data_version(DataVersion(5, 0, 1_700_000_000_000))
+        )
         c.call(RequestCode.BROKER_HEARTBEAT, {"clusterName": CLUSTER, "brokerAddr": ADDR}, oneway=True)
         assert c.wipe_write_perm("broker-a") == 2
         assert c.add_write_perm("broker-a") == 2
@@ -95,7 +109,7 @@ def test_every_kind_of_request_publishes_its_event(kafka, tmp_path):
         c.ok(RequestCode.UNREGISTER_BROKER, identity)
         with NameServerClient(node.addr) as other:  # a broker whose connection then closes
             register(other, "broker-b", "127.0.0.1:20911")
-        events = reader.wait_for_events(lambda e: e.type is EventType.CHANNEL_CLOSED, what="CHANNEL_CLOSED")
+        reader.wait_for_events(lambda e: e.type is EventType.CHANNEL_CLOSED, what="CHANNEL_CLOSED")
         reader.wait_for_events(lambda e: e.type is EventType.TICK, count=2, what="two ticks")
     reader.close()
 
@@ -110,9 +124,17 @@ def test_every_kind_of_request_publishes_its_event(kafka, tmp_path):
     ]  # fmt: skip
     first = mine[0]
     assert (first.node, first.cluster_name, first.broker_name, first.broker_id, first.broker_addr) == (
-        "ns-1", CLUSTER, "broker-a", 0, ADDR)
+        "ns-1",
+        CLUSTER,
+        "broker-a",
+        0,
+        ADDR,
+    )
     assert (first.ha_server_addr, first.enable_acting_master, first.heartbeat_timeout_millis) == (
-        "127.0.0.1:10912", False, 120000)
+        "127.0.0.1:10912",
+        False,
+        120000,
+    )
     assert first.data_version == DataVersionInfo(5, 0, 1_700_000_000_000)
     assert first.topics == {"TopicTest": QueueInfo(4, 4, 6, 0), "DefaultCluster": QueueInfo(16, 16, 7, 0)}
     assert all(e.broker_name == "broker-a" and e.broker_id == 0 for e in mine[1:4])
@@ -135,9 +157,12 @@ def test_every_kind_of_request_publishes_its_event(kafka, tmp_path):
 
 def test_an_expire_action_removes_the_broker_at_every_node(kafka, tmp_path):
     reader = EventReader(kafka.bootstrap_servers, EVENTS)
-    with running_node(tmp_path / "1", **kafka_props(kafka, "ns-1")) as n1, \
-            running_node(tmp_path / "2", **kafka_props(kafka, "ns-2")) as n2, \
-            NameServerClient(n1.addr) as c1, NameServerClient(n2.addr) as c2:
+    with (
+        running_node(tmp_path / "1", **kafka_props(kafka, "ns-1")) as n1,
+        running_node(tmp_path / "2", **kafka_props(kafka, "ns-2")) as n2,
+        NameServerClient(n1.addr) as c1,
+        NameServerClient(n2.addr) as c2,
+    ):
         consumer_ready(n1, n2)
         register(c1)
         register(c2)
@@ -146,11 +171,16 @@ def test_an_expire_action_removes_the_broker_at_every_node(kafka, tmp_path):
         reader.wait_for_events(lambda e: e.type is EventType.REGISTER, count=4, what="4 registrations")
         assert n1.running.expiry.enabled  # until the monitor speaks
         publish_actions(kafka.bootstrap_servers, ACTIONS, expire(ADDR, last_seen_event_time(reader, ADDR)))
-        wait_until(lambda: "broker-a" not in brokers_at(n1) and "broker-a" not in brokers_at(n2),
-                   what="broker-a removed at both nodes")
+        wait_until(
+            lambda: "broker-a" not in brokers_at(n1) and "broker-a" not in brokers_at(n2),
+            what="broker-a removed at both nodes",
+        )
         assert brokers_at(n1) == brokers_at(n2) == {"broker-b": {0: "127.0.0.1:20911"}}
-        applied = reader.wait_for_events(lambda e: e.type is EventType.UNREGISTER and e.source == "EXPIRE", count=2,
-                                         what="UNREGISTER(EXPIRE) from both nodes")
+        applied = reader.wait_for_events(
+            lambda e: e.type is EventType.UNREGISTER and e.source == "EXPIRE",
+            count=2,
+            what="UNREGISTER(EXPIRE) from both nodes",
+        )
         assert {e.node for e in applied} == {"ns-1", "ns-2"}
         for node in (n1, n2):
             stats = node.running.kafka.action_stats()
@@ -172,13 +202,18 @@ def test_a_stale_action_does_not_remove_a_broker_that_registered_again(kafka, tm
         reader.wait_for_events(lambda e: e.type is EventType.REGISTER, count=2, what="registrations")
         decided_on = last_seen_event_time(reader, ADDR)
         register(c, counter=6)  # broker-a comes back with a new topic table after the decision's evidence
-        newer = reader.wait_for_events(lambda e: e.broker_addr == ADDR and e.event_time > decided_on,
-                                       what="broker-a's newer registration")
+        newer = reader.wait_for_events(
+            lambda e: e.broker_addr == ADDR and e.event_time > decided_on, what="broker-a's newer registration"
+        )
         assert newer[0].type is EventType.REGISTER and newer[0].data_version.counter == 6
         b_seen = last_seen_event_time(reader, "127.0.0.1:20911")
         # the stale EXPIRE for broker-a, then a valid REMOVE for broker-b as a marker (one partition: in order)
-        publish_actions(kafka.bootstrap_servers, ACTIONS, expire(ADDR, decided_on),
-                        expire("127.0.0.1:20911", b_seen, "broker-b", ActionType.REMOVE))
+        publish_actions(
+            kafka.bootstrap_servers,
+            ACTIONS,
+            expire(ADDR, decided_on),
+            expire("127.0.0.1:20911", b_seen, "broker-b", ActionType.REMOVE),
+        )
         wait_until(lambda: "broker-b" not in brokers_at(node), what="broker-b removed")
         assert brokers_at(node) == {"broker-a": {0: ADDR}}
         stats = node.running.kafka.action_stats()
@@ -230,8 +265,9 @@ def test_poison_actions_are_refused_and_only_the_trusted_monitor_is_obeyed(kafka
         rogue.monitor = "nobody-runs-this"
         rogue_beat = Action(ActionType.MONITOR_HEARTBEAT, "nobody-runs-this", now)
         # one partition: read in this order
-        publish_actions(kafka.bootstrap_servers, ACTIONS, expire(ADDR, 2**64 - 1), expire(ADDR, now + 3_600_000),
-                        rogue, rogue_beat)
+        publish_actions(
+            kafka.bootstrap_servers, ACTIONS, expire(ADDR, 2**64 - 1), expire(ADDR, now + 3_600_000), rogue, rogue_beat
+        )
         wait_until(lambda: node.running.kafka.action_stats().untrusted == 2, what="the rogue monitor refused")
         stats = node.running.kafka.action_stats()
         assert (stats.skipped, stats.ahead, stats.applied) == (1, 1, 0)
@@ -266,13 +302,19 @@ def test_kafka_restart_loses_no_registration_and_the_publisher_recovers(kafka, t
         reader = EventReader(kafka.bootstrap_servers, EVENTS)
         reader.wait_for_events(lambda e: e.type is EventType.TICK, timeout=20, what="a tick after the restart")
         register(c, "b12", addrs[12])
-        reader.wait_for_events(lambda e: e.type is EventType.REGISTER and e.broker_addr == addrs[12],
-                               what="a registration made after the publisher recovered")
+        reader.wait_for_events(
+            lambda e: e.type is EventType.REGISTER and e.broker_addr == addrs[12],
+            what="a registration made after the publisher recovered",
+        )
         if kafka.backend == "noida":
             # a broker that keeps what it acknowledged shows that nothing queued during the outage was lost
             # (Tansu restarts empty and, right after, acknowledges some records it then loses)
-            seen = reader.wait_for_events(lambda e: e.type is EventType.REGISTER and e.broker_addr in addrs[4:],
-                                          count=9, timeout=20, what="registrations from during the outage")
+            seen = reader.wait_for_events(
+                lambda e: e.type is EventType.REGISTER and e.broker_addr in addrs[4:],
+                count=9,
+                timeout=20,
+                what="registrations from during the outage",
+            )
             assert {e.broker_addr for e in seen} == set(addrs[4:])
         reader.close()
         stats = node.running.kafka.publisher_stats()

@@ -38,9 +38,7 @@ TOPICS = (TopicSpec("ev", 4), TopicSpec("act", 1))
 
 @pytest.fixture(params=[KafkaBackend.NOIDA, KafkaBackend.TANSU], ids=lambda b: b.value)
 def kafka(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KafkaService]:
-    service = KafkaService(
-        port=free_port(), run_dir=tmp_path / "run", backend=request.param, topics=TOPICS
-    )
+    service = KafkaService(port=free_port(), run_dir=tmp_path / "run", backend=request.param, topics=TOPICS)
     try:
         yield service
     finally:
@@ -77,9 +75,7 @@ def test_kafka_start_creates_topics_and_carries_a_message(kafka: KafkaService) -
 def test_kafka_start_is_idempotent_and_stop_leaves_nothing(kafka: KafkaService) -> None:
     pid = kafka.start().pid
     # A second service object is what a second `start` from the command line sees.
-    again = KafkaService(
-        port=kafka.port, run_dir=kafka.run_dir, backend=kafka.kafka_backend, topics=TOPICS
-    )
+    again = KafkaService(port=kafka.port, run_dir=kafka.run_dir, backend=kafka.kafka_backend, topics=TOPICS)
     assert again.start().pid == pid
     assert again.ensure_topics(TOPICS) == []  # existing topics are fine
 

@@ -35,8 +35,9 @@ def test_a_second_up_on_the_same_run_dir_is_refused(tmp_path, capsys):
     conf.write_text(f"run.dir={run}\n")
     run.mkdir()
     # a process whose command line reads as `python -m infra.stack up`, as the first `up`'s does
-    first = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "infra.stack", "up"],
-                             stdin=subprocess.PIPE)
+    first = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()", "infra.stack", "up"], stdin=subprocess.PIPE
+    )
     try:
         while not Path(f"/proc/{first.pid}/cmdline").read_bytes():
             time.sleep(0.01)

@@ -26,14 +26,15 @@ import time
 from collections.abc import Iterator
 
 import pytest
+
 from infra.services import pid_alive
-from namesrv.client import NameServerClient
 from namesrv import kafka_clients
+from namesrv.client import NameServerClient
 from namesrv.events.schema import Action, ActionType, Event, EventType, encode_action, encode_event
 from tests.integration.backends import (
     ACTIONS,
-    SUMMARY,
     EVENTS,
+    SUMMARY,
     FleetRunner,
     ProcessInfra,
     System,
@@ -75,8 +76,11 @@ class Stack:
         self._addr_base += 10
         self.fleets.add(name, self.system.node_addrs, self.system.timing, addr_base=f"127.0.0.1:{self._addr_base}")
         broker_name, addr = self.fleets.broker(name)
-        wait_until(lambda: self.places(broker_name) == {"node-1": True, "node-2": True, "redis": True}, 90,
-                   f"{broker_name} at both nodes and in Redis")
+        wait_until(
+            lambda: self.places(broker_name) == {"node-1": True, "node-2": True, "redis": True},
+            90,
+            f"{broker_name} at both nodes and in Redis",
+        )
         return broker_name, addr
 
     def places(self, broker_name: str) -> dict[str, bool]:
@@ -128,8 +132,9 @@ def gone_times(stack: Stack, brokers: dict[str, str], timeout: float) -> dict[st
         return all(len(g) == 3 for g in gone.values())
 
     try:
-        wait_until(all_gone, timeout, f"{sorted(brokers)} gone at both nodes and in Redis", interval=0.025,
-                   state=lambda: gone)
+        wait_until(
+            all_gone, timeout, f"{sorted(brokers)} gone at both nodes and in Redis", interval=0.025, state=lambda: gone
+        )
     finally:
         for client in clients.values():
             client.close()
@@ -150,8 +155,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 def report(label: str, latencies_ms: list[int]) -> None:
-    line = (f"{label}: median {statistics.median(latencies_ms):.0f} ms, max {max(latencies_ms)} ms "
-            f"over {len(latencies_ms)} (broker x place)")
+    line = (
+        f"{label}: median {statistics.median(latencies_ms):.0f} ms, max {max(latencies_ms)} ms "
+        f"over {len(latencies_ms)} (broker x place)"
+    )
     SUMMARY.append(line)
     print("\n" + line)
 
@@ -274,8 +281,11 @@ def test_poison_events_change_nothing_and_the_job_keeps_deciding_after_a_restart
     gone_times(stack, doomed, BROKER_TIMEOUT_MS / 1000 + 30)  # still decided by the job...
     tap = stack.system.tap
     expired_once(tap, doomed)
-    wait_until(lambda: [a for a in tap.alerts() if str(a.kind) == "NODE_CLOCK_AHEAD" and a.node == "clock-in-2100"],
-               30, "NODE_CLOCK_AHEAD naming the node")
+    wait_until(
+        lambda: [a for a in tap.alerts() if str(a.kind) == "NODE_CLOCK_AHEAD" and a.node == "clock-in-2100"],
+        30,
+        "NODE_CLOCK_AHEAD naming the node",
+    )
     assert stack.places(live[0]) == {"node-1": True, "node-2": True, "redis": True}  # ...and nobody else
     assert tap.decisions(live[1]) == ["REMOVE"]  # only the rogue one (2^64-1 does not even decode): refused
     for i in range(2):
@@ -300,21 +310,30 @@ def test_with_the_job_killed_the_nodes_serve_and_expire_and_hand_back_once_it_de
     # the nodes keep serving...
     assert stack.places(live[0])["node-1"] and stack.places(live[0])["node-2"]
     # ...and once monitorSilenceFallbackMillis has passed, expire a silent broker themselves
-    wait_until(lambda: all("local expiry scan back on" in system.node_log(i) for i in range(2)), 60,
-               "both nodes' fallback to their own expiry scan")
+    wait_until(
+        lambda: all("local expiry scan back on" in system.node_log(i) for i in range(2)),
+        60,
+        "both nodes' fallback to their own expiry scan",
+    )
     stack.fleets.silence("orphan")
     silenced = wall_ms()
     nodes = ("node-1", "node-2")
-    wait_until(lambda: not any(stack.places(orphan_name)[n] for n in nodes), BROKER_TIMEOUT_MS / 1000 + 30,
-               f"{orphan_name} expired by both nodes' own scan")
+    wait_until(
+        lambda: not any(stack.places(orphan_name)[n] for n in nodes),
+        BROKER_TIMEOUT_MS / 1000 + 30,
+        f"{orphan_name} expired by both nodes' own scan",
+    )
     assert wall_ms() - silenced >= BROKER_TIMEOUT_MS - 1_500  # not before its timeout
     assert system.tap.decisions(orphan_addr) == []  # nobody but the nodes decided
 
     before = [system.node_log(i).count("is alive: local expiry scan off") for i in range(2)]
     system.start_streaming()
     # the scan goes off again only after the restarted job's first batch
-    wait_until(lambda: all(system.node_log(i).count("is alive: local expiry scan off") > before[i] for i in range(2)),
-               60, "both nodes hand expiry back to the job")
+    wait_until(
+        lambda: all(system.node_log(i).count("is alive: local expiry scan off") > before[i] for i in range(2)),
+        60,
+        "both nodes hand expiry back to the job",
+    )
     # the job catches up from its checkpoint: the orphan leaves Redis too, the survivor stays
     wait_until(lambda: not stack.places(orphan_name)["redis"], 60, f"{orphan_name} gone from Redis")
     assert stack.places(live[0]) == {"node-1": True, "node-2": True, "redis": True}

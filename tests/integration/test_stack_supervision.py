@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 import redis
 
 from infra.services import ProcessService, RedisService, _read_pidfile, free_port, pid_alive, port_is_free
@@ -85,8 +84,10 @@ class Stack:
         return self.proc.poll() is None
 
     def state(self) -> str:
-        return f"pids {self.pids()}, up {'runs' if self.up_alive() else f'exited {self.proc.returncode}'}; " \
-               f"up's stderr ends with:\n{log_tail(self.err, 15)}"
+        return (
+            f"pids {self.pids()}, up {'runs' if self.up_alive() else f'exited {self.proc.returncode}'}; "
+            f"up's stderr ends with:\n{log_tail(self.err, 15)}"
+        )
 
 
 def answers(node: NamesrvNode) -> bool:
@@ -101,8 +102,10 @@ def answers(node: NamesrvNode) -> bool:
 def start_stack(tmp: Path, *, streaming: bool) -> Stack:
     run_dir = tmp / "run"
     conf = tmp / "services.properties"
-    conf.write_text(f"kafka.port={free_port()}\nredis.port={free_port()}\nrun.dir={run_dir}\n"
-                    f"kafka.dataDir={run_dir / 'kafka'}\n")
+    conf.write_text(
+        f"kafka.port={free_port()}\nredis.port={free_port()}\nrun.dir={run_dir}\n"
+        f"kafka.dataDir={run_dir / 'kafka'}\n"
+    )
     argv = ["--services-conf", str(conf), "--node-ports", f"{free_port()},{free_port()}"]
     if not streaming:
         argv.append("--no-streaming")
@@ -110,8 +113,13 @@ def start_stack(tmp: Path, *, streaming: bool) -> Stack:
     services = build_stack(build_parser().parse_args(["status", *argv]))
     out, err = tmp / "up.out", tmp / "up.err"
     with out.open("wb") as o, err.open("wb") as e:
-        proc = subprocess.Popen([sys.executable, "-m", "infra.stack", "up", *argv], stdout=o, stderr=e,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "infra.stack", "up", *argv],
+            stdout=o,
+            stderr=e,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     redis_service = services[1]
     assert isinstance(redis_service, RedisService)
     stack = Stack(proc, argv, run_dir, services, out, err, redis_service.url)
@@ -185,8 +193,13 @@ def test_the_job_killed_is_restarted_from_its_checkpoint_while_the_rest_serves(s
     job = stack.service(StreamingJob.name)
     SUMMARY.append("test_stack_supervision.py (python -m infra.stack up, shipped conf/):")
     t0 = time.monotonic()
-    wait_until(lambda: committed(story.lookup)[1] >= 0, SPARK_S, "the job's first committed batch", interval=0.5,
-               state=stack.state)
+    wait_until(
+        lambda: committed(story.lookup)[1] >= 0,
+        SPARK_S,
+        "the job's first committed batch",
+        interval=0.5,
+        state=stack.state,
+    )
     measured("job started to its first committed batch", t0)
     lineage, batch = committed(story.lookup)
     before = stack.pids()
@@ -207,8 +220,9 @@ def test_the_job_killed_is_restarted_from_its_checkpoint_while_the_rest_serves(s
     for name in ("kafka", "redis", *(n.name for n in stack.nodes)):
         assert now[name] == before[name] and pid_alive(before[name]), (name, stack.state())
     assert stack.up_alive()
-    said = wait_until(lambda: stack.line(f"streaming (pid {driver})"), 10, "`up` to say the job died",
-                      state=stack.state)
+    said = wait_until(
+        lambda: stack.line(f"streaming (pid {driver})"), 10, "`up` to say the job died", state=stack.state
+    )
     assert "killed by SIGKILL" in said and "restarting it from its checkpoint" in said, said
     # nothing of the dead job survives it: its JVM and workers would hold the same checkpoint
     wait_until(lambda: not gone(job_tree), 30, "the dead job's processes to go", state=lambda: gone(job_tree))
@@ -217,12 +231,20 @@ def test_the_job_killed_is_restarted_from_its_checkpoint_while_the_rest_serves(s
     new = wait_until(lambda: stack.pid(job.name), 30, "a new job PID", state=stack.state)
     assert new != driver
     measured("job killed to a new job PID", killed)
-    wait_until(lambda: f"streaming restarted (pid {new})" in stack.said(), 30, "`up` to say the job restarted",
-               state=stack.state)
+    wait_until(
+        lambda: f"streaming restarted (pid {new})" in stack.said(),
+        30,
+        "`up` to say the job restarted",
+        state=stack.state,
+    )
     # from its checkpoint: the same query (lineage), batches carry on after the last one
-    wait_until(lambda: (c := committed(story.lookup))[0] == lineage and c[1] > batch, SPARK_S,
-               f"a batch after {batch} under lineage {lineage}", interval=0.5,
-               state=lambda: f"{committed(story.lookup)}; {stack.state()}")
+    wait_until(
+        lambda: (c := committed(story.lookup))[0] == lineage and c[1] > batch,
+        SPARK_S,
+        f"a batch after {batch} under lineage {lineage}",
+        interval=0.5,
+        state=lambda: f"{committed(story.lookup)}; {stack.state()}",
+    )
     measured("job killed to a batch committed from its checkpoint", killed)
     for node in stack.nodes:
         assert answers(node)
@@ -283,8 +305,12 @@ def test_make_stop_from_another_shell_stops_everything_even_during_a_restart(tmp
         wait_until(lambda: "redis (pid" in stack.said(), 10, "`up` to say Redis died", state=stack.state)
 
         # `make stop` runs `python -m infra.stack down` with the Makefile's defaults; ours has the test's ports
-        done = subprocess.run([sys.executable, "-m", "infra.stack", "down", *stack.argv], capture_output=True,
-                              text=True, timeout=UP_STOP_S)
+        done = subprocess.run(
+            [sys.executable, "-m", "infra.stack", "down", *stack.argv],
+            capture_output=True,
+            text=True,
+            timeout=UP_STOP_S,
+        )
 
         assert done.returncode == 0, done.stderr
         assert not stack.up_alive(), f"`down` returned with `up` still running:\n{stack.state()}"

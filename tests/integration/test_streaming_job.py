@@ -62,7 +62,9 @@ class World:
         kafka, redis = services
         self.bootstrap = kafka.bootstrap_servers
         self.events_topic, self.actions_topic, self.alerts_topic = f"{name}-events", f"{name}-actions", f"{name}-alerts"
-        kafka.ensure_topics([TopicSpec(self.events_topic, 2), TopicSpec(self.actions_topic, 1), TopicSpec(self.alerts_topic, 1)])
+        kafka.ensure_topics(
+            [TopicSpec(self.events_topic, 2), TopicSpec(self.actions_topic, 1), TopicSpec(self.alerts_topic, 1)]
+        )
         self.cfg = load_config(None, {
             "kafka.bootstrap": self.bootstrap,
             "kafka.eventsTopic": self.events_topic,
@@ -130,8 +132,10 @@ class World:
         return [a for a in self._seen_actions if a.type in types]
 
     def decisions(self) -> list[tuple[str, str, int]]:
-        return [(str(a.type), a.broker_addr, a.last_heartbeat - self.t0)
-                for a in self.actions(ActionType.EXPIRE, ActionType.REMOVE)]
+        return [
+            (str(a.type), a.broker_addr, a.last_heartbeat - self.t0)
+            for a in self.actions(ActionType.EXPIRE, ActionType.REMOVE)
+        ]
 
     def alerts(self) -> list[tuple[str, str, str]]:
         self._drain()
@@ -154,8 +158,9 @@ def world(request, services, tmp_path):
     w.close()
 
 
-def until(monitor: job.MonitorJob, check: Callable[[], object], timeout: float = 60.0, what: str = "",
-          drain: bool = True):
+def until(
+    monitor: job.MonitorJob, check: Callable[[], object], timeout: float = 60.0, what: str = "", drain: bool = True
+):
     """Run the query until ``check()`` is true (no-data batches fire timers on later triggers).
 
     ``drain=False`` when something keeps producing events: processAllAvailable would never return.
@@ -277,8 +282,10 @@ def test_expire_once_remove_once_keep_the_live_one_and_ticks_expire_the_silent(s
         # the monitor's own heartbeat reached the actions topic
         until(monitor, lambda: w.actions(ActionType.MONITOR_HEARTBEAT), what="monitor heartbeat")
         durations = monitor.status.batch_durations_ms
-        print(f"\nscenario: {len(durations)} batches, median {sorted(durations)[len(durations) // 2]} ms, "
-              f"max {max(durations)} ms; first routes visible after {route_latency:.1f} s")
+        print(
+            f"\nscenario: {len(durations)} batches, median {sorted(durations)[len(durations) // 2]} ms, "
+            f"max {max(durations)} ms; first routes visible after {route_latency:.1f} s"
+        )
 
 
 def test_a_restart_from_the_checkpoint_keeps_offsets_state_and_pending_expiries(spark, world):
@@ -324,8 +331,11 @@ def test_poison_events_are_refused_and_the_job_keeps_deciding_after_a_restart(sp
         w.heartbeat(A, 8_000)
         w.tick(9_000)
         w.flush()
-        until(monitor, lambda: monitor.status.ahead_events == 1 and monitor.status.bad_events == 2,
-              what="one event refused as ahead of the clock, two as out of the schema's bounds")
+        until(
+            monitor,
+            lambda: monitor.status.ahead_events == 1 and monitor.status.bad_events == 2,
+            what="one event refused as ahead of the clock, two as out of the schema's bounds",
+        )
         settle(monitor, 1.0)
         assert w.decisions() == []  # the tick from 2100 moved nothing: nobody expired
         until(monitor, lambda: ("NODE_CLOCK_AHEAD", "OPEN", "clock-in-2100") in w.alerts(), what="clock alert")
@@ -373,10 +383,12 @@ def test_redis_routes_are_the_bytes_two_real_nodes_answer(spark, world, tmp_path
         ):
             for conn in (b1, b2):
                 register_broker(conn, broker_addr="10.0.0.1:10911", broker_name="broker-a", topics=["TA", "TS"])
-                register_broker(conn, broker_addr="10.0.0.2:10911", broker_name="broker-b", topics=["TS", "TB"],
-                                queues=8)
-                register_broker(conn, broker_addr="10.0.0.3:10911", broker_name="broker-a", broker_id=1,
-                                topics=["TA", "TS"])  # a slave of broker-a
+                register_broker(
+                    conn, broker_addr="10.0.0.2:10911", broker_name="broker-b", topics=["TS", "TB"], queues=8
+                )
+                register_broker(
+                    conn, broker_addr="10.0.0.3:10911", broker_name="broker-a", broker_id=1, topics=["TA", "TS"]
+                )  # a slave of broker-a
             want = sorted(["TA", "TB", "TS", CLUSTER])
             until(monitor, lambda: w.lookup.topics() == want, what="the nodes' topics in redis", drain=False)
             with NameServerClient(n1.addr) as q1, NameServerClient(n2.addr) as q2:
@@ -384,8 +396,12 @@ def test_redis_routes_are_the_bytes_two_real_nodes_answer(spark, world, tmp_path
                     answers = {q.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}).body for q in (q1, q2)}
                     assert answers == {w.lookup.get_raw(topic)}, topic
                 cluster = q1.call(RequestCode.GET_BROKER_CLUSTER_INFO).body
-            until(monitor, lambda: w.lookup.client.get(f"{w.lookup.keys.prefix}:cluster") == cluster,
-                  what="cluster info", drain=False)
+            until(
+                monitor,
+                lambda: w.lookup.client.get(f"{w.lookup.keys.prefix}:cluster") == cluster,
+                what="cluster info",
+                drain=False,
+            )
 
 
 @pytest.fixture(scope="module")

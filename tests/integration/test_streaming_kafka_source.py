@@ -24,16 +24,22 @@ from streaming.kafka_io import (
 @pytest.fixture(scope="module", params=["noida", "tansu"])
 def kafka(request, tmp_path_factory):
     run = tmp_path_factory.mktemp(request.param)
-    svc = KafkaService(port=free_port(), run_dir=run, backend=request.param, data_dir=run / "data",
-                       topics=[TopicSpec("ev", 2), TopicSpec("out", 1)])
+    svc = KafkaService(
+        port=free_port(),
+        run_dir=run,
+        backend=request.param,
+        data_dir=run / "data",
+        topics=[TopicSpec("ev", 2), TopicSpec("out", 1)],
+    )
     svc.start()
     yield svc
     svc.stop()
 
 
 def reader(kafka, **options) -> KafkaStreamReader:
-    src = KafkaDataSource(CaseInsensitiveDict({"kafka.bootstrap.servers": kafka.bootstrap_servers,
-                                               "subscribe": "ev", **options}))
+    src = KafkaDataSource(
+        CaseInsensitiveDict({"kafka.bootstrap.servers": kafka.bootstrap_servers, "subscribe": "ev", **options})
+    )
     return src.streamReader(src.schema())
 
 
@@ -59,7 +65,7 @@ def test_the_reader_plans_and_reads_exactly_the_new_records(kafka):
         # nothing new: the end stays where it was
         assert r.latestOffset(end, ReadAllAvailable()) == end
         # a limit moves the end only part of the way
-        for i in range(10):
+        for _ in range(10):
             producer.send("ev", value=b"w", partition=0)
         producer.flush()
         limited = r.latestOffset(end, ReadMaxRows(4))

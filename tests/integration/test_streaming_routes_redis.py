@@ -28,8 +28,15 @@ def store(redis_url, request):
 
 
 def expired_alert() -> Alert:
-    return Alert(AlertKind.BROKER_EXPIRED, AlertState.OPEN, Severity.WARNING, "gone", T0,
-                 cluster_name=CLUSTER, broker_addr=A0.broker_addr)
+    return Alert(
+        AlertKind.BROKER_EXPIRED,
+        AlertState.OPEN,
+        Severity.WARNING,
+        "gone",
+        T0,
+        cluster_name=CLUSTER,
+        broker_addr=A0.broker_addr,
+    )
 
 
 def test_a_batch_is_written_atomically_announced_and_read_back_after_a_restart(store, redis_url):
@@ -103,7 +110,7 @@ def test_watch_yields_changed_topic_names(store, redis_url):
     model = RouteModel()
     model.apply_event(B0)
     # the subscription starts on the generator's first step; publish until it is seen
-    for i in range(20):
+    for _ in range(20):
         store.client.publish(store.keys.channel, "T3")
         th.join(timeout=0.05)
         if seen:
@@ -122,8 +129,11 @@ def test_namesrv_routes_cli_reads_what_the_job_wrote(store, redis_url):
     store.commit("q1", 0, model.changes(), [expired_alert()], watermark=T0, replace=True)
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "namesrv", "routes", "--redis", redis_url,
-                               "--prefix", store.keys.prefix, *args], capture_output=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "namesrv", "routes", "--redis", redis_url, "--prefix", store.keys.prefix, *args],
+            capture_output=True,
+            timeout=60,
+        )
 
     got = cli("get", "T1")
     assert got.returncode == 0 and got.stdout.rstrip(b"\n") == model.route("T1")

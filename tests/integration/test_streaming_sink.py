@@ -34,13 +34,17 @@ def test_the_sink_publishes_actions_then_writes_routes_and_skips_a_replayed_batc
     alerts = sink.process([expire_row(T0 + 20_000)], 1)
     (action,) = [decode_action(v) for topic, _, v in pub.sent if topic == sink.cfg.actions_topic]
     assert (action.type, action.broker_addr, action.last_heartbeat, action.monitor) == (
-        ActionType.EXPIRE, "10.0.0.1:1", T0, "m"
+        ActionType.EXPIRE,
+        "10.0.0.1:1",
+        T0,
+        "m",
     )
     assert lookup.get("T") is None and lookup.topics() == []
     # topics lost with their last broker are an incident, published and kept open in Redis
     assert {a.incident for a in alerts} == {"TOPIC_NOT_WRITABLE|T", "TOPIC_NOT_WRITABLE|C"}
     assert {decode_alert(v).incident for t, _, v in pub.sent if t == sink.cfg.alerts_topic} == {
-        "TOPIC_NOT_WRITABLE|T", "TOPIC_NOT_WRITABLE|C"
+        "TOPIC_NOT_WRITABLE|T",
+        "TOPIC_NOT_WRITABLE|C",
     }
     assert len(lookup.alerts()) == 2
 
@@ -55,7 +59,8 @@ def test_the_sink_publishes_actions_then_writes_routes_and_skips_a_replayed_batc
     assert again.process([route_row(register(t=T0 + 40_000))], 1) == []
     resolved = again.process([route_row(register(t=T0 + 40_000))], 2)
     assert {(a.incident, str(a.state)) for a in resolved} == {
-        ("TOPIC_NOT_WRITABLE|T", "RESOLVED"), ("TOPIC_NOT_WRITABLE|C", "RESOLVED")
+        ("TOPIC_NOT_WRITABLE|T", "RESOLVED"),
+        ("TOPIC_NOT_WRITABLE|C", "RESOLVED"),
     }
     assert lookup.get("T") is not None and lookup.alerts() == []
 

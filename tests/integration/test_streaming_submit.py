@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+
 from infra import procfs
 from infra.services import TopicSpec, pid_alive
 from infra.stack import REPO, StreamingJob
@@ -64,11 +65,15 @@ def wait_for(job: StreamingJob, check: Callable[[], object], what: str, timeout:
     deadline = time.monotonic() + timeout
     while not (result := check()):
         if job.status().pid is None:
-            pytest.fail(f"the job ({job.launcher}) exited before {what}; {job.log_file} ends with:\n"
-                        f"{log_tail(job.log_file, 40)}")
+            pytest.fail(
+                f"the job ({job.launcher}) exited before {what}; {job.log_file} ends with:\n"
+                f"{log_tail(job.log_file, 40)}"
+            )
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what} ({job.launcher}); {job.log_file} "
-                        f"ends with:\n{log_tail(job.log_file, 40)}")
+            pytest.fail(
+                f"timed out after {timeout:.0f} s waiting for {what} ({job.launcher}); {job.log_file} "
+                f"ends with:\n{log_tail(job.log_file, 40)}"
+            )
         time.sleep(0.5)
     return result
 

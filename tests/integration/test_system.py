@@ -22,6 +22,7 @@ poll with a deadline.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import time
@@ -87,8 +88,9 @@ def test_three_brokers_register_with_both_nodes_and_redis(world: Scenario, syste
     topics = {f"T{n.upper()}0" for n in (LIVE, SILENT, LEAVING)} | {"DefaultCluster"}
 
     def same_everywhere() -> bool:
-        return all(world.lookup.get_raw(t) == route_or_none(a, t) is not None
-                   for t in topics for a in system.node_addrs)
+        return all(
+            world.lookup.get_raw(t) == route_or_none(a, t) is not None for t in topics for a in system.node_addrs
+        )
 
     def routes_seen() -> dict[str, list[bytes | None]]:
         return {t: [world.lookup.get_raw(t), *(route_or_none(a, t) for a in system.node_addrs)] for t in topics}
@@ -115,7 +117,10 @@ def test_a_silent_broker_is_dropped_by_both_nodes_and_redis_with_one_alert(world
 
     def gone_everywhere() -> bool:
         now = time.monotonic() - silenced_at
-        for where, present in (*zip(system.node_addrs, world.at_nodes(name)), ("redis", world.in_redis(name))):
+        for where, present in (
+            *zip(system.node_addrs, world.at_nodes(name), strict=True),
+            ("redis", world.in_redis(name)),
+        ):
             if not present:
                 dropped.setdefault(where, now)
         return len(dropped) == len(system.node_addrs) + 1
@@ -192,21 +197,29 @@ def test_a_kafka_restart_mid_run_loses_nothing(world: Scenario, system: System):
 
     wait_until(lambda: world.in_redis(late_name), 90, f"{late_name}, registered while Kafka was down, in Redis")
     measure(world, "Kafka restart until Redis had the broker it missed", t0)
-    wait_until(lambda: any(str(a.type) == "MONITOR_HEARTBEAT" and a.decided_at > up_wall_ms
-                           for a in world.tap.actions()), 30, "the job's heartbeat after the restart")
+    wait_until(
+        lambda: any(str(a.type) == "MONITOR_HEARTBEAT" and a.decided_at > up_wall_ms for a in world.tap.actions()),
+        30,
+        "the job's heartbeat after the restart",
+    )
     assert system.streaming_pid == job_pid, "the streaming job did not survive the Kafka restart"
 
     # a fresh reader sees every event each node published, before, during and after the outage
     fresh = KafkaTap(system.kafka_bootstrap)
     try:
+
         def caught_up() -> dict[str, set[int]] | None:
             # both readers have read past the outage's backlog
             seqs, live = per_node_seqs(fresh.events()), per_node_seqs(world.tap.events())
             ok = set(seqs) == set(before) and all(max(seqs[n]) >= max(live[n]) > max(before[n]) for n in before)
             return seqs if ok else None
 
-        seqs = wait_until(caught_up, 30, "a fresh read of the events topic to catch up",
-                          state=lambda: {n: (len(s), max(s)) for n, s in per_node_seqs(fresh.events()).items()})
+        seqs = wait_until(
+            caught_up,
+            30,
+            "a fresh read of the events topic to catch up",
+            state=lambda: {n: (len(s), max(s)) for n, s in per_node_seqs(fresh.events()).items()},
+        )
         missing = {(n, q) for n, got in seqs.items() for q in set(range(1, max(got) + 1)) - got}
         # a record a reader got before the stop and that is gone after it was lost by the broker,
         # not by us (noida-db 0.2.3 can drop its last acknowledged write when it stops)
@@ -214,8 +227,11 @@ def test_a_kafka_restart_mid_run_loses_nothing(world: Scenario, system: System):
         assert sorted(missing - served) == [], f"events never delivered by the nodes: {sorted(missing - served)}"
         if lost_by_broker:
             world.record.durations[f"events the broker lost across its restart: {lost_by_broker}"] = 0.0
-            warnings.warn(f"the Kafka broker lost {len(lost_by_broker)} acknowledged event(s) it had already "
-                          f"served, across its restart: {lost_by_broker}", stacklevel=1)
+            warnings.warn(
+                f"the Kafka broker lost {len(lost_by_broker)} acknowledged event(s) it had already "
+                f"served, across its restart: {lost_by_broker}",
+                stacklevel=1,
+            )
         # among them, what each node saw while Kafka was down: ticks, heartbeats and late's registration
         for node in before:
             backlog = [e for e in fresh.events() if e.node == node and down_wall_ms <= e.event_time <= restart_wall_ms]
@@ -287,7 +303,8 @@ def restart_node_held(world: Scenario, system: System, i: int, *, warm_start: bo
 
 
 def test_a_restarted_node_without_warm_start_answers_topic_not_exist_until_brokers_register(
-        world: Scenario, system: System):
+    world: Scenario, system: System
+):
     addr = system.node_addrs[1]
     up_at = restart_node_held(world, system, 1, warm_start=False)
     assert route_or_none(addr, LIVE_TOPIC) is None  # the gap of apache/rocketmq#9411
@@ -298,8 +315,7 @@ def test_a_restarted_node_without_warm_start_answers_topic_not_exist_until_broke
     measure(world, "TOPIC_NOT_EXIST gap after a cold node restart", up_at)
 
 
-def test_a_restarted_node_with_warm_start_answers_from_redis_at_once_then_converges(
-        world: Scenario, system: System):
+def test_a_restarted_node_with_warm_start_answers_from_redis_at_once_then_converges(world: Scenario, system: System):
     ghost_name, ghost_addr = world.add_fleet(GHOST, heartbeat_timeout_ms=GHOST_TIMEOUT_MS)
     wait_until(lambda: world.everywhere(ghost_name), 30, f"{ghost_name} at both nodes and in Redis")
     live_names = {world.fleets.broker(n)[0] for n in (LIVE, LATE)}
@@ -326,8 +342,14 @@ def test_a_restarted_node_with_warm_start_answers_from_redis_at_once_then_conver
     other = system.node_addrs[1]
 
     def differences() -> list[str]:
-        out = [f"{ghost_name} at {where}" for where, present in
-               (*zip(system.node_addrs, world.at_nodes(ghost_name)), ("redis", world.in_redis(ghost_name))) if present]
+        out = [
+            f"{ghost_name} at {where}"
+            for where, present in (
+                *zip(system.node_addrs, world.at_nodes(ghost_name), strict=True),
+                ("redis", world.in_redis(ghost_name)),
+            )
+            if present
+        ]
         mine, theirs = topics_of(addr), topics_of(other)
         if mine != theirs:
             out.append(f"topics only at node 1: {sorted(mine - theirs)}, only at node 2: {sorted(theirs - mine)}")
@@ -339,8 +361,12 @@ def test_a_restarted_node_with_warm_start_answers_from_redis_at_once_then_conver
                 out.append(f"route of {t}: node 1 {a!r}, node 2 {b!r}")
         return out
 
-    wait_until(lambda: not differences(), GHOST_TIMEOUT_MS / 1000 + 30,
-               "node 1 converged to node 2, ghost dropped everywhere", state=differences)
+    wait_until(
+        lambda: not differences(),
+        GHOST_TIMEOUT_MS / 1000 + 30,
+        "node 1 converged to node 2, ghost dropped everywhere",
+        state=differences,
+    )
     measure(world, "warm-started node converged, ghost dropped (since silence)", silenced_at)
     assert set(brokers_at(addr)) == live_names
 
@@ -369,17 +395,23 @@ def test_clients_read_routes_throughout_and_no_live_broker_was_ever_expired(worl
     def within(windows, node: str, at: float) -> bool:
         return any(n == node and start - slack <= at <= end + slack for n, start, end in windows)
 
-    unexpected = [a for a in answers if a.outcome != "ok"
-                  and not (a.outcome == "down" and within(world.record.down, a.node, a.at))
-                  and not (a.outcome == "TOPIC_NOT_EXIST" and within(world.record.allowed_gaps, a.node, a.at))]
+    unexpected = [
+        a
+        for a in answers
+        if a.outcome != "ok"
+        and not (a.outcome == "down" and within(world.record.down, a.node, a.at))
+        and not (a.outcome == "TOPIC_NOT_EXIST" and within(world.record.allowed_gaps, a.node, a.at))
+    ]
     assert unexpected == [], unexpected[:10]
     assert {a.broker_addrs for a in answers if a.outcome == "ok"} == {(world.fake.address,)}
     # some node answered at every moment: no gap between successful answers longer than a couple of rounds
     ok_times = sorted(a.at for a in answers if a.outcome == "ok")
-    longest = max(b - a for a, b in zip(ok_times, ok_times[1:]))
+    longest = max(b - a for a, b in itertools.pairwise(ok_times))
     world.record.durations["longest gap between route answers (any node)"] = round(longest, 2)
     assert longest < 5.0, longest
-    world.record.durations[f"route lookups by our client ({len(answers)} answers)"] = round(ok_times[-1] - ok_times[0], 1)
+    world.record.durations[f"route lookups by our client ({len(answers)} answers)"] = round(
+        ok_times[-1] - ok_times[0], 1
+    )
 
     # and the job never expired a broker that kept heartbeating
     for name in (LIVE, LATE):

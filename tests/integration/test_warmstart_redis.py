@@ -90,9 +90,11 @@ def test_routes_answer_at_once_then_registrations_replace_and_unconfirmed_broker
         node.call(setattr, node.running.expiry, "enabled", False)
 
         # the broker asks whether to register with the DataVersion Redis holds: it is told to
-        ask = client.call(RequestCode.QUERY_DATA_VERSION,
-                          {"brokerName": "broker-a", "brokerAddr": A_ADDR, "clusterName": CLUSTER, "brokerId": "0"},
-                          bodies.encode_data_version(A_DV))
+        ask = client.call(
+            RequestCode.QUERY_DATA_VERSION,
+            {"brokerName": "broker-a", "brokerAddr": A_ADDR, "clusterName": CLUSTER, "brokerId": "0"},
+            bodies.encode_data_version(A_DV),
+        )
         assert ask.code == ResponseCode.SUCCESS and ask.ext_fields["changed"] == "true"
 
         # its own registration (same DataVersion, no "Gone" any more) takes over its rows
@@ -122,8 +124,10 @@ def redis_service_get(url: str, key: str) -> bytes | None:
 
 def test_off_by_default_the_node_ignores_redis(redis_service, tmp_path):
     write_model(redis_service.url, "ws2")
-    with running_node(tmp_path, redisUrl=redis_service.url, redisKeyPrefix="ws2") as node, \
-            NameServerClient(node.addr) as client:
+    with (
+        running_node(tmp_path, redisUrl=redis_service.url, redisKeyPrefix="ws2") as node,
+        NameServerClient(node.addr) as client,
+    ):
         assert node.running.warm_start is None
         assert route_or_none(client, "TopicA") is None
 
@@ -132,8 +136,10 @@ def test_redis_down_starts_empty_with_a_warning(tmp_path, caplog):
     url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, "namesrv.warmstart"):
-        with running_node(tmp_path, warmStartFromRedis="true", redisUrl=url) as node, \
-                NameServerClient(node.addr) as client:
+        with (
+            running_node(tmp_path, warmStartFromRedis="true", redisUrl=url) as node,
+            NameServerClient(node.addr) as client,
+        ):
             assert time.monotonic() - started < READ_TIMEOUT_S
             assert node.running.warm_start is None
             assert route_or_none(client, "TopicA") is None

@@ -20,7 +20,6 @@ from tests.unit.routes_support import (
     unregister,
 )
 
-
 # --------------------------------------------------------------------------- filter servers and static topics
 
 
@@ -65,8 +64,14 @@ class Node:
         observer = {} if self.publisher is None else {"observer": self.publisher}
         self.node = NameServerNode(config, self.routes, KVConfigManager(kv), lambda _: True, **observer)
 
-    def register(self, broker: tuple[str, str, int], counter: int, topics: tuple[str, ...], filters: list[str],
-                 mappings: dict | None = None) -> list:
+    def register(
+        self,
+        broker: tuple[str, str, int],
+        counter: int,
+        topics: tuple[str, ...],
+        filters: list[str],
+        mappings: dict | None = None,
+    ) -> list:
         """One REGISTER_BROKER through the handler; returns the events the node published."""
         from namesrv.handlers import dispatch
         from namesrv.protocol.codes import RequestCode, ResponseCode

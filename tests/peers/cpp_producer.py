@@ -71,7 +71,11 @@ def main(argv: list[str] | None = None) -> int:
         "ok": False,
         "namesrv": args.namesrv,
         "topic": args.topic,
-        "client": {"name": "rocketmq-client-cpp", "pypi": "rocketmq==0.4.4", "header_version": CPP_CLIENT_HEADER_VERSION},
+        "client": {
+            "name": "rocketmq-client-cpp",
+            "pypi": "rocketmq==0.4.4",
+            "header_version": CPP_CLIENT_HEADER_VERSION,
+        },
         "log_dir": log_dir,
     }
     try:

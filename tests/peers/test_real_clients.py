@@ -39,8 +39,19 @@ def run_json(cmd: list[str], timeout: float = 60) -> dict:
 
 
 def test_cpp_producer_sends_to_the_broker_our_route_names(node, broker, tmp_path):
-    result = run_json([sys.executable, str(PEERS / "cpp_producer.py"), "--namesrv", node.addr,
-                       "--topic", "PeerTopic", "--log-home", str(tmp_path), "--hard-exit"])
+    result = run_json(
+        [
+            sys.executable,
+            str(PEERS / "cpp_producer.py"),
+            "--namesrv",
+            node.addr,
+            "--topic",
+            "PeerTopic",
+            "--log-home",
+            str(tmp_path),
+            "--hard-exit",
+        ]
+    )
     assert result["ok"], result
     send = broker.wait_for_send("PeerTopic", timeout=10)
     assert send.language == "CPP"
@@ -50,8 +61,22 @@ def test_cpp_producer_sends_to_the_broker_our_route_names(node, broker, tmp_path
 
 
 def test_ali_ons_route_kv_and_cluster_info(node, broker):
-    result = run_json(["node", str(PEERS / "node" / "ons_probe.js"), "--namesrv", node.addr, "--topic", "PeerTopic",
-                       "--namespace", "peer-ns", "--key", "k1", "--value", "v1"])
+    result = run_json(
+        [
+            "node",
+            str(PEERS / "node" / "ons_probe.js"),
+            "--namesrv",
+            node.addr,
+            "--topic",
+            "PeerTopic",
+            "--namespace",
+            "peer-ns",
+            "--key",
+            "k1",
+            "--value",
+            "v1",
+        ]
+    )
     assert result["route"]["brokerDatas"][0]["brokerAddrs"] == {"0": broker.address}
     assert result["route"]["queueDatas"][0]["writeQueueNums"] == 4
     assert result["kv"]["get"] == "v1"

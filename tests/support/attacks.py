@@ -33,8 +33,16 @@ def json_frame(header: dict, body: bytes = b"") -> bytes:
 
 
 def _registration(ext: dict[str, str], body: bytes, compressed: bool) -> bytes:
-    ext = {"brokerName": "attacker", "brokerAddr": "127.0.0.9:10911", "clusterName": "AttackCluster", "brokerId": "0",
-           "haServerAddr": "127.0.0.9:10912", "enableActingMaster": "false", "compressed": str(compressed).lower(), **ext}
+    ext = {
+        "brokerName": "attacker",
+        "brokerAddr": "127.0.0.9:10911",
+        "clusterName": "AttackCluster",
+        "brokerId": "0",
+        "haServerAddr": "127.0.0.9:10912",
+        "enableActingMaster": "false",
+        "compressed": str(compressed).lower(),
+        **ext,
+    }
     return encode(request(RequestCode.REGISTER_BROKER, ext, body, opaque=1))
 
 
@@ -48,8 +56,11 @@ def zip_bomb_registration(inflated: int = 256 * MiB) -> bytes:
 
 
 def big_registration(topics: int = 100_000, compressed: bool = True) -> bytes:
-    body = RegisterBrokerBody(DataVersion(1, 0, 1_700_000_000_000),
-                              {f"AttackTopic{i}": TopicConfig(f"AttackTopic{i}", 8, 8) for i in range(topics)}, [])
+    body = RegisterBrokerBody(
+        DataVersion(1, 0, 1_700_000_000_000),
+        {f"AttackTopic{i}": TopicConfig(f"AttackTopic{i}", 8, 8) for i in range(topics)},
+        [],
+    )
     return _registration({}, bodies.encode_register_broker_body(body, compressed=compressed), compressed)
 
 
@@ -61,8 +72,15 @@ def huge_config_update(keys: int = 900_000) -> bytes:
 def kv_put(i: int) -> bytes:
     """PUT_KV_CONFIG with a NUL and an escape sequence in the key and a lone surrogate every third time."""
     value = "\ud800" if i % 3 == 0 else f"v{i}"
-    return json_frame({"code": int(RequestCode.PUT_KV_CONFIG), "flag": 0, "opaque": i, "version": 479,
-                       "extFields": {"namespace": f"ATTACK{i % 7}", "key": f"k\x00\x1b[2J{i % 500}", "value": value}})
+    return json_frame(
+        {
+            "code": int(RequestCode.PUT_KV_CONFIG),
+            "flag": 0,
+            "opaque": i,
+            "version": 479,
+            "extFields": {"namespace": f"ATTACK{i % 7}", "key": f"k\x00\x1b[2J{i % 500}", "value": value},
+        }
+    )
 
 
 def unknown_topic_lookup(size: int = MiB) -> bytes:
@@ -261,8 +279,12 @@ class AttackProcess:
         ctx = multiprocessing.get_context("spawn")
         self.kind = kind
         self._ready, self._stop, self._results = ctx.Event(), ctx.Event(), ctx.Queue()
-        self.process = ctx.Process(target=_attack_main, args=(addr, kind, self._ready, self._stop, self._results),
-                                   name=f"attack-{kind}", daemon=True)
+        self.process = ctx.Process(
+            target=_attack_main,
+            args=(addr, kind, self._ready, self._stop, self._results),
+            name=f"attack-{kind}",
+            daemon=True,
+        )
 
     def __enter__(self) -> AttackProcess:
         self.process.start()

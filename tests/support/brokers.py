@@ -8,10 +8,19 @@ from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
 
 
-def registration(*, broker_addr: str, topics: list[str], broker_name: str = "broker-a",
-                 cluster: str = "DefaultCluster", broker_id: int = 0, counter: int = 1, queues: int = 4,
-                 compressed: bool = False, enable_acting_master: bool = False,
-                 ha_server_addr: str | None = None) -> tuple[dict[str, str], bytes]:
+def registration(
+    *,
+    broker_addr: str,
+    topics: list[str],
+    broker_name: str = "broker-a",
+    cluster: str = "DefaultCluster",
+    broker_id: int = 0,
+    counter: int = 1,
+    queues: int = 4,
+    compressed: bool = False,
+    enable_acting_master: bool = False,
+    ha_server_addr: str | None = None,
+) -> tuple[dict[str, str], bytes]:
     """The ext fields and body of a REGISTER_BROKER (the HA address defaults to ``broker_addr``)."""
     body = RegisterBrokerBody(
         data_version=DataVersion(counter, 0, 1_700_000_000_000),
@@ -21,9 +30,14 @@ def registration(*, broker_addr: str, topics: list[str], broker_name: str = "bro
     )
     raw = bodies.encode_register_broker_body(body, compressed=compressed)
     ext = {
-        "brokerName": broker_name, "brokerAddr": broker_addr, "clusterName": cluster, "brokerId": str(broker_id),
-        "haServerAddr": ha_server_addr or broker_addr, "enableActingMaster": str(enable_acting_master).lower(),
-        "compressed": str(compressed).lower(), "bodyCrc32": str(bodies.body_crc32(raw)),
+        "brokerName": broker_name,
+        "brokerAddr": broker_addr,
+        "clusterName": cluster,
+        "brokerId": str(broker_id),
+        "haServerAddr": ha_server_addr or broker_addr,
+        "enableActingMaster": str(enable_acting_master).lower(),
+        "compressed": str(compressed).lower(),
+        "bodyCrc32": str(bodies.body_crc32(raw)),
     }
     return ext, raw
 

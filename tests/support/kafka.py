@@ -36,8 +36,7 @@ class TopicReader:
     """Reads every partition of a topic from its beginning, keeping what it has read."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        self.consumer = kafka_clients.consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100,
-                                               **CLIENT)
+        self.consumer = kafka_clients.consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100, **CLIENT)
         self.topic = topic
         self.records: list = []
         self._assigned = False
@@ -59,8 +58,13 @@ class TopicReader:
     def wait_for(self, predicate: Callable[[list], bool], timeout: float = 15.0, what: str = "records") -> list:
         """Poll until ``predicate(all records so far)`` holds; fail after ``timeout`` seconds."""
         # each poll waits up to 100 ms for records itself: no pause between them
-        wait_until(lambda: predicate(self.records) or (self.poll() and False), timeout, what, 0,
-                   state=lambda: f"{len(self.records)} record(s)")
+        wait_until(
+            lambda: predicate(self.records) or (self.poll() and False),
+            timeout,
+            what,
+            0,
+            state=lambda: f"{len(self.records)} record(s)",
+        )
         return self.records
 
     def close(self) -> None:
@@ -71,8 +75,9 @@ class EventReader(TopicReader):
     def events(self) -> list[Event]:
         return [decode_event(r.value) for r in self.records]
 
-    def wait_for_events(self, predicate: Callable[[Event], bool], count: int = 1, timeout: float = 15.0,
-                        what: str = "events") -> list[Event]:
+    def wait_for_events(
+        self, predicate: Callable[[Event], bool], count: int = 1, timeout: float = 15.0, what: str = "events"
+    ) -> list[Event]:
         """The events matching ``predicate`` once there are at least ``count`` of them."""
         self.wait_for(lambda rs: sum(1 for r in rs if predicate(decode_event(r.value))) >= count, timeout, what)
         return [e for e in self.events() if predicate(e)]
@@ -86,4 +91,3 @@ def publish_actions(bootstrap: str, topic: str, *actions: Action) -> None:
         producer.flush(10)
     finally:
         producer.close(5)
-

@@ -37,9 +37,23 @@ def hold_brokers(addr: str, brokers: int, topics_per_broker: int, hold_s: int = 
     Returns the running process (the caller kills it: closing its connection unregisters the brokers)
     and its summary line, once the route checks of its first and last topic succeeded.
     """
-    setup = subprocess.Popen([str(LOADGEN), "setup", "--addr", addr, "--brokers", str(brokers),
-                              "--topics-per-broker", str(topics_per_broker), "--hold", str(hold_s)],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    setup = subprocess.Popen(
+        [
+            str(LOADGEN),
+            "setup",
+            "--addr",
+            addr,
+            "--brokers",
+            str(brokers),
+            "--topics-per-broker",
+            str(topics_per_broker),
+            "--hold",
+            str(hold_s),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     line = setup.stdout.readline()  # printed right after registering; EOF if setup died first
     try:
         summary = json.loads(line)

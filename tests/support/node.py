@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-
-import uvloop
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import uvloop
 
 from namesrv.app import RunningNode, start_node
 from namesrv.config import load_config
@@ -32,6 +32,7 @@ class NodeThread:
 
     def call(self, fn, *args):
         """Run ``fn(*args)`` on the node's loop and return its result (state is only touched there)."""
+
         async def wrapper():
             return fn(*args)
 

@@ -49,15 +49,26 @@ def node_answers(addr: str, proc: subprocess.Popen) -> bool:
 def node_process(tmp_path: Path, *, log_level: str = "WARNING", **overrides: str) -> Iterator[NodeProcess]:
     """``namesrv start`` on a free loopback port with its files in ``tmp_path``; killed afterwards."""
     port = free_port()
-    props = {"listenPort": str(port), "bindAddress": "127.0.0.1", "kvConfigPath": str(tmp_path / "kvConfig.json"),
-             "configStorePath": str(tmp_path / "namesrv.properties"), "logLevel": log_level, **overrides}
+    props = {
+        "listenPort": str(port),
+        "bindAddress": "127.0.0.1",
+        "kvConfigPath": str(tmp_path / "kvConfig.json"),
+        "configStorePath": str(tmp_path / "namesrv.properties"),
+        "logLevel": log_level,
+        **overrides,
+    }
     conf = tmp_path / "node.properties"
     conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
     log = tmp_path / "node.log"
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     with log.open("wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "namesrv", "start", "-c", str(conf)], cwd=REPO, stderr=err,
-                                stdout=subprocess.DEVNULL, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "namesrv", "start", "-c", str(conf)],
+            cwd=REPO,
+            stderr=err,
+            stdout=subprocess.DEVNULL,
+            env=env,
+        )
     addr = f"127.0.0.1:{port}"
     try:
         wait_until(lambda: node_answers(addr, proc), 20, f"the node to listen on {addr} (log: {log})")

@@ -9,9 +9,17 @@ T0 = 1_700_000_000_000
 CLUSTER = "C1"
 
 
-def reg_event(name: str, addr: str, bid: int, topics: dict[str, tuple[int, int, int]], counter: int = 1,
-              t: int = T0, acting: bool | None = False, filters: list[str] | None = None,
-              mappings: dict[str, dict] | None = None) -> Event:
+def reg_event(
+    name: str,
+    addr: str,
+    bid: int,
+    topics: dict[str, tuple[int, int, int]],
+    counter: int = 1,
+    t: int = T0,
+    acting: bool | None = False,
+    filters: list[str] | None = None,
+    mappings: dict[str, dict] | None = None,
+) -> Event:
     return Event(
         type=EventType.REGISTER, node="n1", event_time=t, seq=1, cluster_name=CLUSTER, broker_name=name,
         broker_id=bid, broker_addr=addr, ha_server_addr=addr, enable_acting_master=acting,

@@ -60,7 +60,9 @@ MASTER = Broker()
 SLAVE = Broker(addr=SLAVE_ADDR, ha=SLAVE_HA, id=1)
 
 
-def topic_configs(*topics: str, rq: int = 8, wq: int = 8, perm: int = 6, sys_flag: int = 0, base: bool = True) -> dict[str, TopicConfig]:
+def topic_configs(
+    *topics: str, rq: int = 8, wq: int = 8, perm: int = 6, sys_flag: int = 0, base: bool = True
+) -> dict[str, TopicConfig]:
     table = {"baseTopic": TopicConfig("baseTopic")} if base else {}
     for t in topics:
         table[t] = TopicConfig(t, read_queue_nums=rq, write_queue_nums=wq, perm=perm, topic_sys_flag=sys_flag)

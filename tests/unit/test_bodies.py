@@ -33,8 +33,15 @@ V7_DEFLATED = bytes.fromhex(
     "78da636060b0a8564ace2fcd2b492d52b232d5512a2e492c490d4b2d2acecccf53b232d0512ac9cc4d050ae6162859199a1b"
     "20402d0303032310cb86e41764268700d5289800a19942b0a79fbb8f6b7c88a3bb4235481153742c9064000053e71b65"
 )
-MAPPING = {"bname": "broker-a", "currIdMap": {0: 3}, "dirty": False, "epoch": 1, "scope": "__global__",
-           "topic": "Static", "totalQueues": 4}
+MAPPING = {
+    "bname": "broker-a",
+    "currIdMap": {0: 3},
+    "dirty": False,
+    "epoch": 1,
+    "scope": "__global__",
+    "topic": "Static",
+    "totalQueues": 4,
+}
 
 
 def one_topic_body(**overrides) -> RegisterBrokerBody:
@@ -84,7 +91,7 @@ def test_register_body_json_round_trip():
         topic_queue_mapping_info_map={"Static": MAPPING},
     )
     encoded = encode_register_broker_body(rb)
-    assert b"currIdMap\":{0:3}" in encoded  # fastjson writes the int-keyed map bare
+    assert b'currIdMap":{0:3}' in encoded  # fastjson writes the int-keyed map bare
     assert decode_register_broker_body(encoded, compressed=False, version=479) == rb
 
 

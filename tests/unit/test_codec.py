@@ -129,7 +129,12 @@ def test_decode_rocketmq_request_equals_the_json_one():
 def test_decode_json_missing_keys_take_java_defaults():
     cmd = decode_frame(json_frame(b'{"code":105}'))
     assert (cmd.opaque, cmd.flag, cmd.version, cmd.language, cmd.remark, cmd.ext_fields) == (
-        0, 0, 0, LanguageCode.JAVA, None, None,
+        0,
+        0,
+        0,
+        LanguageCode.JAVA,
+        None,
+        None,
     )
 
 
@@ -291,8 +296,11 @@ def test_pipelined_frames_come_out_in_order():
 
 
 def test_repeated_header_shapes_keep_each_frames_own_opaque():
-    frames = [encode(request(322, {"brokerAddr": "10.0.0.1:10911"}, opaque=o, serialize_type=t))
-              for t in SerializeType for o in (1, 2, -5, 2**31 - 1)]
+    frames = [
+        encode(request(322, {"brokerAddr": "10.0.0.1:10911"}, opaque=o, serialize_type=t))
+        for t in SerializeType
+        for o in (1, 2, -5, 2**31 - 1)
+    ]
     assert [decode_frame(f).opaque for f in frames] == [1, 2, -5, 2**31 - 1] * 2
 
 

@@ -174,20 +174,57 @@ def test_option_table_is_complete_and_consistent() -> None:
         assert re.sub(r"([A-Z])", r"_\1", opt.key).lower() == opt.attr
         assert opt.doc and opt.java_type in ("String", "int", "long", "boolean")
     for required in (
-        "rocketmqHome", "kvConfigPath", "configStorePath", "productEnvName", "clusterTest",
-        "orderMessageEnable", "returnOrderTopicConfigToBroker", "clientRequestThreadPoolNums",
-        "clientRequestThreadPoolQueueCapacity", "defaultThreadPoolNums", "defaultThreadPoolQueueCapacity",
-        "scanNotActiveBrokerInterval", "unRegisterBrokerQueueCapacity", "supportActingMaster",
-        "enableAllTopicList", "enableTopicList", "notifyMinBrokerIdChanged", "enableControllerInNamesrv",
-        "needWaitForService", "waitSecondsForService", "deleteTopicWithBrokerRegistration", "configBlackList",
-        "bindAddress", "listenPort", "serverWorkerThreads", "serverCallbackExecutorThreads",
-        "serverSelectorThreads", "serverOnewaySemaphoreValue", "serverAsyncSemaphoreValue",
-        "serverChannelMaxIdleTimeSeconds", "serverSocketSndBufSize", "serverSocketRcvBufSize",
-        "writeBufferHighWaterMark", "writeBufferLowWaterMark", "serverSocketBacklog",
-        "serverNettyWorkerGroupEnable", "serverPooledByteBufAllocatorEnable", "enableShutdownGracefully",
-        "shutdownWaitTimeSeconds", "useEpollNativeSelector",
-        "responseSerializeType", "logLevel", "kafkaBootstrapServers", "eventsTopic", "actionsTopic",
-        "monitorSilenceFallbackMillis", "nodeName", "tickIntervalMillis", "redisUrl", "redisKeyPrefix", "warmStartFromRedis",
+        "rocketmqHome",
+        "kvConfigPath",
+        "configStorePath",
+        "productEnvName",
+        "clusterTest",
+        "orderMessageEnable",
+        "returnOrderTopicConfigToBroker",
+        "clientRequestThreadPoolNums",
+        "clientRequestThreadPoolQueueCapacity",
+        "defaultThreadPoolNums",
+        "defaultThreadPoolQueueCapacity",
+        "scanNotActiveBrokerInterval",
+        "unRegisterBrokerQueueCapacity",
+        "supportActingMaster",
+        "enableAllTopicList",
+        "enableTopicList",
+        "notifyMinBrokerIdChanged",
+        "enableControllerInNamesrv",
+        "needWaitForService",
+        "waitSecondsForService",
+        "deleteTopicWithBrokerRegistration",
+        "configBlackList",
+        "bindAddress",
+        "listenPort",
+        "serverWorkerThreads",
+        "serverCallbackExecutorThreads",
+        "serverSelectorThreads",
+        "serverOnewaySemaphoreValue",
+        "serverAsyncSemaphoreValue",
+        "serverChannelMaxIdleTimeSeconds",
+        "serverSocketSndBufSize",
+        "serverSocketRcvBufSize",
+        "writeBufferHighWaterMark",
+        "writeBufferLowWaterMark",
+        "serverSocketBacklog",
+        "serverNettyWorkerGroupEnable",
+        "serverPooledByteBufAllocatorEnable",
+        "enableShutdownGracefully",
+        "shutdownWaitTimeSeconds",
+        "useEpollNativeSelector",
+        "responseSerializeType",
+        "logLevel",
+        "kafkaBootstrapServers",
+        "eventsTopic",
+        "actionsTopic",
+        "monitorSilenceFallbackMillis",
+        "nodeName",
+        "tickIntervalMillis",
+        "redisUrl",
+        "redisKeyPrefix",
+        "warmStartFromRedis",
     ):
         assert required in OPTIONS_BY_KEY, required
     table = options_markdown()
@@ -196,9 +233,7 @@ def test_option_table_is_complete_and_consistent() -> None:
 
 def test_options_marked_without_effect_are_exactly_those_nothing_reads() -> None:
     """``effect=False`` must stay true to the code: a key someone starts reading, or one nobody reads, fails here."""
-    sources = "\n".join(
-        p.read_text() for p in sorted((REPO / "namesrv").rglob("*.py")) if p.name != "config.py"
-    )
+    sources = "\n".join(p.read_text() for p in sorted((REPO / "namesrv").rglob("*.py")) if p.name != "config.py")
     read_in_config_py = {"kvConfigPath", "configStorePath", "configBlackList"}  # kv_config_file, config_blacklist
     for opt in OPTIONS:
         read = opt.key in read_in_config_py or re.search(rf"\b{opt.attr}\b", sources) is not None
@@ -208,8 +243,12 @@ def test_options_marked_without_effect_are_exactly_those_nothing_reads() -> None
         row = next(line for line in table.splitlines() if line.startswith(f"| `{opt.key}` |"))
         assert ("accepted, no effect" in row) == (not opt.effect), row
     # the four a user would rely on work (tests/conformance/test_wire.py); graceful shutdown does not
-    assert {"serverSocketSndBufSize", "serverSocketRcvBufSize", "writeBufferHighWaterMark", "writeBufferLowWaterMark"} \
-        <= {o.key for o in OPTIONS if o.effect}
+    assert {
+        "serverSocketSndBufSize",
+        "serverSocketRcvBufSize",
+        "writeBufferHighWaterMark",
+        "writeBufferLowWaterMark",
+    } <= {o.key for o in OPTIONS if o.effect}
     assert not OPTIONS_BY_KEY["enableShutdownGracefully"].effect
 
 
@@ -328,7 +367,9 @@ def test_update_that_cannot_be_persisted_is_rolled_back(tmp_path: Path, monkeypa
     assert path.read_text() == "clusterTest=false\n"
 
 
-def test_update_whose_persistence_fails_in_any_way_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_update_whose_persistence_fails_in_any_way_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from namesrv import config as config_mod
 
     cfg = cfg_in(tmp_path)
@@ -345,9 +386,17 @@ def test_update_whose_persistence_fails_in_any_way_changes_nothing(tmp_path: Pat
     assert isinstance(apply_update(cfg, "clusterTest=true\n"), Updated) and cfg.cluster_test is True
 
 
-@pytest.mark.parametrize("text", ["productEnvName=\\ud800\n", "productEnvName=a\\u0000b\n", "a\\u0007b=1\n",
-                                  "productEnvName=" + "x" * 4097 + "\n", "".join(f"k{i}=1\n" for i in range(257)),
-                                  b"x=" + b"y" * 64 * 1024])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "productEnvName=\\ud800\n",
+        "productEnvName=a\\u0000b\n",
+        "a\\u0007b=1\n",
+        "productEnvName=" + "x" * 4097 + "\n",
+        "".join(f"k{i}=1\n" for i in range(257)),
+        b"x=" + b"y" * 64 * 1024,
+    ],
+)
 def test_update_that_cannot_be_stored_is_refused_before_anything_changes(tmp_path: Path, text) -> None:
     from namesrv.config import Refused
 

@@ -93,8 +93,9 @@ class FakeLoop:
 class FakeTransport:
     """Records what is written; the 'peer' reads it with :meth:`peer_reads`."""
 
-    def __init__(self, loop: FakeLoop, peer: tuple[str, int], high_water: int = 64 * KiB,
-                 low_water: int = 16 * KiB) -> None:
+    def __init__(
+        self, loop: FakeLoop, peer: tuple[str, int], high_water: int = 64 * KiB, low_water: int = 16 * KiB
+    ) -> None:
         self.loop = loop
         self.peer = peer
         self.high_water, self.low_water = high_water, low_water
@@ -218,7 +219,7 @@ def test_a_request_split_across_reads_is_answered_once_it_is_whole(harness):
     assert [a.code for a in transport.peer_reads()] == [ResponseCode.SUCCESS]
     second, third = route_frame(2), route_frame(3)
     for i in range(len(second) - 1):  # one byte at a time: nothing until the frame is whole
-        connection.data_received(second[i:i + 1])
+        connection.data_received(second[i : i + 1])
         assert transport.unread == b""
     connection.data_received(second[-1:] + third[:5])  # its last byte, and the start of the next
     assert [(a.opaque, a.code) for a in transport.peer_reads()] == [(2, ResponseCode.SUCCESS)]
@@ -345,7 +346,8 @@ def unfinished_frame(size: int) -> bytes:
 
 
 def test_past_the_budget_the_large_holders_stop_being_read_until_the_total_is_back_under_three_quarters(
-        harness, monkeypatch, caplog):
+    harness, monkeypatch, caplog
+):
     monkeypatch.setattr(server_mod, "BUFFER_BUDGET_BYTES", 1024 * KiB)
     large, large_t = harness.connect(7000)
     small, small_t = harness.connect(7001)

@@ -12,8 +12,14 @@ def test_connection_ends_carry_the_documented_reasons():
     assert str(departure.idle(120)) == "idle for 120 s (serverChannelMaxIdleTimeSeconds)"
     assert str(departure.malformed_frame(ValueError("frame of 17 MiB"))) == "malformed frame: frame of 17 MiB"
     assert str(departure.read_failed(KeyError("x"))) == "KeyError: 'x'"
-    ends = [departure.PEER_CLOSED, departure.connection_error(OSError()), departure.idle(1),
-            departure.malformed_frame(ValueError()), departure.read_failed(KeyError()), departure.NODE_STOPPING]
+    ends = [
+        departure.PEER_CLOSED,
+        departure.connection_error(OSError()),
+        departure.idle(1),
+        departure.malformed_frame(ValueError()),
+        departure.read_failed(KeyError()),
+        departure.NODE_STOPPING,
+    ]
     assert all(d.cause.connection_ended for d in ends)
     decided = [departure.BROKER_ASKED, departure.LOCAL_EXPIRY, departure.MONITOR_EXPIRE, departure.MONITOR_REMOVE]
     assert not any(d.cause.connection_ended for d in decided)

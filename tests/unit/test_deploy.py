@@ -31,7 +31,9 @@ def test_the_monitor_overrides_every_loopback_address_of_the_shipped_conf(tmp_pa
     command = _service_command("monitor")
     overrides = parse_overrides(re.findall(r"-D (\S+)", command))
     assert set(overrides) <= set(JOB_KEYS) | {"spark.master", "spark.driver.host"}
-    cfg = load_config(Path(__file__).resolve().parents[2] / "conf" / "streaming.properties", overrides, base_dir=tmp_path)
+    cfg = load_config(
+        Path(__file__).resolve().parents[2] / "conf" / "streaming.properties", overrides, base_dir=tmp_path
+    )
     assert cfg.spark["spark.master"] == "spark://spark-master:7077"  # not the shipped local[*]
     assert cfg.kafka_bootstrap == "kafka:19092" and cfg.redis_url == "redis://redis:6379/0"
     assert str(cfg.checkpoint_dir).startswith("/checkpoints/")  # the volume the worker shares

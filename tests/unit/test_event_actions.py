@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from namesrv.config import load_config
+from namesrv.departure import MONITOR_EXPIRE, Departure
 from namesrv.events.actions import (
     ActionApplier,
     ActionConsumer,
@@ -17,7 +18,6 @@ from namesrv.events.actions import (
     trusted_monitors,
 )
 from namesrv.events.schema import Action, ActionType, encode_action
-from namesrv.departure import MONITOR_EXPIRE, Departure
 from namesrv.handlers import NodeObserver
 from namesrv.liveness import BatchUnregistration, ExpiryScan
 from namesrv.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
@@ -44,8 +44,14 @@ class FakeClock:
 
 
 def expire(last_heartbeat: int, **kw) -> Action:
-    fields = dict(cluster_name=CLUSTER, broker_addr=ADDR, broker_name=NAME, broker_id=0,
-                  last_heartbeat=last_heartbeat, watermark=last_heartbeat + 10_000)
+    fields = dict(
+        cluster_name=CLUSTER,
+        broker_addr=ADDR,
+        broker_name=NAME,
+        broker_id=0,
+        last_heartbeat=last_heartbeat,
+        watermark=last_heartbeat + 10_000,
+    )
     fields.update(kw)
     return Action(ActionType.EXPIRE, "monitor-1", 5_000_000, **fields)
 
@@ -140,8 +146,9 @@ def skew_setup(skew_ms: int = 10_000):
     routes, batch, observer, _ = setup()
     scan = ExpiryScan(routes, 5000)
     dog = MonitorWatchdog(scan, silence_ms=30_000, now=FakeClock())
-    applier = ActionApplier(routes, batch.submit, lambda c, a: None, observer, dog,
-                            max_clock_skew_ms=skew_ms, wall_clock_ms=lambda: NOW_MS)
+    applier = ActionApplier(
+        routes, batch.submit, lambda c, a: None, observer, dog, max_clock_skew_ms=skew_ms, wall_clock_ms=lambda: NOW_MS
+    )
     return routes, batch, scan, applier
 
 
@@ -155,8 +162,11 @@ def test_an_action_whose_last_heartbeat_is_further_ahead_than_the_skew_bound_is_
     assert applier.counts[Outcome.AHEAD] == 2
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1  # one per monitor and minute
-    assert "refusing EXPIRE of '127.0.0.1:10911' from monitor 'monitor-1': its lastHeartbeat is 10001 ms ahead" \
-        in warnings[0] and "maxClockSkewMillis=10000" in warnings[0]
+    assert (
+        "refusing EXPIRE of '127.0.0.1:10911' from monitor 'monitor-1': its lastHeartbeat is 10001 ms ahead"
+        in warnings[0]
+        and "maxClockSkewMillis=10000" in warnings[0]
+    )
 
 
 def test_an_action_exactly_at_the_skew_bound_is_applied():
@@ -236,8 +246,10 @@ def test_another_monitor_takes_over_only_after_the_first_was_silent_for_the_fall
     assert applier.apply(take_over) is Outcome.APPLIED and not scan.enabled
     batch.drain_now()
     assert routes.last_seen(CLUSTER, ADDR) is None
-    assert any("monitor 'job-1' silent for 30000 ms (monitorSilenceFallbackMillis=30000): obeying monitor 'job-2'"
-               in w for w in warnings_of(caplog))
+    assert any(
+        "monitor 'job-1' silent for 30000 ms (monitorSilenceFallbackMillis=30000): obeying monitor 'job-2'" in w
+        for w in warnings_of(caplog)
+    )
     assert applier.apply(beat("job-1")) is Outcome.UNTRUSTED  # the old one came back: now it is the second
 
 

@@ -9,10 +9,10 @@ import pytest
 from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError, NotLeaderForPartitionError
 from kafka.future import Future
 
-from namesrv.config import ConfigError
-from namesrv.events import check_bootstrap_servers
 from namesrv import departure
+from namesrv.config import ConfigError
 from namesrv.departure import Cause
+from namesrv.events import check_bootstrap_servers
 from namesrv.events.publisher import UNREGISTER_SOURCES, EventPublisher, EventQueue, PublisherSettings
 from namesrv.events.schema import (
     AdminOp,
@@ -87,8 +87,9 @@ def make_publisher(**settings) -> tuple[EventPublisher, RouteInfoManager]:
     return publisher, routes
 
 
-def register(publisher, routes, dv=DataVersion(1, 0, 5), timeout=None, zone=None, filters=None, mappings=None,
-             acting=True):
+def register(
+    publisher, routes, dv=DataVersion(1, 0, 5), timeout=None, zone=None, filters=None, mappings=None, acting=True
+):
     header = RegisterBrokerHeader(
         broker_name=NAME, broker_addr=ADDR, cluster_name=CLUSTER, ha_server_addr="127.0.0.1:10912",
         broker_id=0, heartbeat_timeout_millis=timeout, enable_acting_master=acting,
@@ -169,7 +170,11 @@ def test_order_topic_config_changes_are_published_and_other_namespaces_are_not()
     p.kv_config_changed("OTHER", "TopicOrder", "x")
     p.kv_config_changed("ORDER_TOPIC_CONFIG", "TopicOrder", None)
     put, delete = drain(p)
-    assert (put.type, put.topic, put.order_topic_conf) == (EventType.ORDER_TOPIC_CONF, "TopicOrder", "broker-a:4;broker-b:4")
+    assert (put.type, put.topic, put.order_topic_conf) == (
+        EventType.ORDER_TOPIC_CONF,
+        "TopicOrder",
+        "broker-a:4;broker-b:4",
+    )
     assert (delete.type, delete.topic, delete.order_topic_conf) == (EventType.ORDER_TOPIC_CONF, "TopicOrder", None)
     assert delete.seq == put.seq + 1 and delete.event_time > put.event_time
     for e in (put, delete):
@@ -194,8 +199,15 @@ def test_heartbeats_name_the_broker_and_skip_brokers_the_node_does_not_hold():
 def test_unregistrations_say_why_and_closed_connections_are_their_own_type():
     p, _ = make_publisher()
     req = UnregisterRequest(CLUSTER, ADDR, NAME, 0, 1)
-    for why in (departure.BROKER_ASKED, departure.LOCAL_EXPIRY, departure.MONITOR_EXPIRE, departure.MONITOR_REMOVE,
-                departure.PEER_CLOSED, departure.idle(30), departure.malformed_frame(ValueError("bad length"))):
+    for why in (
+        departure.BROKER_ASKED,
+        departure.LOCAL_EXPIRY,
+        departure.MONITOR_EXPIRE,
+        departure.MONITOR_REMOVE,
+        departure.PEER_CLOSED,
+        departure.idle(30),
+        departure.malformed_frame(ValueError("bad length")),
+    ):
         p.broker_unregistered(req, why)
     events = drain(p)
     assert [(e.type, e.source) for e in events[:4]] == [
@@ -204,7 +216,11 @@ def test_unregistrations_say_why_and_closed_connections_are_their_own_type():
     ]  # fmt: skip
     closed = events[4]
     assert (closed.type, closed.reason, closed.broker_addr, closed.broker_name) == (
-        EventType.CHANNEL_CLOSED, "connection closed", ADDR, NAME)
+        EventType.CHANNEL_CLOSED,
+        "connection closed",
+        ADDR,
+        NAME,
+    )
     assert [(e.type, e.reason) for e in events[5:]] == [
         (EventType.CHANNEL_CLOSED, "idle for 30 s (serverChannelMaxIdleTimeSeconds)"),
         (EventType.CHANNEL_CLOSED, "malformed frame: bad length"),
@@ -371,7 +387,9 @@ def test_a_broker_timeout_outside_the_schema_range_is_clamped_not_dropped(caplog
 
 def test_a_long_close_reason_is_cut_to_its_bound():
     p, _ = make_publisher()
-    p.broker_unregistered(UnregisterRequest(CLUSTER, ADDR, NAME, 0, 1), departure.connection_error(OSError("x" * 10_000)))
+    p.broker_unregistered(
+        UnregisterRequest(CLUSTER, ADDR, NAME, 0, 1), departure.connection_error(OSError("x" * 10_000))
+    )
     (closed,) = drain(p)
     assert closed.type is EventType.CHANNEL_CLOSED and len(closed.reason) == 4096
     assert decode_event(encode_event(closed)) == closed

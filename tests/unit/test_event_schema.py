@@ -102,7 +102,10 @@ def test_an_order_topic_conf_event_is_keyed_by_topic_and_a_deletion_carries_no_v
         b'{"v":1,"type":"ORDER_TOPIC_CONF","node":"ns-1","eventTime":5,"seq":16,"topic":"TopicOrder",'
         b'"orderTopicConf":"broker-a:4;broker-b:4"}'
     )
-    assert encode_event(delete) == b'{"v":1,"type":"ORDER_TOPIC_CONF","node":"ns-1","eventTime":5,"seq":17,"topic":"TopicOrder"}'
+    assert (
+        encode_event(delete)
+        == b'{"v":1,"type":"ORDER_TOPIC_CONF","node":"ns-1","eventTime":5,"seq":17,"topic":"TopicOrder"}'
+    )
     assert event_key(put) == event_key(delete) == b"TopicOrder"
     # an empty value is a value, not a deletion
     empty = replace(put, order_topic_conf="")
@@ -115,7 +118,9 @@ def test_actions_round_trip_and_key_by_broker():
         assert decode_action(encode_action(action)) == action
     assert action_key(EXPIRE) == b"127.0.0.1:10911"
     assert action_key(beat) == b"monitor-1"
-    assert encode_action(beat) == b'{"v":1,"type":"MONITOR_HEARTBEAT","monitor":"monitor-1","decidedAt":42,"watermark":7}'
+    assert (
+        encode_action(beat) == b'{"v":1,"type":"MONITOR_HEARTBEAT","monitor":"monitor-1","decidedAt":42,"watermark":7}'
+    )
 
 
 def test_unknown_fields_are_ignored_and_parsed_objects_accepted():
@@ -233,7 +238,9 @@ def test_spark_ddl_names_every_field_once_in_schema_order():
     assert types["topics"].startswith("MAP<STRING, STRUCT<readQueueNums: INT")
     assert types["filterServerList"] == "ARRAY<STRING>"
     assert types["topicQueueMappingInfoMap"] == "MAP<STRING, STRING>"
-    assert types["orderTopicConf"] == "STRING" and list(types)[-1] == "orderTopicConf"  # appended: old columns keep their place
+    assert (
+        types["orderTopicConf"] == "STRING" and list(types)[-1] == "orderTopicConf"
+    )  # appended: old columns keep their place
     ddl = event_ddl()
     assert ddl.startswith("`v` INT, `type` STRING, `node` STRING, `eventTime` BIGINT, `seq` BIGINT")
     assert ddl.count("`") == 2 * len(types)
@@ -325,8 +332,9 @@ EVENT_EDGES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("base", "attr", "edge", "past", "message"), [e[1:] for e in EVENT_EDGES],
-                         ids=[e[0] for e in EVENT_EDGES])
+@pytest.mark.parametrize(
+    ("base", "attr", "edge", "past", "message"), [e[1:] for e in EVENT_EDGES], ids=[e[0] for e in EVENT_EDGES]
+)
 def test_an_event_value_at_its_bound_passes_and_one_past_it_is_refused_both_ways(base, attr, edge, past, message):
     ok = replace(base, **{attr: edge})
     schema.check_event(ok)
@@ -357,8 +365,9 @@ ACTION_EDGES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("attr", "edge", "past", "message"), [e[1:] for e in ACTION_EDGES],
-                         ids=[e[0] for e in ACTION_EDGES])
+@pytest.mark.parametrize(
+    ("attr", "edge", "past", "message"), [e[1:] for e in ACTION_EDGES], ids=[e[0] for e in ACTION_EDGES]
+)
 def test_an_action_value_at_its_bound_passes_and_one_past_it_is_refused_both_ways(attr, edge, past, message):
     ok = replace(EXPIRE, **{attr: edge})
     schema.check_action(ok)
@@ -380,8 +389,10 @@ def test_the_poison_records_of_issue_8_are_refused_with_a_short_message():
     with pytest.raises(SchemaError) as caught:
         decode_event(huge_name)
     assert str(caught.value) == "event.node: 900000 characters, more than the 1024 allowed"
-    all_ones = (b'{"v":1,"type":"EXPIRE","monitor":"m","decidedAt":1,"clusterName":"c","brokerAddr":"a",'
-                b'"lastHeartbeat":18446744073709551615,"watermark":0}')
+    all_ones = (
+        b'{"v":1,"type":"EXPIRE","monitor":"m","decidedAt":1,"clusterName":"c","brokerAddr":"a",'
+        b'"lastHeartbeat":18446744073709551615,"watermark":0}'
+    )
     with pytest.raises(SchemaError, match="action.lastHeartbeat: 18446744073709551615 is out of range"):
         decode_action(all_ones)
     # an already parsed record may hold any Python int: the message stays short

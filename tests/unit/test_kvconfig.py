@@ -111,9 +111,7 @@ def test_version_grows_only_on_change(tmp_path: Path) -> None:
     assert kv.version > v2 > v1
 
 
-def test_crash_between_tmp_write_and_rename_keeps_the_original(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_crash_between_tmp_write_and_rename_keeps_the_original(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "kvConfig.json"
     path.write_bytes(VECTOR)
     kv = loaded(path)
@@ -209,8 +207,10 @@ def test_a_write_failing_in_any_way_changes_nothing_and_later_writes_work(tmp_pa
     assert loaded(path).snapshot() == {"ns": {"k": "v"}, "other": {"k": "v"}}
 
 
-@pytest.mark.parametrize("namespace, key, value", [("ns", "k", "\ud800"), ("\udc00", "k", "v"), ("ns", "k" * 1025, "v"),
-                                                   ("ns", "k", "v" * (64 * 1024 + 1))])
+@pytest.mark.parametrize(
+    "namespace, key, value",
+    [("ns", "k", "\ud800"), ("\udc00", "k", "v"), ("ns", "k" * 1025, "v"), ("ns", "k", "v" * (64 * 1024 + 1))],
+)
 def test_an_entry_that_cannot_be_stored_is_refused_before_anything_changes(tmp_path, namespace, key, value) -> None:
     from namesrv.kvconfig import KVRefused
 

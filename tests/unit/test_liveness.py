@@ -14,7 +14,9 @@ from namesrv.routes.manager import RouteInfoManager
 from tests.support.node import VECTORS
 
 V = json.loads((VECTORS / "vectors.json").read_text())
-V3_EXT = json.loads(next(f for f in V["frames"] if f["name"].startswith("REGISTER_BROKER request"))["header_json"])["extFields"]
+V3_EXT = json.loads(next(f for f in V["frames"] if f["name"].startswith("REGISTER_BROKER request"))["header_json"])[
+    "extFields"
+]
 BODY = (VECTORS / "register_broker_body.json").read_bytes()
 
 
@@ -66,8 +68,11 @@ def test_heartbeats_keep_a_broker_alive_and_its_own_timeout_wins(tmp_path):
     register(node, channel, heartbeatTimeoutMillis="10000")
     for _ in range(5):
         clock.ms += 9_000
-        hb = request(RequestCode.BROKER_HEARTBEAT, {"clusterName": "DefaultCluster", "brokerAddr": "127.0.0.1:10911"},
-                     oneway=True)
+        hb = request(
+            RequestCode.BROKER_HEARTBEAT,
+            {"clusterName": "DefaultCluster", "brokerAddr": "127.0.0.1:10911"},
+            oneway=True,
+        )
         assert dispatch(node, hb, channel) is None
         assert scan.scan_once() == []
     clock.ms += 10_001
@@ -77,7 +82,12 @@ def test_heartbeats_keep_a_broker_alive_and_its_own_timeout_wins(tmp_path):
 def test_unregistration_is_queued_then_applied_in_one_batch(tmp_path):
     node, batch, _ = make_node(tmp_path, Clock())
     register(node, Channel())
-    ident = {"clusterName": "DefaultCluster", "brokerAddr": "127.0.0.1:10911", "brokerName": "broker-a", "brokerId": "0"}
+    ident = {
+        "clusterName": "DefaultCluster",
+        "brokerAddr": "127.0.0.1:10911",
+        "brokerName": "broker-a",
+        "brokerId": "0",
+    }
     assert dispatch(node, request(RequestCode.UNREGISTER_BROKER, ident), None).code == 0
     assert route_code(node) == ResponseCode.SUCCESS  # asynchronous, as in Java
     batch.drain_now()
@@ -87,7 +97,12 @@ def test_unregistration_is_queued_then_applied_in_one_batch(tmp_path):
 def test_a_queued_unregistration_does_not_remove_a_broker_that_registered_again(tmp_path):
     node, batch, _ = make_node(tmp_path, Clock())
     register(node, Channel())
-    ident = {"clusterName": "DefaultCluster", "brokerAddr": "127.0.0.1:10911", "brokerName": "broker-a", "brokerId": "0"}
+    ident = {
+        "clusterName": "DefaultCluster",
+        "brokerAddr": "127.0.0.1:10911",
+        "brokerName": "broker-a",
+        "brokerId": "0",
+    }
     dispatch(node, request(RequestCode.UNREGISTER_BROKER, ident), None)
     register(node, Channel())  # the broker came back before the batch ran (apache/rocketmq#11043)
     batch.drain_now()
@@ -99,4 +114,3 @@ def test_a_full_unregistration_queue_answers_system_error(tmp_path):
     ident = {"clusterName": "c", "brokerAddr": "a:1", "brokerName": "b", "brokerId": "0"}
     codes = [dispatch(node, request(RequestCode.UNREGISTER_BROKER, ident), None).code for _ in range(3)]
     assert codes == [0, 0, ResponseCode.SYSTEM_ERROR]
-

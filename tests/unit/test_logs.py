@@ -12,7 +12,7 @@ def line(msg: str, *args: object) -> str:
 
 
 def test_control_characters_surrogates_and_line_separators_are_escaped():
-    text = line("KV put %s", "a\x00b\r\nlevel=error msg=\x1b[2J\x7f\x85\ud800\u2028\"\\")
+    text = line("KV put %s", 'a\x00b\r\nlevel=error msg=\x1b[2J\x7f\x85\ud800\u2028"\\')
     assert text.isprintable() and "\n" not in text
     assert '\\x00b\\r\\nlevel=error msg=\\x1b[2J\\x7f\\x85\\ud800\\u2028\\"\\\\' in text
     text.encode("utf-8")  # a lone surrogate would make the stream handler fail

@@ -51,8 +51,14 @@ def _node(tmp_path: Path, notify: bool) -> tuple[NameServerNode, object, object,
 
 
 def _register(node: NameServerNode, addr: str, broker_id: int, channel: object) -> None:
-    ext, body = registration(broker_addr=addr, topics=["T"], broker_name=GROUP, broker_id=broker_id,
-                             enable_acting_master=True, ha_server_addr=f"{addr}-ha")
+    ext, body = registration(
+        broker_addr=addr,
+        topics=["T"],
+        broker_name=GROUP,
+        broker_id=broker_id,
+        enable_acting_master=True,
+        ha_server_addr=f"{addr}-ha",
+    )
     response = dispatch(node, request(RequestCode.REGISTER_BROKER, ext, body), channel)
     assert response is not None and response.code == ResponseCode.SUCCESS
 

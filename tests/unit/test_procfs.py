@@ -40,8 +40,12 @@ def test_a_command_name_with_spaces_and_parentheses_does_not_shift_the_fields(tm
 def test_a_zombie_reads_as_exited_and_a_reaped_process_as_gone() -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     # not reaped yet: a zombie, with no memory of its own
-    zombie = wait_until(lambda: (st := procfs.stat(child.pid)) is not None and st.exited and st, 10,
-                        "the child to exit", state=lambda: procfs.stat(child.pid))
+    zombie = wait_until(
+        lambda: (st := procfs.stat(child.pid)) is not None and st.exited and st,
+        10,
+        "the child to exit",
+        state=lambda: procfs.stat(child.pid),
+    )
     assert zombie.ppid == os.getpid()
     assert procfs.rss_bytes(child.pid) is None
     child.wait()

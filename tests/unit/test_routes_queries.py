@@ -3,11 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
-from namesrv.protocol.codes import SYNC_BROKER_MEMBER_GROUP_PREFIX, Perm, TopicSysFlag
-from namesrv.protocol.types import BrokerData, DataVersion, QueueData, RegisterBrokerBody, TopicConfig
-from namesrv.routes.queries import pickup_topic_route_data
-from namesrv.routes.tables import RouteTables
 from routes_support import (
     DEF_BROKER,
     DEF_CLUSTER,
@@ -23,6 +18,11 @@ from routes_support import (
     topic_configs,
     unregister,
 )
+
+from namesrv.protocol.codes import SYNC_BROKER_MEMBER_GROUP_PREFIX, Perm, TopicSysFlag
+from namesrv.protocol.types import BrokerData, DataVersion, QueueData, RegisterBrokerBody, TopicConfig
+from namesrv.routes.queries import pickup_topic_route_data
+from namesrv.routes.tables import RouteTables
 
 READ = int(Perm.READ)
 RW = int(Perm.READ | Perm.WRITE)
@@ -131,7 +131,10 @@ def test_cluster_info_two_clusters():
     register(mgr, MASTER.but(cluster="AnotherCluster", name="AnotherBroker", addr="127.0.0.1:30911"), "TestTopic1")
     brokers, clusters = mgr.get_all_cluster_info()
     assert clusters == {DEF_CLUSTER: {DEF_BROKER}, "AnotherCluster": {"AnotherBroker"}}
-    assert {n: b.broker_addrs[0] for n, b in brokers.items()} == {DEF_BROKER: MASTER_ADDR, "AnotherBroker": "127.0.0.1:30911"}
+    assert {n: b.broker_addrs[0] for n, b in brokers.items()} == {
+        DEF_BROKER: MASTER_ADDR,
+        "AnotherBroker": "127.0.0.1:30911",
+    }
     brokers[DEF_BROKER].broker_addrs.clear()
     clusters[DEF_CLUSTER].clear()
     assert mgr.get_all_cluster_info()[1][DEF_CLUSTER] == {DEF_BROKER}
@@ -205,7 +208,11 @@ def test_unit_topic_lists_look_at_the_first_queue_data():
     }
     register(mgr, MASTER, configs=configs)
     # a second broker disagrees about "plain"; only the first QueueData counts
-    register(mgr, MASTER.but(name="B2", addr="b2:1"), configs={"plain": TopicConfig("plain", topic_sys_flag=unit), "x": TopicConfig("x")})
+    register(
+        mgr,
+        MASTER.but(name="B2", addr="b2:1"),
+        configs={"plain": TopicConfig("plain", topic_sys_flag=unit), "x": TopicConfig("x")},
+    )
     assert sorted(mgr.get_unit_topics()) == ["both", "unit"]
     assert sorted(mgr.get_has_unit_sub_topic_list()) == ["both", "sub"]
     assert mgr.get_has_unit_sub_ununit_topic_list() == ["sub"]
@@ -215,7 +222,9 @@ def test_broker_member_group():
     mgr, _ = make_manager()
     register(mgr, MASTER, "T")
     register(mgr, SLAVE, "T")
-    assert mgr.get_broker_member_group("AskedCluster", DEF_BROKER) == BrokerData("AskedCluster", DEF_BROKER, {0: MASTER_ADDR, 1: SLAVE_ADDR})
+    assert mgr.get_broker_member_group("AskedCluster", DEF_BROKER) == BrokerData(
+        "AskedCluster", DEF_BROKER, {0: MASTER_ADDR, 1: SLAVE_ADDR}
+    )
     assert mgr.get_broker_member_group(DEF_CLUSTER, "nope") == BrokerData(DEF_CLUSTER, "nope", {})
 
 
@@ -290,7 +299,9 @@ def test_three_by_three_route(three_by_three):
     route = mgr.pickup_topic_route_data("topic-0")
     assert sorted((b.broker_name, b.broker_addrs) for b in route.broker_datas) == sorted(groups.items())
     assert {q.broker_name for q in route.queue_datas} == set(groups)
-    assert all((q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag) == (8, 8, 6, 0) for q in route.queue_datas)
+    assert all(
+        (q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag) == (8, 8, 6, 0) for q in route.queue_datas
+    )
     mgr.delete_topic("topic-0")
     assert mgr.pickup_topic_route_data("topic-0") is None
 

@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-
-from namesrv.protocol.codes import Perm
-from namesrv.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig
-from namesrv.routes import RouteSettings
-from namesrv.routes.register import register_broker
-from namesrv.routes.tables import RouteTables
 from routes_support import (
     DEF_BROKER,
     DEF_CLUSTER,
@@ -28,6 +22,12 @@ from routes_support import (
     topic_configs,
     unregister,
 )
+
+from namesrv.protocol.codes import Perm
+from namesrv.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig
+from namesrv.routes import RouteSettings
+from namesrv.routes.register import register_broker
+from namesrv.routes.tables import RouteTables
 
 WRITABLE = int(Perm.READ | Perm.WRITE)
 
@@ -124,7 +124,9 @@ def test_state_version_conflict_ignores_the_registration_and_drops_its_live_entr
 def test_equal_or_newer_state_version_takes_over_the_id():
     mgr, _ = make_manager()
     register(mgr, MASTER.but(dv=DataVersion(1, state_version=5, timestamp=1)), "TestTopic")
-    res = register(mgr, MASTER.but(addr="127.0.0.1:19999", dv=DataVersion(1, state_version=5, timestamp=2)), "TestTopic")
+    res = register(
+        mgr, MASTER.but(addr="127.0.0.1:19999", dv=DataVersion(1, state_version=5, timestamp=2)), "TestTopic"
+    )
     assert not res.conflict
     assert members(mgr) == {0: "127.0.0.1:19999"}
 

@@ -10,6 +10,7 @@ import logging
 
 import orjson
 import pytest
+from routes_support import Clock
 
 from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo
 from namesrv.protocol import bodies, fastjson
@@ -17,7 +18,6 @@ from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
 from namesrv.routes import BrokerAddrInfo, RouteInfoManager, RouteSettings
 from namesrv.routes.snapshot import OrderConf, SnapshotError, decode_model, encode_meta
 from namesrv.warmstart import WarmStartError, load_model, parse_model
-from routes_support import Clock
 from streaming.routes import RouteModel
 
 T0 = 1_700_000_000_000
@@ -43,7 +43,13 @@ def reg(cluster: str, name: str, addr: str, bid: int, topics: dict[str, int], *,
 
 def mapping(topic: str, bname: str, queues: int) -> dict:
     # more than ten queues: integer and text keys would sort differently
-    return {"topic": topic, "bname": bname, "epoch": 1, "totalQueues": queues, "currIdMap": {i: i for i in range(queues)}}
+    return {
+        "topic": topic,
+        "bname": bname,
+        "epoch": 1,
+        "totalQueues": queues,
+        "currIdMap": {i: i for i in range(queues)},
+    }
 
 
 def job_model() -> RouteModel:

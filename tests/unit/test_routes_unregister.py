@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from namesrv.protocol.codes import Perm
-from namesrv.protocol.types import DataVersion
-from namesrv.routes import FenceReason, UnregisterRequest
 from routes_support import (
     DEF_BROKER,
     DEF_CLUSTER,
@@ -22,9 +19,15 @@ from routes_support import (
     unregister,
 )
 
+from namesrv.protocol.codes import Perm
+from namesrv.protocol.types import DataVersion
+from namesrv.routes import FenceReason, UnregisterRequest
+
 
 def request(mgr, broker, seq=None):
-    return UnregisterRequest(broker.cluster, broker.addr, broker.name, broker.id, mgr.next_seq() if seq is None else seq)
+    return UnregisterRequest(
+        broker.cluster, broker.addr, broker.name, broker.id, mgr.next_seq() if seq is None else seq
+    )
 
 
 def test_unregister_only_master_removes_its_topics_sync_and_batched():
@@ -142,7 +145,12 @@ def test_on_channel_destroy_builds_requests_and_client_channels_match_nothing():
     assert mgr.on_channel_destroy(object()) == []
     assert mgr.on_channel_destroy(None) == []
     (req,) = mgr.on_channel_destroy(ch)
-    assert (req.cluster_name, req.broker_addr, req.broker_name, req.broker_id) == (DEF_CLUSTER, MASTER_ADDR, DEF_BROKER, 0)
+    assert (req.cluster_name, req.broker_addr, req.broker_name, req.broker_id) == (
+        DEF_CLUSTER,
+        MASTER_ADDR,
+        DEF_BROKER,
+        0,
+    )
     assert mgr.pickup_topic_route_data("TestTopic") is not None  # not applied yet
     out = mgr.unregister_brokers([req])
     assert out.removed_channels == [ch]

@@ -25,8 +25,17 @@ T0 = 1_700_000_000_000
 
 
 def test_open_and_resolved_of_one_incident_share_its_id_and_json_round_trips():
-    a = Alert(AlertKind.BROKER_EXPIRED, AlertState.OPEN, Severity.CRITICAL, "silent", T0,
-              cluster_name="C", broker_name="b", broker_addr="1.2.3.4:5", node="n1")
+    a = Alert(
+        AlertKind.BROKER_EXPIRED,
+        AlertState.OPEN,
+        Severity.CRITICAL,
+        "silent",
+        T0,
+        cluster_name="C",
+        broker_name="b",
+        broker_addr="1.2.3.4:5",
+        node="n1",
+    )
     r = a.resolved("back", T0 + 1)
     assert a.incident == r.incident == "BROKER_EXPIRED|C|1.2.3.4:5"
     assert decode_alert(encode_alert(a, monitor="m", emitted_at=T0)) == a

@@ -58,10 +58,15 @@ def test_a_bad_key_or_value_stops_start_up_naming_it(item, message, tmp_path):
     "items, keys",
     [
         # a node 10 s behind would see its on-time heartbeats dropped as late
-        (["monitor.watermarkDelayMillis=15000"], "monitor.watermarkDelayMillis=15000 must be at least 2 x "
-                                                 "monitor.maxClockSkewMillis + monitor.triggerIntervalMillis"),
-        (["monitor.heartbeatTimeoutMillis=20000"], "monitor.heartbeatTimeoutMillis=20000 must exceed 2 x "
-                                                   "monitor.maxClockSkewMillis"),
+        (
+            ["monitor.watermarkDelayMillis=15000"],
+            "monitor.watermarkDelayMillis=15000 must be at least 2 x "
+            "monitor.maxClockSkewMillis + monitor.triggerIntervalMillis",
+        ),
+        (
+            ["monitor.heartbeatTimeoutMillis=20000"],
+            "monitor.heartbeatTimeoutMillis=20000 must exceed 2 x " "monitor.maxClockSkewMillis",
+        ),
         (["alerts.nodeSilentMillis=500", "monitor.triggerIntervalMillis=1000"], "alerts.nodeSilentMillis=500"),
     ],
 )

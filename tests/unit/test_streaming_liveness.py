@@ -45,8 +45,9 @@ def frame(*events: Event) -> pd.DataFrame:
 
 
 def make_tester(**settings) -> TwsTester:
-    s = LivenessSettings(**{"heartbeat_timeout_ms": 60_000, "node_silent_ms": 5_000, "watermark_delay_ms": DELAY,
-                            **settings})
+    s = LivenessSettings(
+        **{"heartbeat_timeout_ms": 60_000, "node_silent_ms": 5_000, "watermark_delay_ms": DELAY, **settings}
+    )
     return TwsTester(
         LivenessProcessor(s), timeMode="EventTime", outputMode="Append",
         eventTimeExtractor=lambda row: row["eventTime"],
@@ -83,7 +84,11 @@ def test_a_registration_is_passed_to_routes_and_expires_once_after_its_own_timeo
     assert len(actions) == 1
     a = actions[0]
     assert (a["type"], a["clusterName"], a["brokerAddr"], a["brokerName"], a["brokerId"]) == (
-        "EXPIRE", CLUSTER, ADDR, "broker-a", 0
+        "EXPIRE",
+        CLUSTER,
+        ADDR,
+        "broker-a",
+        0,
     )
     assert a["lastHeartbeat"] == T0 and a["watermark"] == T0 + TIMEOUT + 1 - DELAY
     assert a["orderTime"] == T0 + TIMEOUT + 1
@@ -207,7 +212,7 @@ def test_flapping_opens_once_and_resolves_when_the_window_empties():
     feed(t, register(T0))
     opened = []
     t_now = T0
-    for i in range(3):  # expire, come back, three times: 6 changes > 2
+    for _ in range(3):  # expire, come back, three times: 6 changes > 2
         wm = t_now + TIMEOUT + 1
         opened += kinds(fire(t, wm), KIND_ALERT)
         t_now = wm + 1_000

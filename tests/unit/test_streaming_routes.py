@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 import orjson
+import pytest
 
 from namesrv.config import load_config
 from namesrv.events.publisher import EventPublisher, PublisherSettings
@@ -75,14 +74,28 @@ def test_the_model_answers_what_a_node_answers_through_registrations_admin_and_r
         model.apply_event(decode_event(encode_event(e)))  # through JSON, as the job sees it
     same(model, node)
 
-    wipe = Event(type=EventType.ADMIN, node="n1", event_time=T0 + 1, seq=2, op=AdminOp.WIPE_WRITE_PERM,
-                 broker_name="b", topic_count=2)
+    wipe = Event(
+        type=EventType.ADMIN,
+        node="n1",
+        event_time=T0 + 1,
+        seq=2,
+        op=AdminOp.WIPE_WRITE_PERM,
+        broker_name="b",
+        topic_count=2,
+    )
     node.wipe_write_perm_of_broker("b")
     model.apply_event(wipe)
     same(model, node)
 
-    reg_topic = Event(type=EventType.ADMIN, node="n1", event_time=T0 + 2, seq=3, op=AdminOp.REGISTER_TOPIC,
-                      topic="T9", queue_datas=[BrokerQueueInfo("a", QueueInfo(3, 3, 6))])
+    reg_topic = Event(
+        type=EventType.ADMIN,
+        node="n1",
+        event_time=T0 + 2,
+        seq=3,
+        op=AdminOp.REGISTER_TOPIC,
+        topic="T9",
+        queue_datas=[BrokerQueueInfo("a", QueueInfo(3, 3, 6))],
+    )
     node.register_topic("T9", [QueueData("a", 3, 3, 6, 0)])
     model.apply_event(reg_topic)
     delete = Event(type=EventType.ADMIN, node="n1", event_time=T0 + 3, seq=4, op=AdminOp.DELETE_TOPIC, topic="T2")
@@ -140,8 +153,9 @@ def test_a_replayed_unchanged_registration_re_adds_a_topic_an_admin_deleted_as_a
     node_register(node, A0)
     model.apply_event(A0)
     node.delete_topic("T1")
-    model.apply_event(Event(type=EventType.ADMIN, node="n1", event_time=T0 + 1, seq=2, op=AdminOp.DELETE_TOPIC,
-                            topic="T1"))
+    model.apply_event(
+        Event(type=EventType.ADMIN, node="n1", event_time=T0 + 1, seq=2, op=AdminOp.DELETE_TOPIC, topic="T1")
+    )
     model.changes()
     node_register(node, A0)  # the broker's next periodic registration, DataVersion unchanged
     model.apply_event(A0)  # what the processor passes again (cause REREGISTER)
@@ -180,9 +194,19 @@ class NodeAndJob:
                 self.model.apply_event(decode_event(encode_event(event)))  # through JSON, as the job sees it
         return events
 
-    def register(self, name: str, addr: str, bid: int, counter: int, topics: tuple[str, ...],
-                 filters: list[str], mappings: dict | None = None, compressed: bool = False,
-                 zone: str | None = None, acting: bool = False) -> EventType:
+    def register(
+        self,
+        name: str,
+        addr: str,
+        bid: int,
+        counter: int,
+        topics: tuple[str, ...],
+        filters: list[str],
+        mappings: dict | None = None,
+        compressed: bool = False,
+        zone: str | None = None,
+        acting: bool = False,
+    ) -> EventType:
         """One REGISTER_BROKER through the handler; the job applies what the node published."""
         body = RegisterBrokerBody(DataVersion(counter, 0, T0 + counter), {t: TopicConfig(t, 8, 8, 6) for t in topics},
                                   filters, mappings or {})  # fmt: skip
@@ -196,7 +220,9 @@ class NodeAndJob:
         (event,) = self.forward()
         return event.type
 
-    def kv(self, code: RequestCode, key: str, value: str | None = None, namespace: str = ORDER_TOPIC_CONFIG) -> list[Event]:
+    def kv(
+        self, code: RequestCode, key: str, value: str | None = None, namespace: str = ORDER_TOPIC_CONFIG
+    ) -> list[Event]:
         """PUT_KV_CONFIG / DELETE_KV_CONFIG through the handler; the job applies what the node published."""
         ext = {"namespace": namespace, "key": key, **({} if value is None else {"value": value})}
         assert dispatch(self.node, request(code, ext), object()).code == ResponseCode.SUCCESS

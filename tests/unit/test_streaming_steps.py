@@ -26,8 +26,9 @@ def test_the_monitor_heartbeat_goes_out_only_while_deciding_and_lag_is_an_incide
         return [decode_action(v) for t, _, v in pub.sent if t == sink.cfg.actions_topic]
 
     def alerts() -> list:
-        return [(str(a.kind), str(a.state)) for a in (decode_alert(v) for t, _, v in pub.sent
-                                                      if t == sink.cfg.alerts_topic)]
+        return [
+            (str(a.kind), str(a.state)) for a in (decode_alert(v) for t, _, v in pub.sent if t == sink.cfg.alerts_topic)
+        ]
 
     sink.set_lineage("q")
     sink.monitor_tick()

@@ -12,20 +12,6 @@ import logging
 
 import orjson
 import pytest
-
-from namesrv.config import NamesrvConfig
-from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
-from namesrv.protocol.types import DataVersion, QueueData
-from namesrv.routes import BrokerAddrInfo, RouteInfoManager
-from namesrv.warmstart import (
-    RedisModel,
-    WarmStartError,
-    drop_unconfirmed,
-    load_model,
-    parse_model,
-    redact_url,
-    warm_start,
-)
 from routes_support import (
     DEF_BROKER,
     DEF_CLUSTER,
@@ -44,6 +30,20 @@ from routes_support import (
     unregister,
 )
 
+from namesrv.config import NamesrvConfig
+from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
+from namesrv.protocol.types import DataVersion, QueueData
+from namesrv.routes import BrokerAddrInfo, RouteInfoManager
+from namesrv.warmstart import (
+    RedisModel,
+    WarmStartError,
+    drop_unconfirmed,
+    load_model,
+    parse_model,
+    redact_url,
+    warm_start,
+)
+
 TIMEOUT = 10_000
 DV = DataVersion(counter=7, state_version=3, timestamp=1_700_000_000_000)
 OTHER = "broker-b"
@@ -52,6 +52,7 @@ OTHER_ADDR = "10.0.0.2:10911"
 
 def model_values(*, master_timeout: int | None = TIMEOUT, with_slave: bool = True) -> tuple[dict, dict, bytes]:
     """Raw ``P:meta``, ``P:model:topics`` and ``P:model:brokers`` values, as docs/redis-keys.md shows them."""
+
     def q(name: str, perm: int = 6) -> dict:
         return QueueData(name, 8, 8, perm, 0).to_wire()
 
@@ -62,19 +63,33 @@ def model_values(*, master_timeout: int | None = TIMEOUT, with_slave: bool = Tru
         b"baseTopic": orjson.dumps({DEF_BROKER: q(DEF_BROKER)}),
     }
     addrs = {0: MASTER_ADDR, 1: SLAVE_ADDR} if with_slave else {0: MASTER_ADDR}
-    live = {f"{DEF_CLUSTER}|{MASTER_ADDR}": {"dataVersion": DV.to_wire(), "haServerAddr": MASTER_HA,
-                                              "lastUpdate": 5, "timeoutMillis": master_timeout}}
+    live = {
+        f"{DEF_CLUSTER}|{MASTER_ADDR}": {
+            "dataVersion": DV.to_wire(),
+            "haServerAddr": MASTER_HA,
+            "lastUpdate": 5,
+            "timeoutMillis": master_timeout,
+        }
+    }
     if master_timeout is None:
         del live[f"{DEF_CLUSTER}|{MASTER_ADDR}"]["timeoutMillis"]
     if with_slave:
-        live[f"{DEF_CLUSTER}|{SLAVE_ADDR}"] = {"dataVersion": DV.to_wire(), "haServerAddr": None,
-                                              "lastUpdate": 5, "timeoutMillis": TIMEOUT}
+        live[f"{DEF_CLUSTER}|{SLAVE_ADDR}"] = {
+            "dataVersion": DV.to_wire(),
+            "haServerAddr": None,
+            "lastUpdate": 5,
+            "timeoutMillis": TIMEOUT,
+        }
     live[f"{DEF_CLUSTER}|{OTHER_ADDR}"] = {"dataVersion": DV.to_wire(), "timeoutMillis": 2 * TIMEOUT, "lastUpdate": 5}
     brokers = orjson.dumps(
         {
             "groups": {
-                DEF_BROKER: {"cluster": DEF_CLUSTER, "brokerName": DEF_BROKER, "brokerAddrs": addrs,
-                             "enableActingMaster": True},
+                DEF_BROKER: {
+                    "cluster": DEF_CLUSTER,
+                    "brokerName": DEF_BROKER,
+                    "brokerAddrs": addrs,
+                    "enableActingMaster": True,
+                },
                 OTHER: {"cluster": DEF_CLUSTER, "brokerName": OTHER, "brokerAddrs": {0: OTHER_ADDR}},
             },
             "clusters": {DEF_CLUSTER: [DEF_BROKER, OTHER]},
@@ -276,8 +291,9 @@ def test_warm_start_loads_what_it_reads_and_logs_where_from(caplog):
         return parse_model(*model_values())
 
     with caplog.at_level(logging.WARNING, "namesrv.warmstart"):
-        report = asyncio.run(warm_start(config(redis_key_prefix="east"), mgr, read=read,
-                                        wall_ms=lambda: 1_700_000_003_500))
+        report = asyncio.run(
+            warm_start(config(redis_key_prefix="east"), mgr, read=read, wall_ms=lambda: 1_700_000_003_500)
+        )
     assert seen == [("redis://:secret@127.0.0.1:1/0", "east")]
     assert report is not None and (report.brokers, report.groups, report.topics, report.batch_id) == (3, 2, 4, 42)
     assert report.age_ms == 2_500 and report.longest_timeout_ms == 2 * TIMEOUT
@@ -323,8 +339,14 @@ def test_warm_start_with_nothing_written_starts_empty(caplog):
 def test_an_old_model_is_loaded_with_a_warning(caplog):
     mgr, _ = make_manager()
     with caplog.at_level(logging.WARNING, "namesrv.warmstart"):
-        report = asyncio.run(warm_start(config(), mgr, read=lambda *_: parse_model(*model_values()),
-                                        wall_ms=lambda: 1_700_000_001_000 + 3_600_000))
+        report = asyncio.run(
+            warm_start(
+                config(),
+                mgr,
+                read=lambda *_: parse_model(*model_values()),
+                wall_ms=lambda: 1_700_000_001_000 + 3_600_000,
+            )
+        )
     assert report is not None and report.age_ms == 3_600_000
     assert "older than the brokers' timeout" in caplog.text
 

