@@ -173,3 +173,12 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaSe
     yield kafka, redis
     kafka.stop()
     redis.stop()
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Redis alone for one module (for the modules that need no Kafka), stopped by PID afterwards."""
+    redis = RedisService(port=free_port(), run_dir=tmp_path_factory.mktemp("redis"))
+    redis.start()
+    yield redis.url
+    redis.stop()

@@ -5,19 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from infra.services import RedisService, free_port
 from namesrv.protocol import bodies
 from streaming.alerts import Alert, AlertKind, AlertState, Severity
 from streaming.routes import RedisRouteStore, RouteLookup, RouteModel
 from tests.support.route_events import A0, A1, B0, CLUSTER, T0
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    svc = RedisService(port=free_port(), run_dir=tmp_path_factory.mktemp("redis"))
-    svc.start()
-    yield svc.url
-    svc.stop()
 
 
 @pytest.fixture

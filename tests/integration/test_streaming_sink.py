@@ -5,23 +5,13 @@ from __future__ import annotations
 
 import logging
 
-import pytest
-
-from infra.services import RedisService, free_port
+from infra.services import free_port
 from namesrv.events.schema import ActionType, Event, EventType, decode_action, encode_event
 from streaming import job
 from streaming.alerts import decode_alert
 from streaming.liveness import KIND_ROUTE
 from streaming.routes import RedisRouteStore, RouteLookup
 from tests.support.streaming import T0, expire_row, make_sink, out_row, register, route_row
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    svc = RedisService(port=free_port(), run_dir=tmp_path_factory.mktemp("redis"))
-    svc.start()
-    yield svc.url
-    svc.stop()
 
 
 def test_the_sink_publishes_actions_then_writes_routes_and_skips_a_replayed_batch(redis_url):

@@ -6,7 +6,6 @@ answers of the node the model came from.  The clock is injected; nothing sleeps.
 from __future__ import annotations
 
 import orjson
-import pytest
 
 from namesrv.protocol import bodies
 from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
@@ -36,16 +35,6 @@ def mapping(topic: str, bname: str, queues: int, epoch: int = 1) -> dict:
     """A TopicQueueMappingInfo; more than ten queues, so integer and text keys would sort differently."""
     return {"topic": topic, "scope": "__global__", "totalQueues": queues, "bname": bname, "epoch": epoch,
             "dirty": False, "currIdMap": {i: i for i in range(queues)}}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory):
-    from infra.services import RedisService, free_port
-
-    service = RedisService(port=free_port(), run_dir=tmp_path_factory.mktemp("redis"))
-    service.start()
-    yield service.url
-    service.stop()
 
 
 class Node:
