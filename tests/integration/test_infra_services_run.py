@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import KafkaAdminClient
+from kafka import TopicPartition
 
 from infra.services import (
     KafkaBackend,
@@ -25,10 +24,12 @@ from infra.services import (
     ServiceError,
     TopicSpec,
     free_port,
+    kafka_admin,
     main,
     pid_alive,
     port_is_free,
 )
+from namesrv import kafka_clients
 
 TOPICS = (TopicSpec("ev", 4), TopicSpec("act", 1))
 
@@ -46,11 +47,8 @@ def kafka(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KafkaServi
 
 
 def _partitions(bootstrap: str) -> dict[str, int]:
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
+    with kafka_admin(bootstrap) as admin:
         return {t["name"]: len(t["partitions"]) for t in admin.describe_topics([t.name for t in TOPICS])}
-    finally:
-        admin.close()
 
 
 def test_kafka_start_creates_topics_and_carries_a_message(kafka: KafkaService) -> None:
@@ -60,10 +58,10 @@ def test_kafka_start_creates_topics_and_carries_a_message(kafka: KafkaService) -
     assert kafka.log_file.is_file()
     assert _partitions(kafka.bootstrap_servers) == {"ev": 4, "act": 1}
 
-    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap_servers)
+    producer = kafka_clients.producer(kafka.bootstrap_servers)
     sent = producer.send("ev", key=b"10.0.0.1:10911", value=b"hello", partition=3).get(timeout=10)
     producer.close()
-    consumer = KafkaConsumer(bootstrap_servers=kafka.bootstrap_servers, enable_auto_commit=False)
+    consumer = kafka_clients.consumer(kafka.bootstrap_servers)
     tp = TopicPartition("ev", 3)
     consumer.assign([tp])
     consumer.seek(tp, sent.offset)

@@ -6,11 +6,11 @@ Its options and offset arithmetic are tested without a broker in tests/unit/test
 from __future__ import annotations
 
 import pytest
-from kafka import KafkaProducer
 from pyspark.sql.datasource import CaseInsensitiveDict
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from infra.services import KafkaService, TopicSpec, free_port
+from namesrv import kafka_clients
 from streaming.kafka_io import (
     KafkaDataSource,
     KafkaInputPartition,
@@ -47,7 +47,7 @@ def test_the_reader_plans_and_reads_exactly_the_new_records(kafka):
     r = reader(kafka)
     try:
         start = r.initialOffset()
-        producer = KafkaProducer(bootstrap_servers=kafka.bootstrap_servers)
+        producer = kafka_clients.producer(kafka.bootstrap_servers)
         for i in range(30):
             producer.send("ev", key=b"k", value=b"v%d" % i, partition=i % 2)
         producer.flush()
@@ -109,7 +109,7 @@ def test_a_range_the_broker_does_not_have_is_an_error_or_skipped_on_request(kafk
 def test_every_call_sees_the_records_produced_before_it(kafka):
     # regression: the high watermark of the previous call's fetch was reported as the end
     r = reader(kafka, startingOffsets="latest")
-    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap_servers)
+    producer = kafka_clients.producer(kafka.bootstrap_servers)
     try:
         end = r.initialOffset()
         for round_ in range(6):
