@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from namesrv import redis_clients
 from namesrv.events.schema import wall_ms
 from namesrv.liveness import MinIdOutlet, forward_min_broker_id_changes
 from namesrv.routes.manager import RouteInfoManager
@@ -124,14 +125,8 @@ def redact_url(url: str) -> str:
 
 
 def _client(url: str, timeout_s: float) -> redis.Redis:
-    import redis
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
     # no retries: redis-py retries three times with backoff by default, too long for a start-up
-    return redis.Redis.from_url(
-        url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 0)
-    )
+    return redis_clients.connect(url, timeout_s=timeout_s, retries=False)
 
 
 def _read(url: str, prefix: str, timeout_s: float) -> RedisModel:

@@ -37,6 +37,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
+from namesrv import redis_clients
 from namesrv.events.schema import AdminOp, Event, EventType, SchemaError, wall_ms
 from namesrv.protocol import bodies, fastjson
 from namesrv.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig, TopicRouteData
@@ -357,9 +358,7 @@ class RedisRouteStore:
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "namesrv") -> RedisRouteStore:
-        import redis
-
-        return cls(redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=10), RedisKeys(prefix))
+        return cls(redis_clients.connect(url), RedisKeys(prefix))
 
     def load(self, settings: RouteSettings | None = None, *, order_message_enable: bool = False) -> StoredState:
         """The stored model, alerts and batch; raises SnapshotError when the model is not the documented one."""
@@ -467,10 +466,8 @@ class RouteLookup:
     """Read routes the job materialised: ``RouteLookup(url).get("TopicTest")``."""
 
     def __init__(self, redis_url: str, prefix: str = "namesrv", client: redis.Redis | None = None) -> None:
-        import redis
-
         self.keys = RedisKeys(prefix)
-        self.client = client or redis.Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=10)
+        self.client = client or redis_clients.connect(redis_url)
 
     def get_raw(self, topic: str) -> bytes | None:
         """The route exactly as GET_ROUTEINFO_BY_TOPIC answers it (standard JSON), None if there is none."""
