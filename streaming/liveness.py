@@ -22,6 +22,13 @@ firing is impossible (the timer is gone) and a duplicate is ignored (``alive`` i
 ignores the action. The per-broker ``heartbeatTimeoutMillis`` of the registration replaces the
 default timeout.
 
+The timer can only fire in the micro-batch after the one that read an event past the deadline
+(Spark moves the watermark between batches). Nodes therefore report a SILENT event once their
+own clock passes their deadline for a broker (:mod:`namesrv.events.silence`); it reaches the
+broker's own group, and when its event time is past *this* deadline (every node's heartbeats
+counted) the broker is expired there and then, a batch earlier. A SILENT that is not past it
+(another node heard the broker later) changes nothing; the timer stays as the backstop.
+
 REMOVE is emitted once when the broker unregisters (UNREGISTER with source UNREGISTER_BROKER)
 or when its connection is gone at every node that held one, provided nothing newer than that
 event was seen. The broker's ``links`` remember, per node, whether that node's last word was
@@ -310,6 +317,11 @@ class LivenessProcessor(StatefulProcessor):
                     flaps.append(t)
                     self._resolve_gone(st, t, out, where)
                 known = True
+            elif etype == EventType.SILENT:
+                # a node's clock passed its own deadline for the broker; decide now if ours has passed
+                # too (every node's heartbeats, not just that node's), rather than a batch later
+                if st.alive and known and t > st.last_seen + st.timeout_ms:
+                    self._expire(st, t, t, watermark, flaps, out)
             elif etype in (EventType.UNREGISTER, EventType.CHANNEL_CLOSED):
                 closed = etype == EventType.CHANNEL_CLOSED and links.report(e["node"], t, connected=False)
                 if not st.alive or t < st.last_seen:
@@ -409,29 +421,33 @@ class LivenessProcessor(StatefulProcessor):
             return
         if fired == st.deadline:
             st.deadline = _NO_TIMER
-            st.alive = False
-            st.gone_at = due
-            reason = (
-                f"no heartbeat at any node for {(now - st.last_seen) / 1000:.1f} s "
-                f"(timeout {st.timeout_ms} ms, last heartbeat at {st.last_seen}, event time now {now})"
-            )
-            out.add(
-                KIND_ACTION, due, type=ActionType.EXPIRE, cause="TIMEOUT", lastHeartbeat=st.last_seen,
-                watermark=watermark, reason=reason, **_broker_fields(st),
-            )  # fmt: skip
-            flaps.append(due)
-            if not st.expired_open:
-                st.expired_open = True
-                out.add(
-                    KIND_ALERT, due, type=AlertKind.BROKER_EXPIRED, state=AlertState.OPEN,
-                    severity=Severity.CRITICAL if st.broker_id == MASTER_ID else Severity.WARNING,
-                    message=f"broker {_name(st)} expired: {reason}", **_broker_fields(st),
-                )  # fmt: skip
+            self._expire(st, due, now, watermark, flaps, out)
         if fired == st.flap_timer:
             st.flap_timer = _NO_TIMER
         self._check_flapping(st, flaps, now, out)
         self._arm(st)
         self._save(st, flaps)
+
+    def _expire(self, st: BrokerState, due: int, now: int, watermark: int, flaps: list[int], out: _Out) -> None:
+        """EXPIRE once, at event time ``due``: nothing was heard from the broker at any node since ``last_seen``."""
+        st.alive = False
+        st.gone_at = due
+        reason = (
+            f"no heartbeat at any node for {(now - st.last_seen) / 1000:.1f} s "
+            f"(timeout {st.timeout_ms} ms, last heartbeat at {st.last_seen}, event time now {now})"
+        )
+        out.add(
+            KIND_ACTION, due, type=ActionType.EXPIRE, cause="TIMEOUT", lastHeartbeat=st.last_seen,
+            watermark=watermark, reason=reason, **_broker_fields(st),
+        )  # fmt: skip
+        flaps.append(due)
+        if not st.expired_open:
+            st.expired_open = True
+            out.add(
+                KIND_ALERT, due, type=AlertKind.BROKER_EXPIRED, state=AlertState.OPEN,
+                severity=Severity.CRITICAL if st.broker_id == MASTER_ID else Severity.WARNING,
+                message=f"broker {_name(st)} expired: {reason}", **_broker_fields(st),
+            )  # fmt: skip
 
     # ------------------------------------------------------------------ helpers
 

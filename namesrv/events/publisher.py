@@ -80,6 +80,7 @@ from namesrv.events.schema import (
     is_light,
     wall_ms,
 )
+from namesrv.events.silence import SilenceWatch
 from namesrv.handlers import AdminChange, NodeObserver
 from namesrv.logs import LogThrottle
 from namesrv.protocol import fastjson
@@ -312,6 +313,7 @@ class EventPublisher(NodeObserver):
         #: (cluster, addr) -> (brokerName, brokerId) from its last registration, for heartbeats
         self._identity: dict[tuple[str, str], tuple[str | None, int | None]] = {}
         self._last_event_time: dict[tuple[str, str], int] = {}
+        self._silence = SilenceWatch(DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS)
         self._in_flight = threading.Semaphore(settings.max_in_flight)
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -374,6 +376,7 @@ class EventPublisher(NodeObserver):
         # even when the event was refused: the node saw the broker alive then, so an action based
         # on older evidence must not remove it
         self._last_event_time[(cluster, addr)] = event.event_time
+        self._silence.heard((cluster, addr), event.event_time, timeout)
 
     @_never_raises
     def broker_heartbeat(self, cluster_name: str, broker_addr: str, source: RequestCode) -> None:
@@ -387,9 +390,11 @@ class EventPublisher(NodeObserver):
             source=HeartbeatSource[RequestCode(source).name].value,
         )  # fmt: skip
         self._last_event_time[(cluster_name, broker_addr)] = event.event_time
+        self._silence.heard((cluster_name, broker_addr), event.event_time)
 
     @_never_raises
     def broker_unregistered(self, request: UnregisterRequest, departure: Departure) -> None:
+        self._silence.forget((request.cluster_name, request.broker_addr))
         identity = dict(
             cluster_name=request.cluster_name, broker_name=request.broker_name,
             broker_id=request.broker_id, broker_addr=request.broker_addr,
@@ -430,10 +435,19 @@ class EventPublisher(NodeObserver):
         self._emit(EventType.ORDER_TOPIC_CONF, topic=key, order_topic_conf=value)
 
     def tick(self) -> Event:
-        return self._emit(EventType.TICK)
+        """A TICK, then a SILENT for each broker whose deadline the tick's time has passed (see :mod:`.silence`)."""
+        tick = self._emit(EventType.TICK)
+        for silence in self._silence.due(tick.event_time):
+            cluster, addr = silence.key
+            name, broker_id = self._identity.get(silence.key, (None, None))
+            self._emit(
+                EventType.SILENT, cluster_name=cluster, broker_name=name, broker_id=broker_id, broker_addr=addr,
+                reason=f"nothing heard since {silence.last_heard} (timeout {silence.timeout_ms} ms)",
+            )  # fmt: skip
+        return tick
 
     async def run_ticks(self) -> None:
-        """Publish a TICK every ``tickIntervalMillis`` (a task on the node's loop)."""
+        """Publish a TICK (and the SILENTs due) every ``tickIntervalMillis`` (a task on the node's loop)."""
         interval = self.settings.tick_interval_ms / 1000
         while True:
             self.tick()

@@ -133,6 +133,9 @@ class EventType(enum.StrEnum):
     TICK = "TICK"
     #: a PUT_KV_CONFIG / DELETE_KV_CONFIG of namespace ORDER_TOPIC_CONFIG (a topic's orderTopicConf)
     ORDER_TOPIC_CONF = "ORDER_TOPIC_CONF"
+    #: the node's clock passed the broker's deadline (its last REGISTER/HEARTBEAT here + its timeout)
+    #: with nothing heard since: the monitor can decide in the batch that reads this, not one later
+    SILENT = "SILENT"
 
 
 class HeartbeatSource(enum.StrEnum):
@@ -550,6 +553,7 @@ EVENT_REQUIRED: Mapping[EventType, tuple[str, ...]] = {
     EventType.ADMIN: ("op",),
     EventType.TICK: (),
     EventType.ORDER_TOPIC_CONF: ("topic",),
+    EventType.SILENT: _BROKER,
 }
 ADMIN_REQUIRED: Mapping[AdminOp, tuple[str, ...]] = {
     AdminOp.WIPE_WRITE_PERM: ("brokerName", "topicCount"),

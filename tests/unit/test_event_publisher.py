@@ -261,6 +261,39 @@ def test_ticks_carry_only_the_node_clock():
     assert (tick.type, tick.broker_addr, tick.node) == (EventType.TICK, None, "ns-1")
 
 
+def test_a_tick_past_a_brokers_deadline_reports_it_silent_once_per_silence():
+    p, routes = make_publisher()
+    clock = p.clock_ms
+    register(p, routes, timeout=10_000)
+    heard = drain(p)[-1].event_time
+    clock.now = heard + 10_000 - 1  # the tick's own time is heard + 10,000: not past the deadline yet
+    assert [e.type for e in (p.tick(), *drain(p)[1:])] == [EventType.TICK]
+    p.tick()  # heard + 10,001: strictly past it, as RocketMQ's last + timeout < now
+    tick, silent = drain(p)
+    assert (silent.type, silent.cluster_name, silent.broker_addr, silent.broker_name, silent.broker_id) == (
+        EventType.SILENT, CLUSTER, ADDR, NAME, 0,
+    )  # fmt: skip
+    assert silent.event_time > heard + 10_000 and silent.reason == f"nothing heard since {heard} (timeout 10000 ms)"
+    clock.now += 60_000
+    p.tick()
+    assert [e.type for e in drain(p)] == [EventType.TICK]  # once per silence
+    # a heartbeat starts a new silence, with the registration's timeout
+    p.broker_heartbeat(CLUSTER, ADDR, RequestCode.BROKER_HEARTBEAT)
+    clock.now += 10_001
+    p.tick()
+    assert [e.type for e in drain(p)] == [EventType.HEARTBEAT, EventType.TICK, EventType.SILENT]
+
+
+def test_a_broker_that_left_the_node_is_never_reported_silent():
+    p, routes = make_publisher()
+    register(p, routes, timeout=10_000)
+    p.broker_unregistered(UnregisterRequest(CLUSTER, ADDR, NAME, 0, 1), departure.PEER_CLOSED)
+    drain(p)
+    p.clock_ms.now += 60_000
+    p.tick()
+    assert [e.type for e in drain(p)] == [EventType.TICK]
+
+
 # --------------------------------------------------------------------------- the sender thread
 
 

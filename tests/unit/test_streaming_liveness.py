@@ -287,3 +287,39 @@ def test_reports_about_a_broker_never_seen_alive_leave_no_state():
     t = make_tester()
     assert feed(t, ev(EventType.UNREGISTER, T0, source="UNREGISTER_BROKER")) == []
     assert t.peekValueState("broker", KEY) is None
+
+
+def silent(t: int, node: str = "n1") -> Event:
+    return ev(EventType.SILENT, t, node, reason="nothing heard")
+
+
+def test_a_node_reporting_the_broker_silent_past_the_deadline_expires_it_in_that_batch():
+    t = make_tester()
+    feed(t, register(T0))
+    # no watermark move: the report itself is the event past the deadline, read in this batch
+    out = feed(t, silent(T0 + TIMEOUT + 1))
+    actions = kinds(out, KIND_ACTION)
+    assert [(a["type"], a["lastHeartbeat"], a["orderTime"]) for a in actions] == [("EXPIRE", T0, T0 + TIMEOUT + 1)]
+    assert "no heartbeat at any node for 10.0 s (timeout 10000 ms" in actions[0]["reason"]
+    assert [(r["type"], r["state"]) for r in kinds(out, KIND_ALERT)] == [("BROKER_EXPIRED", "OPEN")]
+    # decided once: neither the timer nor the other nodes' reports expire it again
+    assert feed(t, silent(T0 + TIMEOUT + 2, node="n2")) == []
+    assert kinds(fire(t, T0 + 10 * TIMEOUT), KIND_ACTION) == []
+
+
+def test_a_silent_report_not_past_the_monitors_deadline_changes_nothing_and_the_timer_still_decides():
+    t = make_tester()
+    feed(t, register(T0))
+    feed(t, heartbeat(T0 + 5_000, node="n2"))  # n2 heard it later than n1 did
+    assert feed(t, silent(T0 + TIMEOUT + 1, node="n1")) == []
+    assert feed(t, silent(T0 + 5_000 + TIMEOUT)) == []  # not *past* the deadline
+    out = fire(t, T0 + 5_000 + TIMEOUT + 1)
+    assert [a["lastHeartbeat"] for a in kinds(out, KIND_ACTION)] == [T0 + 5_000]
+
+
+def test_a_silent_report_about_an_unknown_or_gone_broker_changes_nothing():
+    t = make_tester()
+    assert feed(t, silent(T0)) == [] and t.peekValueState("broker", KEY) is None
+    feed(t, register(T0))
+    feed(t, ev(EventType.UNREGISTER, T0 + 1, source="UNREGISTER_BROKER"))
+    assert feed(t, silent(T0 + TIMEOUT + 1)) == []

@@ -1,0 +1,90 @@
+"""Which brokers a node has heard nothing from past their deadline: what its SILENT events report.
+
+Theory of operation
+-------------------
+The monitor decides expiry in event time. Its own timer for a broker can only fire in the
+micro-batch *after* the one that read an event past the deadline (Spark moves the watermark
+between batches), which costs a whole batch. A node knows the deadline too: the last
+REGISTER/HEARTBEAT it published for the broker plus the broker's timeout. So on every tick the
+node reports, once per silence, each broker whose deadline its clock has passed with nothing
+heard since (a SILENT event, keyed like the broker's other events). The monitor reads it in the
+broker's own group and decides in that batch, against *its* state (what every node heard): a
+report that is not past the monitor's deadline changes nothing, and the timer stays as the
+backstop for nodes that do not report.
+
+:class:`SilenceWatch` keeps a heap of (deadline, broker, heard-at) entries, one per proof of life;
+an entry whose broker was heard again since is stale and skipped when it comes due. The heap is
+rebuilt from the live entries when stale ones outnumber them, so it stays within a few entries per
+broker however long a broker's timeout is. Nothing here reads a clock: the caller passes ``now``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+#: (cluster name, broker address)
+BrokerKey = tuple[str, str]
+
+#: a rebuild once the heap holds this many times more entries than there are brokers (plus slack)
+_STALE_FACTOR = 4
+_STALE_SLACK = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Silence:
+    """A broker whose deadline passed: heard last at ``last_heard`` (event time), timeout ``timeout_ms``."""
+
+    key: BrokerKey
+    last_heard: int
+    timeout_ms: int
+
+
+class SilenceWatch:
+    """Deadlines of the brokers a node has heard; :meth:`due` reports each silence once."""
+
+    def __init__(self, default_timeout_ms: int) -> None:
+        self.default_timeout_ms = default_timeout_ms
+        #: broker -> (event time last heard, its timeout), while a silence may still be reported
+        self._heard: dict[BrokerKey, tuple[int, int]] = {}
+        #: broker -> the timeout of its last registration, until it leaves the node
+        self._timeouts: dict[BrokerKey, int] = {}
+        self._heap: list[tuple[int, BrokerKey, int]] = []
+
+    def __len__(self) -> int:
+        return len(self._heard)
+
+    def heard(self, key: BrokerKey, at: int, timeout_ms: int | None = None) -> None:
+        """A proof of life at event time ``at``; a registration also says the broker's timeout.
+
+        The deadline is ``at`` plus the timeout of the broker's last registration (the default
+        before one is seen).
+        """
+        if timeout_ms is not None:
+            self._timeouts[key] = timeout_ms
+        prior = self._heard.get(key)
+        if prior is not None and prior[0] > at:
+            return
+        timeout_ms = self._timeouts.get(key, self.default_timeout_ms)
+        self._heard[key] = (at, timeout_ms)
+        heapq.heappush(self._heap, (at + timeout_ms, key, at))
+        if len(self._heap) > _STALE_FACTOR * len(self._heard) + _STALE_SLACK:
+            self._heap = [(at + timeout, k, at) for k, (at, timeout) in self._heard.items()]
+            heapq.heapify(self._heap)
+
+    def forget(self, key: BrokerKey) -> None:
+        """The broker left this node (unregistered, expired, removed): no report for it."""
+        self._heard.pop(key, None)
+        self._timeouts.pop(key, None)
+
+    def due(self, now: int) -> list[Silence]:
+        """Brokers whose deadline is before ``now`` (strictly, as RocketMQ's ``last + timeout < now``), once each."""
+        out: list[Silence] = []
+        while self._heap and self._heap[0][0] < now:
+            _, key, at = heapq.heappop(self._heap)
+            held = self._heard.get(key)
+            if held is None or held[0] != at:
+                continue  # heard again since, or gone from this node
+            del self._heard[key]  # reported; a new proof of life starts a new silence
+            out.append(Silence(key, at, held[1]))
+        return out
