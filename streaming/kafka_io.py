@@ -9,7 +9,8 @@ the two by changing one word (``streaming.config`` key ``source.format``).
 
 Reading. The stream offset is a JSON object ``{topic: {partition: next offset}}`` (the shape
 the native connector checkpoints). On the driver, ``latestOffset`` asks where each partition
-ends; ``partitions`` cuts ``[start, end)`` ranges, one Spark task per partition; ``read`` runs
+ends; ``partitions`` cuts ``[start, end)`` ranges, one Spark task per partition (one task for all
+of them while a batch holds fewer than ``coalesceBelowRecords`` records); ``read`` runs
 in a Python worker, assigns one partition, seeks to ``start`` and yields Arrow record batches
 until ``end``. Nothing is ever committed to Kafka and no consumer group is joined: Spark's
 checkpoint is the only record of progress (Tansu's group join takes ~23 s and never splits
@@ -118,6 +119,8 @@ class KafkaOptions:
     poll_timeout_ms: int = 30_000
     #: ``failOnDataLoss``: a range that is gone from the broker (retention) is an error
     fail_on_data_loss: bool = True
+    #: ``coalesceBelowRecords``: a batch with fewer records than this is read by one task (see :meth:`partitions`)
+    coalesce_below_records: int = 10_000
     #: every ``kafka.*`` option but bootstrap.servers, as kafka-python keyword arguments
     client_config: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
 
@@ -152,6 +155,7 @@ class KafkaOptions:
             end_offsets=end_mode,
             poll_timeout_ms=_positive_int(opts.get("polltimeoutms", "30000"), "pollTimeoutMs"),
             fail_on_data_loss=_flag(opts.get("failondataloss", "true"), "failOnDataLoss"),
+            coalesce_below_records=_positive_int(opts.get("coalescebelowrecords", "10000"), "coalesceBelowRecords"),
             client_config=client,
         )
 
@@ -247,6 +251,13 @@ class KafkaInputPartition(InputPartition):
     partition: int
     start: int
     end: int
+
+
+@dataclass(frozen=True)
+class KafkaRanges(InputPartition):
+    """One Spark task reading several ranges one after the other (a small batch; see ``partitions``)."""
+
+    ranges: tuple[KafkaInputPartition, ...]
 
 
 def _topic_partitions(consumer: KafkaConsumer, topics: Sequence[str], timeout_s: float) -> list[Any]:
@@ -379,12 +390,20 @@ class KafkaStreamReader(DataSourceStreamReader):
         return end
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """One task per partition with new records; a single task for them all in a small batch.
+
+        A steady monitor's batch holds a few hundred records: one task reads them faster than
+        several, each of which Spark must schedule and hand to a Python worker, and the batch's
+        duration is what expiry latency is made of. A backlog is still read in parallel.
+        """
         out = []
         for topic, parts in sorted(end.items()):
             for p, e in sorted(parts.items(), key=lambda kv: int(kv[0])):
                 s = start.get(topic, {}).get(p, 0)
                 if e > s:
                     out.append(KafkaInputPartition(topic, int(p), int(s), int(e)))
+        if len(out) > 1 and sum(r.end - r.start for r in out) < self.opts.coalesce_below_records:
+            return [KafkaRanges(tuple(out))]
         return out
 
     def commit(self, end: dict) -> None:
@@ -399,6 +418,10 @@ class KafkaStreamReader(DataSourceStreamReader):
     # -- worker side
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, KafkaRanges):
+            for part in partition.ranges:
+                yield from read_range(self.opts, part)
+            return
         assert isinstance(partition, KafkaInputPartition)
         yield from read_range(self.opts, partition)
 

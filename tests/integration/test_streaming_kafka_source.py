@@ -15,6 +15,7 @@ from streaming.kafka_io import (
     KafkaDataSource,
     KafkaInputPartition,
     KafkaOptions,
+    KafkaRanges,
     KafkaSourceError,
     KafkaStreamReader,
     read_range,
@@ -53,14 +54,19 @@ def test_the_reader_plans_and_reads_exactly_the_new_records(kafka):
         producer.flush()
         end = r.latestOffset(start, ReadAllAvailable())
         assert sum(end["ev"][p] - start["ev"][p] for p in ("0", "1")) == 30
-        parts = r.partitions(start, end)
+        # a small batch is one task reading both ranges; a big one a task per partition
+        (small,) = r.partitions(start, end)
+        assert isinstance(small, KafkaRanges)
+        assert [(p.partition, p.end - p.start) for p in small.ranges] == [(0, 15), (1, 15)]
+        parts = reader(kafka, coalesceBelowRecords="30").partitions(start, end)
         assert [(p.partition, p.end - p.start) for p in parts] == [(0, 15), (1, 15)]
         # read() runs on a pickled copy in a worker
         import pickle
 
         worker = pickle.loads(pickle.dumps(r))
-        rows = [row for p in parts for b in worker.read(p) for row in b.to_pylist()]
-        assert sorted(row["value"] for row in rows) == sorted(b"v%d" % i for i in range(30))
+        for tasks in ([small], parts):
+            rows = [row for p in tasks for b in worker.read(p) for row in b.to_pylist()]
+            assert sorted(row["value"] for row in rows) == sorted(b"v%d" % i for i in range(30))
         assert {row["topic"] for row in rows} == {"ev"} and all(row["key"] == b"k" for row in rows)
         # nothing new: the end stays where it was
         assert r.latestOffset(end, ReadAllAvailable()) == end
