@@ -519,9 +519,17 @@ class Acl:
 
     table: AclTable
     check_reads: bool = False
+    #: requests refused so far (for stats and tests; the log is rate-limited)
+    refused: int = 0
 
     def check(self, request: RemotingCommand, peer: str | None) -> str | None:
         """None when ``request`` from ``peer`` (``host:port``) may proceed, else the NO_PERMISSION remark."""
+        remark = self._decide(request, peer)
+        if remark is not None:
+            self.refused += 1
+        return remark
+
+    def _decide(self, request: RemotingCommand, peer: str | None) -> str | None:
         code = request.code
         if code not in WRITE_CODES and not self.check_reads:
             return None

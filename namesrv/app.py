@@ -124,6 +124,8 @@ def node_stats(running: RunningNode) -> dict[str, object]:
     stats: dict[str, object] = {"brokers": counts.brokers, "groups": counts.groups, "topics": counts.topics}
     stats["connections"] = len(running.server.connections)
     stats["localExpiry"] = "on" if running.expiry.enabled else "off (monitor decides)"
+    if running.node.acl is not None:
+        stats["aclRefused"] = running.node.acl.refused
     if running.kafka is not None:
         published = running.kafka.publisher_stats()
         stats.update(
