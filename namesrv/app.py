@@ -7,8 +7,10 @@ import logging
 import signal
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from namesrv.acl import Acl, AclFileError, load_acl_file
 from namesrv.config import NamesrvConfig
 from namesrv.handlers import NameServerNode
 from namesrv.kvconfig import KVConfigManager
@@ -47,6 +49,8 @@ class RunningNode:
 
 
 def build_node(config: NamesrvConfig) -> tuple[NameServerNode, BatchUnregistration, ExpiryScan]:
+    """The node's parts; raises AclFileError when ``aclEnable`` is on and the accounts file is unusable."""
+    acl = Acl(load_acl_file(config.acl_file_path), config.acl_check_reads) if config.acl_enable else None
     routes = RouteInfoManager(config)
     kv = KVConfigManager(config.kv_config_file)
     kv.load()
@@ -58,6 +62,7 @@ def build_node(config: NamesrvConfig) -> tuple[NameServerNode, BatchUnregistrati
         submit_unregister=unregistration.submit,
         started_at=time.monotonic(),
         now=time.monotonic,
+        acl=acl,
     )
     unregistration.on_min_broker_id_change = node.min_broker_id_changed
     expiry = ExpiryScan(
@@ -89,6 +94,18 @@ async def start_node(config: NamesrvConfig) -> RunningNode:
         )
     if kafka is not None:
         kafka.start(asyncio.get_running_loop(), server.spawn, config.node_name or default_node_name(server.port))
+    if node.acl is not None:
+        log.warning(
+            "signed requests required: aclFile=%s accounts=%d globalWhiteRemoteAddresses=%d checkReads=%s",
+            config.acl_file_path,
+            len(node.acl.table.accounts),
+            len(node.acl.table.global_white),
+            config.acl_check_reads,
+        )
+        if config.acl_reload_interval_millis > 0:
+            server.spawn(
+                reload_acl(node.acl, config.acl_file_path, config.acl_reload_interval_millis / 1000), "acl-reload"
+            )
     running = RunningNode(server, node, unregistration, expiry, kafka, warm)
     if config.stats_interval_millis > 0:
         server.spawn(_log_stats(running, config.stats_interval_millis / 1000), "stats")
@@ -107,6 +124,8 @@ def node_stats(running: RunningNode) -> dict[str, object]:
     stats: dict[str, object] = {"brokers": counts.brokers, "groups": counts.groups, "topics": counts.topics}
     stats["connections"] = len(running.server.connections)
     stats["localExpiry"] = "on" if running.expiry.enabled else "off (monitor decides)"
+    if running.node.acl is not None:
+        stats["aclRefused"] = running.node.acl.refused
     if running.kafka is not None:
         published = running.kafka.publisher_stats()
         stats.update(
@@ -125,6 +144,37 @@ def node_stats(running: RunningNode) -> dict[str, object]:
                 actionsAhead=actions.ahead,
             )
     return stats
+
+
+def _file_stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+async def reload_acl(acl: Acl, path: Path, interval_s: float) -> None:
+    """Replace the accounts when the file changes; a file that does not validate leaves the old ones."""
+    stamp = _file_stamp(path)
+    while True:
+        await asyncio.sleep(interval_s)
+        now = _file_stamp(path)
+        if now == stamp:
+            continue
+        stamp = now
+        try:
+            table = await asyncio.to_thread(load_acl_file, path)
+        except AclFileError as e:
+            log.warning("aclFile changed but is not usable, keeping the accounts loaded before: %s", e)
+            continue
+        acl.table = table
+        log.warning(
+            "aclFile reloaded: %s accounts=%d globalWhiteRemoteAddresses=%d",
+            path,
+            len(table.accounts),
+            len(table.global_white),
+        )
 
 
 async def _log_stats(running: RunningNode, interval_s: float) -> None:

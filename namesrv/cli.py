@@ -14,6 +14,7 @@ from namesrv.logs import setup_logging
 
 def _start(args: argparse.Namespace) -> int:
     from namesrv import app
+    from namesrv.acl import AclFileError
     from namesrv.config import ConfigError, load_config, render_properties
 
     overrides = dict(kv.split("=", 1) for kv in args.set)
@@ -26,15 +27,48 @@ def _start(args: argparse.Namespace) -> int:
         sys.stdout.write(render_properties(config))
         return 0
     setup_logging(args.log_level or config.log_level)
-    app.run(config)
+    try:
+        app.run(config)
+    except AclFileError as e:  # aclEnable with an accounts file that cannot be used
+        print(f"namesrv: bad configuration: aclFile: {e}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _credentials(args: argparse.Namespace) -> Any:
+    """--access-key/--secret-key, each falling back to ROCKETMQ_ACCESS_KEY/ROCKETMQ_SECRET_KEY; None: unsigned."""
+    import os
+
+    from namesrv.acl import Credentials
+
+    access = args.access_key or os.environ.get("ROCKETMQ_ACCESS_KEY", "")
+    secret = args.secret_key or os.environ.get("ROCKETMQ_SECRET_KEY", "")
+    if not access and not secret:
+        return None
+    if not access or not secret:
+        missing = "--access-key (or ROCKETMQ_ACCESS_KEY)" if not access else "--secret-key (or ROCKETMQ_SECRET_KEY)"
+        raise ValueError(f"signing needs both an access key and a secret key; {missing} is not set")
+    return Credentials(access, secret, os.environ.get("ROCKETMQ_SECURITY_TOKEN") or None)
+
+
+def _add_credential_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--access-key", help="sign requests with this account's AccessKey (default: $ROCKETMQ_ACCESS_KEY)")
+    p.add_argument(
+        "--secret-key",
+        help="its secret key (default: $ROCKETMQ_SECRET_KEY, which keeps it out of the process list)",
+    )
 
 
 def _admin(args: argparse.Namespace) -> int:
     from namesrv.client import NameServerClient, RemoteError
 
     try:
-        with NameServerClient(args.namesrv, timeout=args.timeout) as client:
+        credentials = _credentials(args)
+    except ValueError as e:
+        print(f"namesrv admin: {e}", file=sys.stderr)
+        return 2
+    try:
+        with NameServerClient(args.namesrv, timeout=args.timeout, credentials=credentials) as client:
             result = ADMIN_COMMANDS[args.admin_command][1](client, args)
     except RemoteError as e:
         print(f"namesrv admin {args.admin_command}: {e}", file=sys.stderr)
@@ -70,6 +104,7 @@ def _simulate(args: argparse.Namespace) -> int:
             addr_base=args.addr_base,
             timeout=args.timeout,
             summary_interval=args.summary_interval,
+            credentials=_credentials(args),
         )
     except ValueError as e:
         print(f"namesrv simulate: {e}", file=sys.stderr)
@@ -245,6 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     admin.add_argument("-n", "--namesrv", default="127.0.0.1:9876", help="host:port (default 127.0.0.1:9876)")
     admin.add_argument("--json", action="store_true", help="machine-readable output")
     admin.add_argument("--timeout", type=float, default=5.0)
+    _add_credential_options(admin)
     admin.set_defaults(func=_admin)
     admin_sub = admin.add_subparsers(dest="admin_command", required=True)
     for name, (help_text, _fn, options) in ADMIN_COMMANDS.items():
@@ -314,6 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--timeout", type=float, default=3.0, help="per request, seconds")
     sim.add_argument("--json", action="store_true", help="print the final summary as JSON")
     sim.add_argument("--log-level", help="DEBUG shows every retry (events are always shown)")
+    _add_credential_options(sim)
     sim.set_defaults(func=_simulate)
     return parser
 

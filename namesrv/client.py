@@ -1,7 +1,8 @@
 """A small blocking client for any RocketMQ name server (ours or Apache's).
 
 Used by ``namesrv admin``, the simulator, tests and benchmarks.  It keeps one TCP connection and
-matches responses to requests by opaque.
+matches responses to requests by opaque; given :class:`~namesrv.acl.Credentials`, it signs every
+request as RocketMQ's clients do.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import socket
 
 import javaproperties
 
+from namesrv.acl import Credentials, sign
 from namesrv.protocol import bodies
 from namesrv.protocol.codec import FrameDecoder, encode
 from namesrv.protocol.codes import RequestCode, ResponseCode, SerializeType, Version
@@ -45,8 +47,11 @@ class NameServerClient:
         timeout: float = 5.0,
         version: int = Version.CURRENT,
         serialize_type: SerializeType = SerializeType.JSON,
+        credentials: Credentials | None = None,
     ) -> None:
         self.addr = addr
+        #: when set, every request is signed as RocketMQ's AclClientRPCHook signs it (namesrv.acl)
+        self.credentials = credentials
         self.timeout = timeout
         self.version = version
         self.serialize_type = serialize_type
@@ -82,6 +87,8 @@ class NameServerClient:
         version: int | None = None,
     ) -> RemotingCommand | None:
         """Send one request and wait for its response (None for oneway requests)."""
+        if self.credentials is not None:
+            ext_fields = sign(ext_fields, body, self.credentials)
         cmd = request(
             code,
             ext_fields,

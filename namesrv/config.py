@@ -78,8 +78,12 @@ GROUP_NAMESRV = "NamesrvConfig"
 GROUP_NETTY = "NettyServerConfig"
 GROUP_OURS = "namesrv-py"
 
-#: keys UPDATE_NAMESRV_CONFIG always refuses (``DefaultRequestProcessor.initConfigBlackList``)
-HARD_BLACKLIST = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
+#: keys UPDATE_NAMESRV_CONFIG always refuses: ``DefaultRequestProcessor.initConfigBlackList``'s, and the
+#: access-control keys, which an admin request must not be able to switch off
+HARD_BLACKLIST = frozenset(
+    {"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"}
+    | {"aclEnable", "aclFile", "aclCheckReads", "aclReloadIntervalMillis"}
+)
 
 _INT_RANGES = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
 
@@ -142,9 +146,8 @@ class NamesrvConfig:
         "rocketmqHome",
         "String",
         _N,
-        "RocketMQ home directory, required at start-up",
+        "RocketMQ home directory; aclFile defaults to conf/plain_acl.yml under it, as in RocketMQ",
         default_doc="$ROCKETMQ_HOME, else ~",
-        effect=False,
     )
     kv_config_path: str = _opt(
         _default_kv_config_path,
@@ -451,6 +454,38 @@ class NamesrvConfig:
         _O,
         "period (ms) of the node's `stats` log line (INFO level); 0 = never",
     )
+    acl_enable: bool = _opt(
+        False,
+        "aclEnable",
+        "boolean",
+        _O,
+        "refuse write and admin requests that are neither signed by an account of aclFile (RocketMQ's ACL 1.0)"
+        " nor from a whitelisted address: NO_PERMISSION (16)",
+    )
+    acl_file: str = _opt(
+        "",
+        "aclFile",
+        "String",
+        _O,
+        "accounts and address whitelists in plain_acl.yml's format (read at start-up; a bad file stops it)",
+        default_doc="$rocketmqHome/conf/plain_acl.yml",
+    )
+    acl_check_reads: bool = _opt(
+        False,
+        "aclCheckReads",
+        "boolean",
+        _O,
+        "with aclEnable, check read requests (routes, cluster info, KV and config reads) the same way",
+    )
+    acl_reload_interval_millis: int = _opt(
+        5000,
+        "aclReloadIntervalMillis",
+        "long",
+        _O,
+        "period (ms) of checking aclFile for changes; a changed file that is valid replaces the accounts, an"
+        " invalid one is logged and the old accounts stay; 0 = never",
+        bounds=(0, 86_400_000),
+    )
 
     #: keys of the -c file we do not know, echoed back as Java does
     extras: dict[str, str] = field(default_factory=dict, metadata={"internal": True})
@@ -462,6 +497,13 @@ class NamesrvConfig:
     @property
     def config_store_file(self) -> Path:
         return Path(self.config_store_path).expanduser()
+
+    @property
+    def acl_file_path(self) -> Path:
+        """``aclFile``, or where RocketMQ looks (``rocketmq.acl.plain.file`` under ROCKETMQ_HOME)."""
+        if self.acl_file.strip():
+            return Path(self.acl_file.strip()).expanduser()
+        return Path(self.rocketmq_home).expanduser() / "conf" / "plain_acl.yml"
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from namesrv import config as config_mod
+from namesrv.acl import Acl
 from namesrv.config import NamesrvConfig
 from namesrv.departure import BROKER_ASKED, Departure
 from namesrv.kvconfig import KVConfigManager, KVRefused
@@ -114,6 +115,8 @@ class NameServerNode:
     #: runs blocking or large work off the event loop (config persistence, big registration bodies);
     #: one thread, so such work from any number of connections never takes more than one core
     worker: Executor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="namesrv-worker"))
+    #: signed-request checks (``aclEnable``); None: every request proceeds, as in Apache RocketMQ
+    acl: Acl | None = None
     _cache: dict[Any, bytes] = field(default_factory=dict)
     _cache_key: Any = None
     _cache_bytes: int = 0
@@ -222,6 +225,16 @@ def dispatch(
         response = request.response(
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
         )
+    elif node.acl is not None and (refusal := node.acl.check(request, getattr(channel, "peer", None))) is not None:
+        # before the handler, so a refused request changes nothing
+        _acl_log.log(
+            logging.WARNING,
+            "refused code=%s peer=%s: %s",
+            request.code,
+            getattr(channel, "peer", "?"),
+            refusal,
+        )
+        response = request.response(ResponseCode.NO_PERMISSION, refusal)
     else:
         try:
             answer = handler(node, request, channel)
@@ -237,6 +250,8 @@ def dispatch(
 _REFUSALS = (HeaderError, BodyError, fastjson.FastjsonError, KVRefused, OSError)
 #: tracebacks of handler bugs: a peer that keeps triggering one must not flood the log
 _bug_log = RateLimited(log, per_minute=10)
+#: refused unsigned or wrongly signed requests: a misconfigured broker sends one every heartbeat
+_acl_log = RateLimited(logging.getLogger("namesrv.acl"), per_minute=20)
 
 
 def _failed(request: RemotingCommand, e: Exception) -> RemotingCommand:

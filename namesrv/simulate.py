@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from namesrv.acl import Credentials
 from namesrv.client import NameServerClient, parse_addr
 from namesrv.protocol import bodies
 from namesrv.protocol.codec import RemoteProtocolError
@@ -86,6 +87,8 @@ class FleetConfig:
     topic_prefix: str = "T"
     backoff_initial: float = 1.0
     backoff_max: float = 30.0
+    #: sign every request (registrations, heartbeats, unregistrations) as a broker with ACL credentials does
+    credentials: Credentials | None = None
 
     def __post_init__(self) -> None:
         if not self.namesrv:
@@ -302,7 +305,9 @@ class Fleet:
                 m = Member(
                     group, broker_id, name, addr, ha, State.LIVE, ext, raw, identity, bodies.encode_data_version(dv)
                 )
-                m.links = {ns: Link(ns, _Connection(ns, timeout=c.timeout)) for ns in c.namesrv}
+                m.links = {
+                    ns: Link(ns, _Connection(ns, timeout=c.timeout, credentials=c.credentials)) for ns in c.namesrv
+                }
                 members.append(m)
         return members
 

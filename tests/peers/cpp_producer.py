@@ -9,7 +9,7 @@ Prints one JSON line on stdout and exits 0 when the send returned, 1 when start 
 2 when the client library cannot be loaded.  Run it as a subprocess: the C++ library owns threads
 and can block in shutdown; ``--hard-exit`` skips that shutdown once the result is printed.
 
-    python tests/peers/cpp_producer.py --namesrv 127.0.0.1:9876 --topic TopicTest
+    python tests/peers/cpp_producer.py --namesrv 127.0.0.1:9876 --topic TopicTest [--access-key AK --secret-key SK]
 """
 
 from __future__ import annotations
@@ -40,6 +40,9 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
         help="HOME for the C++ client, which logs to HOME/logs/rocketmq-cpp (default: a fresh temp dir)",
     )
     p.add_argument("--hard-exit", action="store_true", help="os._exit after printing, skipping the C++ shutdown")
+    # the client's own signer (ClientRPCHook: AccessKey, OnsChannel and the header fields, HMAC-SHA1)
+    p.add_argument("--access-key", default=os.environ.get("ROCKETMQ_ACCESS_KEY", ""), help="sign with this AccessKey")
+    p.add_argument("--secret-key", default=os.environ.get("ROCKETMQ_SECRET_KEY", ""), help="... and this secret")
     return p.parse_args(argv)
 
 
@@ -88,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     producer = Producer(args.group, timeout=args.send_timeout_ms)
     producer.set_namesrv_addr(args.namesrv)
+    result["signed"] = bool(args.access_key and args.secret_key)
+    if result["signed"]:
+        producer.set_session_credentials(args.access_key, args.secret_key, "ALIYUN")
     step = "start"
     try:
         producer.start()

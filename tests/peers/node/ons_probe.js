@@ -6,7 +6,8 @@
 // our answers.  Prints one JSON line on stdout; exits 1 when a step fails, 2 on bad arguments.
 //
 //   node ons_probe.js --namesrv 127.0.0.1:9876 --topic TopicTest \
-//        [--namespace NS --key K --value V] [--steps route,kv,cluster] [--timeout-ms 3000]
+//        [--namespace NS --key K --value V] [--steps route,kv,cluster] [--timeout-ms 3000] \
+//        [--access-key AK --secret-key SK]   (or ROCKETMQ_ACCESS_KEY / ROCKETMQ_SECRET_KEY: signed requests)
 
 const path = require('path');
 const { parseArgs } = require('util');
@@ -44,6 +45,10 @@ function parseCli(argv) {
       steps: { type: 'string', default: ALL_STEPS.join(',') },
       'timeout-ms': { type: 'string', default: '3000' },
       verbose: { type: 'boolean', default: false },
+      // sign every request with ali-ons' own signer (Channel#beforeRequest); the secret may come from the
+      // environment instead, which keeps it out of the process list
+      'access-key': { type: 'string', default: process.env.ROCKETMQ_ACCESS_KEY || '' },
+      'secret-key': { type: 'string', default: process.env.ROCKETMQ_SECRET_KEY || '' },
     },
   });
   if (!values.namesrv || !/^[^:]+:\d+$/.test(values.namesrv)) {
@@ -143,6 +148,9 @@ async function main() {
     logger: quietLogger(opts.verbose),
     responseTimeout: opts.timeoutMs,
     connectTimeout: opts.timeoutMs,
+    // ali-ons signs only when both are set (its Aliyun names accessKeyId/accessKeySecret are aliases)
+    accessKey: opts['access-key'] || undefined,
+    secretKey: opts['secret-key'] || undefined,
   });
   // channel errors (refused connection, reset) also reject the pending call; this keeps them from
   // surfacing a second time as an unhandled 'error' event
@@ -155,6 +163,7 @@ async function main() {
     ok: true,
     namesrv: opts.namesrv,
     client: { name: 'ali-ons', version: ons.version, header_version: sample.version, language: sample.language },
+    signed: Boolean(opts['access-key'] && opts['secret-key']),
   };
   let exitCode = 0;
   try {
