@@ -425,11 +425,11 @@ class NamesrvConfig:
         "", "nodeName", "String", _O, "name of this node in events (at most 1024 characters); empty = host:port"
     )
     tick_interval_millis: int = _opt(
-        500,
+        250,
         "tickIntervalMillis",
         "long",
         _O,
-        "period (ms) of TICK events, which move the monitor's event time while brokers are silent",
+        "period (ms) of TICK events, which move the monitor's event time while brokers are silent and carry the node's SILENT reports",
         bounds=(1, 86_400_000),
     )
     redis_url: str = _opt("", "redisUrl", "String", _O, "Redis holding materialised routes; empty = none")

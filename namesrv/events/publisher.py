@@ -122,7 +122,7 @@ class PublisherSettings:
     topic: str
     #: empty until the node knows its port; see EventPublisher.node_name
     node_name: str = ""
-    tick_interval_ms: int = 500
+    tick_interval_ms: int = 250
     #: events held while Kafka is slow or down
     capacity: int = 10_000
     #: events handed to the producer and not yet acknowledged

@@ -439,10 +439,10 @@ def test_a_node_name_or_monitor_id_longer_than_the_schema_allows_stops_the_node_
         check_names(load_config(None, {"trustedMonitors": "ok;" + "m" * 1025}))
 
 
-def test_ticks_are_light_and_every_500_ms_by_default():
+def test_ticks_are_light_and_every_250_ms_by_default():
     from namesrv.config import load_config
 
-    assert PublisherSettings.from_config(load_config(None, {})).tick_interval_ms == 500
+    assert PublisherSettings.from_config(load_config(None, {})).tick_interval_ms == 250
     # under pressure a queue full of ticks still takes a registration, dropping the oldest tick
     q = EventQueue(3)
     for seq in (1, 2, 3):
