@@ -67,7 +67,7 @@ class StreamingConfig:
     end_offsets: str = "highwater"
 
     checkpoint_dir: Path = Path("run/streaming/checkpoint")
-    trigger_interval_millis: int = 250
+    trigger_interval_millis: int = 100
     watermark_delay_millis: int = 120_000
     max_clock_skew_millis: int = 10_000
     heartbeat_timeout_millis: int = 120_000
