@@ -429,14 +429,15 @@ class EventPublisher(NodeObserver):
             return
         self._emit(EventType.ORDER_TOPIC_CONF, topic=key, order_topic_conf=value)
 
-    def tick(self) -> Event:
-        return self._emit(EventType.TICK)
+    def tick(self, local_scan: bool | None = None) -> Event:
+        return self._emit(EventType.TICK, local_scan=local_scan)
 
-    async def run_ticks(self) -> None:
-        """Publish a TICK every ``tickIntervalMillis`` (a task on the node's loop)."""
+    async def run_ticks(self, local_scan: Callable[[], bool] | None = None) -> None:
+        """Publish a TICK every ``tickIntervalMillis`` (a task on the node's loop), saying whether
+        ``local_scan()`` (the node's own expiry scan) is on, for the monitor's health view."""
         interval = self.settings.tick_interval_ms / 1000
         while True:
-            self.tick()
+            self.tick(None if local_scan is None else local_scan())
             await asyncio.sleep(interval)
 
     def _zone_of(self, broker_name: str) -> str | None:
