@@ -247,7 +247,7 @@ async def _route(request: web.Request) -> web.Response:
     return web.Response(body=orjson.dumps(found), content_type="application/json")
 
 
-async def _no_content() -> web.Response:
+async def _no_content(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
@@ -268,7 +268,7 @@ def build_app(settings: ConsoleSettings, client: redis.Redis) -> web.Application
     app.router.add_get("/events", _events)
     app.router.add_get("/api/state", _state)
     app.router.add_get("/api/route", _route)
-    app.router.add_get("/favicon.ico", lambda _: _no_content())
+    app.router.add_get("/favicon.ico", _no_content)
     app.router.add_static("/static", HERE / "static", append_version=False)
 
     async def polling(app: web.Application) -> Any:

@@ -127,6 +127,7 @@
           tr.className = "broker" + (i === 0 ? " group-start" : "");
           tr.dataset.addr = b.addr;
           tr.dataset.cluster = b.cluster;
+          tr.dataset.group = group.name;
           tr.dataset.state = state;
           rows.push(tr);
         });
