@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
@@ -503,7 +503,7 @@ def _text(value: bytes | str) -> str:
 
 def bounded_hash(client: redis.Redis, key: str, cap: int) -> tuple[dict[bytes, bytes], int]:
     """At most ``cap`` fields of hash ``key`` (all of them when it has no more), and how many were left."""
-    total = int(client.hlen(key))  # type: ignore[arg-type]
+    total = int(client.hlen(key))
     if total <= cap:
         return dict(client.hgetall(key)), 0  # type: ignore[arg-type]
     out: dict[bytes, bytes] = {}
@@ -588,30 +588,41 @@ class HealthReader:
         view.problems = problems
         return view
 
+
+E = TypeVar("E")
+
+
+@dataclass
+class _Entries:
+    """What one read of the entry hashes found wrong: the first problems, entries skipped, fields not read."""
+
+    problems: list[str] = field(default_factory=list)
+    skipped: int = 0
+    not_read: dict[str, int] = field(default_factory=dict)
+
+    def decode_all(self, client: redis.Redis, key: str, cap: int, decode: Callable[[bytes], E]) -> list[E]:
+        entries, left = bounded_hash(client, key, cap)
+        if left:
+            self.not_read[key] = left
+        out = []
+        for f, raw in entries.items():
+            try:
+                out.append(decode(raw))
+            except SchemaError as exc:
+                self.skipped += 1
+                if len(self.problems) < 5:
+                    self.problems.append(f"{key}[{_text(f)[:80]!r}]: {str(exc)[:200]}")
+        return out
+
+
 def read_entries(
     client: redis.Redis, keys: RedisKeys, max_brokers: int = MAX_BROKERS
 ) -> tuple[list[BrokerHealth], list[NodeHealth], list[str], int, dict[str, int]]:
     """The broker and node entries, checked: (brokers, nodes, first problems, entries skipped, fields not read)."""
-    problems: list[str] = []
-    skipped = 0
-    not_read: dict[str, int] = {}
-    brokers: list[BrokerHealth] = []
-    nodes: list[NodeHealth] = []
-    for key, cap, decode, out in (
-        (keys.health_brokers, max_brokers, decode_broker, brokers),
-        (keys.health_nodes, MAX_NODES, decode_node, nodes),
-    ):
-        entries, left = bounded_hash(client, key, cap)
-        if left:
-            not_read[key] = left
-        for f, raw in entries.items():
-            try:
-                out.append(decode(raw))  # type: ignore[operator]
-            except SchemaError as exc:
-                skipped += 1
-                if len(problems) < 5:
-                    problems.append(f"{key}[{_text(f)[:80]!r}]: {str(exc)[:200]}")
-    return brokers, nodes, problems, skipped, not_read
+    found = _Entries()
+    brokers = found.decode_all(client, keys.health_brokers, max_brokers, decode_broker)
+    nodes = found.decode_all(client, keys.health_nodes, MAX_NODES, decode_node)
+    return brokers, nodes, found.problems, found.skipped, found.not_read
 
 
 def load_entries(client: redis.Redis, keys: RedisKeys) -> tuple[list[BrokerHealth], list[NodeHealth]]:

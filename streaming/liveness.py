@@ -377,7 +377,8 @@ class LivenessProcessor(StatefulProcessor):
                 self.handle.deleteTimer(st.deadline)
             self.handle.registerTimer(deadline)
             st.deadline = deadline
-        out.add(KIND_HEALTH, st.last_tick, node=node, lastHeartbeat=st.last_tick, state=scan_state(events[-1].get("localScan")))
+        out.add(KIND_HEALTH, st.last_tick, node=node, lastHeartbeat=st.last_tick,
+                state=scan_state(events[-1].get("localScan")))  # fmt: skip
         self.node.update(astuple(st))
 
     # ------------------------------------------------------------------ timers

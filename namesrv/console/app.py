@@ -108,6 +108,19 @@ class Poller:
             await self.poll_once()
             await asyncio.sleep(self.poll_s)
 
+    async def wait_past(self, version: int, timeout_s: float) -> bool:
+        """Wait until the version is not ``version`` (or closing); False after ``timeout_s`` without one."""
+
+        def moved() -> bool:
+            return self.version != version or self.closing
+
+        try:
+            async with self.changed:
+                await asyncio.wait_for(self.changed.wait_for(moved), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
     async def close(self) -> None:
         self.closing = True
         async with self.changed:
@@ -157,7 +170,7 @@ class RouteSearch:
         cursor = 0
         pattern = f"*{_escape_glob(query)}*"
         for _ in range(MAX_SCAN_STEPS):
-            cursor, found = self.client.sscan(self.lookup.keys.topics, cursor, match=pattern, count=1000)  # type: ignore[misc]
+            cursor, found = self.client.sscan(self.lookup.keys.topics, cursor, match=pattern, count=1000)
             for t in found:
                 name = t.decode("utf-8", "replace") if isinstance(t, bytes) else str(t)
                 if len(name) <= MAX_NAME_CHARS:
@@ -186,7 +199,7 @@ async def _headers(request: web.Request, handler: Callable[[web.Request], Awaita
 POLLER = web.AppKey("poller", Poller)
 SEARCH = web.AppKey("search", RouteSearch)
 SETTINGS = web.AppKey("settings", ConsoleSettings)
-STREAMS = web.AppKey("streams", set)
+STREAMS: web.AppKey[set[Any]] = web.AppKey("streams")
 JINJA = web.AppKey("jinja", jinja2.Environment)
 
 
@@ -221,12 +234,7 @@ async def _events(request: web.Request) -> web.StreamResponse:
                 seen = poller.version
                 await response.write(b"data: " + poller.payload() + b"\n\n")
                 continue
-            try:
-                async with poller.changed:
-                    await asyncio.wait_for(
-                        poller.changed.wait_for(lambda: poller.version != seen or poller.closing), KEEPALIVE_S
-                    )
-            except TimeoutError:
+            if not await poller.wait_past(seen, KEEPALIVE_S):
                 await response.write(b": keepalive\n\n")
     except ConnectionResetError:  # the browser went away
         pass
@@ -276,7 +284,8 @@ def build_app(settings: ConsoleSettings, client: redis.Redis) -> web.Application
         yield
         await app[POLLER].close()
         task.cancel()
-        for stream in list(app[STREAMS]):
+        streams: set[Any] = app[STREAMS]
+        for stream in list(streams):
             stream.cancel()
 
     app.cleanup_ctx.append(polling)
