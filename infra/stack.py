@@ -1,8 +1,9 @@
 """The whole system on one machine: ``make run`` and ``make stop``.
 
 ``up`` starts, in order, the local Kafka-protocol broker and Redis (:mod:`infra.services`), the
-name-server nodes (publishing events to Kafka and applying the monitor's actions) and the Spark
-streaming job in local mode, prints where everything is, and stays in the foreground, restarting
+name-server nodes (publishing events to Kafka and applying the monitor's actions), the live
+cluster-health console (``namesrv console``, :class:`ConsoleService`) and the Spark streaming job
+in local mode, prints where everything is, and stays in the foreground, restarting
 whatever dies.  Ctrl-C or SIGTERM stops everything it started, by PID.  ``down`` (``make stop``)
 stops a running ``up`` the same way, then whatever the pidfiles still name (a stack whose ``up``
 is gone).  ``status`` prints one line per service (and ``up``'s PID while it runs).
@@ -28,6 +29,7 @@ the streaming job         the nodes keep serving; after ``monitorSilenceFallback
 a name-server node        the other nodes serve; brokers re-register with it once it is back
 Kafka                     nodes queue events (bounded), the job waits; same port and data dir
 Redis                     nodes serve from memory; the job's next batch rewrites the routes
+the console               nothing depends on it; the page reconnects by itself once it is back
 ========================  ==================================================================
 
 A signal to ``up`` stops the loop before any further restart (also in a back-off wait, or once a
@@ -107,6 +109,46 @@ class NamesrvNode(ProcessService):
             with NameServerClient(self.address, timeout=timeout) as client:
                 client.cluster_info()
             return True
+        except OSError:
+            return False
+
+
+class ConsoleService(ProcessService):
+    """The live cluster-health page, ``namesrv console``, reading the job's Redis."""
+
+    port_key = "--console-port"
+    backend_key = "namesrv console"
+
+    def __init__(self, *, port: int, run_dir: Path, redis_url: str, prefix: str = "namesrv", host: str = LOOPBACK):
+        super().__init__(port=port, run_dir=run_dir, host=host, start_timeout=20.0)
+        self.name = "console"
+        self.redis_url = redis_url
+        self.prefix = prefix
+
+    @property
+    def backend(self) -> str:
+        return "namesrv console"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}/"
+
+    def _binary(self) -> Path:
+        return Path(sys.executable)
+
+    def _known_binaries(self) -> list[Path]:
+        return [Path(sys.executable)]
+
+    def _command(self, binary: Path) -> list[str]:
+        return [str(binary), "-m", "namesrv", "console", "--redis", self.redis_url, "--prefix", self.prefix,
+                "--host", self.host, "--port", str(self.port)]  # fmt: skip
+
+    def _probe(self, timeout: float) -> bool:
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(self.url + "api/state", timeout=timeout) as answer:
+                return bool(answer.status == 200)
         except OSError:
             return False
 
@@ -505,6 +547,8 @@ def build_stack(args: argparse.Namespace) -> list[ProcessService]:
                 },
             )
         )
+    if args.console_port:
+        stack.append(ConsoleService(port=args.console_port, run_dir=run_dir, redis_url=services.redis_url))
     if not args.no_streaming:
         stack.append(
             StreamingJob(
@@ -528,8 +572,10 @@ def banner(stack: list[ProcessService], node_ports: list[int]) -> str:
         status = service.status()
         lines.append(f"  {status.name:<16} {status.address:<22} pid {status.pid or '-':<8} log {status.log_file}")
     redis = next(s for s in stack if isinstance(s, RedisService))
+    console = next((s for s in stack if isinstance(s, ConsoleService)), None)
     lines += [
         "",
+        *([f"  Cluster health:      {console.url}   (live console in the browser)"] if console else []),
         f"  Brokers and clients: namesrvAddr={namesrv_addr}   (or NAMESRV_ADDR='{namesrv_addr}')",
         f"  Admin:               .venv/bin/namesrv admin -n 127.0.0.1:{node_ports[0]} clusterList",
         f"  A simulated fleet:   .venv/bin/namesrv simulate -n '{namesrv_addr}' --brokers 3 --topics 10 "
@@ -650,6 +696,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--bind", default=LOOPBACK, help="address the nodes listen on (default 127.0.0.1)")
     parser.add_argument("--no-streaming", action="store_true", help="start everything but the Spark job")
+    parser.add_argument(
+        "--console-port",
+        type=int,
+        default=18080,
+        help="port of the live cluster-health console (namesrv console) on 127.0.0.1; 0 = no console",
+    )
     parser.add_argument(
         "--streaming-launcher",
         type=Launcher,

@@ -163,6 +163,25 @@ def _routes(args: argparse.Namespace) -> int:
     return 0
 
 
+def _console(args: argparse.Namespace) -> int:
+    """Serve the live cluster-health page (namesrv/console)."""
+    from namesrv.console import ConsoleSettings, serve
+
+    if not 50 <= args.poll_ms <= 5000:
+        print(f"namesrv console: --poll-ms {args.poll_ms}: use 50 ..= 5000", file=sys.stderr)
+        return 2
+    if not 0 <= args.port <= 65535:
+        print(f"namesrv console: --port {args.port}: use 0 ..= 65535", file=sys.stderr)
+        return 2
+    setup_logging(args.log_level or "WARNING")
+    try:
+        serve(ConsoleSettings(args.redis, args.prefix, args.poll_ms), args.host, args.port)
+    except OSError as e:
+        print(f"namesrv console: cannot listen on {args.host}:{args.port}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _human(result: Any) -> str:
     if isinstance(result, str):
         return result
@@ -268,6 +287,21 @@ def build_parser() -> argparse.ArgumentParser:
     routes_sub.add_parser("topics", help="every topic with a route")
     routes_sub.add_parser("alerts", help="open health incidents")
     routes_sub.add_parser("status", help="the monitor's last write: batch, watermark, time")
+
+    console = sub.add_parser(
+        "console",
+        help="live cluster-health page in the browser, from what the streaming monitor keeps in Redis",
+        description="Serve a web page that shows every cluster, broker group and broker (heartbeat age, "
+        "countdown to expiry, state), the nodes, the monitor and its alerts, and looks up routes; it "
+        "updates within a second of a change. It reads Redis only.",
+    )
+    console.add_argument("--redis", default="redis://127.0.0.1:16379/0", help="Redis URL (default: the local stack's)")
+    console.add_argument("--prefix", default="namesrv", help="key prefix (the job's redis.keyPrefix)")
+    console.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; no login)")
+    console.add_argument("--port", type=int, default=18080, help="port to listen on (default 18080)")
+    console.add_argument("--poll-ms", type=int, default=300, help="read Redis every N ms (default 300)")
+    console.add_argument("--log-level", help="DEBUG, INFO, WARNING (default WARNING)")
+    console.set_defaults(func=_console)
 
     start = sub.add_parser("start", help="run a name-server node in the foreground")
     start.add_argument("-c", "--config", help="RocketMQ-style properties file (e.g. conf/namesrv.properties)")

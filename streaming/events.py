@@ -40,6 +40,7 @@ LIVENESS_FIELDS: tuple[str, ...] = (
     "brokerAddr",
     "source",
     "heartbeatTimeoutMillis",
+    "localScan",
 )
 #: event types whose whole JSON travels on (the route materialisation replays them)
 RAW_TYPES = frozenset({EventType.REGISTER, EventType.ADMIN, EventType.ORDER_TOPIC_CONF})
@@ -83,6 +84,7 @@ _ATTRS = {
     "brokerAddr": "broker_addr",
     "source": "source",
     "heartbeatTimeoutMillis": "heartbeat_timeout_millis",
+    "localScan": "local_scan",
 }
 
 

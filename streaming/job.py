@@ -72,6 +72,7 @@ from streaming.alerts import (
 )
 from streaming.config import StreamingConfig
 from streaming.events import count_events, parse_events, valid_events
+from streaming.health import HealthBook
 from streaming.liveness import (
     KIND_ACTION,
     KIND_ALERT,
@@ -354,6 +355,8 @@ class BatchSink:
         )
         self.model = RouteModel(self.route_settings, order_message_enable=cfg.order_message_enable)
         self.book = AlertBook()
+        #: what the console shows (streaming.health), written with each batch
+        self.health = HealthBook(forget_after_ms=cfg.forget_after_millis)
         self.lock = threading.Lock()
         self._lineage: str | None = None
         self._lineage_set = threading.Event()
@@ -379,6 +382,7 @@ class BatchSink:
                 else:
                     if stored.lineage == query_id:
                         self.model, self.book = stored.model, AlertBook(stored.alerts)
+                        self.health.restore(*stored.health)
                         self._stored_batch = stored.batch_id
                         self._rewrite = False
                         log.info(
@@ -428,6 +432,10 @@ class BatchSink:
             for alert in alerts:
                 self._publish_alert(alert, at)
             self.publisher.flush()
+            self.health.observe(
+                rows, alerts, at, batch_id=batch_id, monitor=self.monitor, status=self.status,
+                delay_ms=self.cfg.watermark_delay_millis,
+            )  # fmt: skip
             self._write_redis(batch_id, changes, alerts)
             return alerts
 
@@ -481,7 +489,7 @@ class BatchSink:
         try:
             self.store.commit(
                 self._lineage, batch_id, changes, alert_writes, watermark=self.status.watermark_ms,
-                monitor=self.monitor, replace=self._rewrite,
+                monitor=self.monitor, replace=self._rewrite, health=self.health.take(full=self._rewrite),
             )  # fmt: skip
         except RedisError as exc:  # a cache outage must not stop the liveness decisions
             log.error("redis: batch %d not written (%r); the next write replaces everything", batch_id, exc)

@@ -76,8 +76,10 @@ from namesrv.events.schema import ActionType, EventType, UnregisterSource
 from namesrv.protocol.codes import MASTER_ID
 from streaming.alerts import AlertKind, AlertState, Severity
 from streaming.events import ADMIN_KEY, BROKER_KEY, NODE_KEY
+from streaming.health import KIND_HEALTH, scan_state
 
-#: what the processor emits: an action, an alert, or an event for the route materialisation
+#: what the processor emits: an action, an alert, or an event for the route materialisation; and
+#: KIND_HEALTH (streaming.health): per key and batch, a broker's last heartbeat or a node's last tick
 KIND_ACTION = "ACTION"
 KIND_ALERT = "ALERT"
 KIND_ROUTE = "ROUTE"
@@ -102,6 +104,7 @@ OUTPUT_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("state", "STRING", "object"),
     ("message", "STRING", "object"),
     ("raw", "STRING", "object"),
+    ("timeoutMillis", "BIGINT", "Int64"),
 )
 OUTPUT_DDL = ", ".join(f"`{name}` {ddl}" for name, ddl, _ in OUTPUT_COLUMNS)
 _NO_TIMER = -1
@@ -355,6 +358,9 @@ class LivenessProcessor(StatefulProcessor):
         if not known:
             return  # only reports of its departure: nothing to remember about this broker
         st.links = links.dump()
+        gone = "REMOVED" if st.removed_open else "EXPIRED"
+        out.add(KIND_HEALTH, events[-1]["eventTime"], lastHeartbeat=st.last_seen, timeoutMillis=st.timeout_ms,
+                state="ALIVE" if st.alive else gone, **_broker_fields(st))  # fmt: skip
         self._check_flapping(st, flaps, events[-1]["eventTime"], out)
         self._arm(st)
         self._save(st, flaps)
@@ -383,6 +389,8 @@ class LivenessProcessor(StatefulProcessor):
                 self.handle.deleteTimer(st.deadline)
             self.handle.registerTimer(deadline)
             st.deadline = deadline
+        out.add(KIND_HEALTH, st.last_tick, node=node, lastHeartbeat=st.last_tick,
+                state=scan_state(events[-1].get("localScan")))  # fmt: skip
         self.node.update(astuple(st))
 
     # ------------------------------------------------------------------ timers

@@ -51,6 +51,7 @@ from namesrv.routes.snapshot import (
     encode_topic_entry,
 )
 from streaming.alerts import Alert, decode_alert, encode_alert
+from streaming.health import MAX_RESOLVED, BrokerHealth, HealthWrites, NodeHealth, load_entries
 
 if TYPE_CHECKING:
     import redis
@@ -347,6 +348,8 @@ class StoredState:
     batch_id: int
     model: RouteModel
     alerts: dict[str, Alert]
+    #: the console's health entries (streaming.health), checked
+    health: tuple[list[BrokerHealth], list[NodeHealth]] = field(default_factory=lambda: ([], []))
 
 
 class RedisRouteStore:
@@ -377,7 +380,8 @@ class RedisRouteStore:
             except ValueError:
                 log.warning("redis: ignoring malformed alert %r", incident)
         model = RouteModel.from_snapshot(snap, settings, order_message_enable=order_message_enable)
-        return StoredState(snap.lineage, -1 if snap.batch_id is None else snap.batch_id, model, alerts)
+        health = load_entries(self.client, k)
+        return StoredState(snap.lineage, -1 if snap.batch_id is None else snap.batch_id, model, alerts, health)
 
     def _delete_all(self, pipe: Any) -> None:
         k = self.keys
@@ -386,11 +390,14 @@ class RedisRouteStore:
         for i in range(0, len(stale), 1000):
             pipe.delete(*stale[i : i + 1000])
         pipe.delete(k.topics, k.cluster, k.alerts, k.meta, k.model_topics, k.model_brokers)
+        # not P:alerts:resolved: a rewrite after a failed write keeps the history of what ended
+        pipe.delete(k.health_brokers, k.health_nodes, k.health_monitor)
 
     def reset(self) -> None:
         """Delete everything the job wrote under this prefix."""
         with self.client.pipeline(transaction=True) as pipe:
             self._delete_all(pipe)
+            pipe.delete(self.keys.alerts_resolved)
             pipe.execute()
 
     def commit(
@@ -403,6 +410,7 @@ class RedisRouteStore:
         watermark: int | None = None,
         monitor: str = "",
         replace: bool = False,
+        health: HealthWrites | None = None,
     ) -> list[str]:
         """Write one batch atomically; returns the topics announced on the channel.
 
@@ -432,6 +440,8 @@ class RedisRouteStore:
             if changes.model_brokers is not None:
                 pipe.set(k.model_brokers, changes.model_brokers)
             self._alert_writes(pipe, alerts, monitor, now)
+            if health is not None:
+                health.apply(pipe, k)
             # redis-py asks for a Mapping keyed by its whole union of key types (Mapping is invariant in
             # its key), which no dict[str, ...] is
             pipe.hset(k.meta, mapping=encode_meta(lineage, batch_id, now, watermark))  # type: ignore[arg-type]
@@ -441,11 +451,16 @@ class RedisRouteStore:
         return changed
 
     def _alert_writes(self, pipe: Any, alerts: Iterable[Alert], monitor: str, now: int) -> None:
+        resolved = 0
         for alert in alerts:
             if alert.state == "OPEN":
                 pipe.hset(self.keys.alerts, alert.incident, encode_alert(alert, monitor=monitor, emitted_at=now))
             else:
                 pipe.hdel(self.keys.alerts, alert.incident)
+                pipe.lpush(self.keys.alerts_resolved, encode_alert(alert, monitor=monitor, emitted_at=now))
+                resolved += 1
+        if resolved:
+            pipe.ltrim(self.keys.alerts_resolved, 0, MAX_RESOLVED - 1)
 
     def write_alerts(self, alerts: Iterable[Alert], *, monitor: str = "") -> None:
         """Alerts decided between batches (MONITOR_LAGGING)."""

@@ -104,7 +104,7 @@ class KafkaLink:
         )
         self.publisher.start()
         self.consumer.start()
-        spawn(self.publisher.run_ticks(), "event-ticks")
+        spawn(self.publisher.run_ticks(lambda: self.watchdog.expiry.enabled), "event-ticks")
         spawn(self.watchdog.run(), "monitor-watchdog")
         log.info(
             "publishing events to %s at %s as node %s; reading actions from %s",

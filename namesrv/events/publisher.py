@@ -434,9 +434,10 @@ class EventPublisher(NodeObserver):
             return
         self._emit(EventType.ORDER_TOPIC_CONF, topic=key, order_topic_conf=value)
 
-    def tick(self) -> Event:
-        """A TICK, then a SILENT for each broker whose deadline the tick's time has passed (see :mod:`.silence`)."""
-        tick = self._emit(EventType.TICK)
+    def tick(self, local_scan: bool | None = None) -> Event:
+        """A TICK (saying whether the node's own expiry scan is on), then a SILENT for each broker
+        whose deadline the tick's time has passed (see :mod:`.silence`)."""
+        tick = self._emit(EventType.TICK, local_scan=local_scan)
         for silence in self._silence.due(tick.event_time):
             cluster, addr = silence.key
             name, broker_id = self._identity.get(silence.key, (None, None))
@@ -446,11 +447,12 @@ class EventPublisher(NodeObserver):
             )  # fmt: skip
         return tick
 
-    async def run_ticks(self) -> None:
-        """Publish a TICK (and the SILENTs due) every ``tickIntervalMillis`` (a task on the node's loop)."""
+    async def run_ticks(self, local_scan: Callable[[], bool] | None = None) -> None:
+        """Publish a TICK (and the SILENTs due) every ``tickIntervalMillis`` (a task on the node's loop),
+        saying whether ``local_scan()`` (the node's own expiry scan) is on, for the monitor's health view."""
         interval = self.settings.tick_interval_ms / 1000
         while True:
-            self.tick()
+            self.tick(None if local_scan is None else local_scan())
             await asyncio.sleep(interval)
 
     def _zone_of(self, broker_name: str) -> str | None:

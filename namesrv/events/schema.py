@@ -279,6 +279,8 @@ class Event:
     queue_datas: list[BrokerQueueInfo] | None = None
     #: ORDER_TOPIC_CONF only: the topic's new value in ORDER_TOPIC_CONFIG; None: it has none (deleted)
     order_topic_conf: str | None = None
+    #: TICK only: whether the node's own expiry scan is on (the monitor silent); None from older nodes
+    local_scan: bool | None = None
     v: int = VERSION
 
 
@@ -527,6 +529,7 @@ EVENT_FIELDS: tuple[Field, ...] = (
         _read_queue_datas, ListOf(BROKER_QUEUE), lambda qs: [q.to_json() for q in qs],
     ),
     Field("orderTopicConf", "order_topic_conf", "STRING", _read_str, TEXT),
+    Field("localScan", "local_scan", "BOOLEAN", _read_bool, IsBool()),
 )  # fmt: skip
 
 ACTION_FIELDS: tuple[Field, ...] = (

@@ -87,6 +87,22 @@ class RedisKeys:
     def channel(self) -> str:
         return f"{self.prefix}:routes:changed"
 
+    @property
+    def alerts_resolved(self) -> str:
+        return f"{self.prefix}:alerts:resolved"
+
+    @property
+    def health_brokers(self) -> str:
+        return f"{self.prefix}:health:brokers"
+
+    @property
+    def health_nodes(self) -> str:
+        return f"{self.prefix}:health:nodes"
+
+    @property
+    def health_monitor(self) -> str:
+        return f"{self.prefix}:health:monitor"
+
 
 # --------------------------------------------------------------------------- the model as values
 

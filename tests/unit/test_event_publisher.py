@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 
@@ -255,10 +256,25 @@ def test_a_publishing_bug_never_escapes_into_the_request(caplog):
     assert "could not publish" in caplog.text
 
 
-def test_ticks_carry_only_the_node_clock():
+def test_ticks_carry_only_the_node_clock_and_whether_its_local_scan_is_on():
     p, _ = make_publisher()
     tick = p.tick()
-    assert (tick.type, tick.broker_addr, tick.node) == (EventType.TICK, None, "ns-1")
+    assert (tick.type, tick.broker_addr, tick.node, tick.local_scan) == (EventType.TICK, None, "ns-1", None)
+    assert (p.tick(local_scan=True).local_scan, p.tick(local_scan=False).local_scan) == (True, False)
+
+
+def test_the_tick_task_asks_the_scan_each_time():
+    p, _ = make_publisher(tick_interval_ms=0)  # no waiting between ticks
+    scan = iter([True, False])
+
+    async def two_ticks() -> None:
+        task = asyncio.ensure_future(p.run_ticks(lambda: next(scan)))
+        while p.stats().emitted < 2:
+            await asyncio.sleep(0)
+        task.cancel()
+
+    asyncio.run(two_ticks())
+    assert [e.local_scan for e in drain(p)] == [True, False]
 
 
 def test_a_tick_past_a_brokers_deadline_reports_it_silent_once_per_silence():

@@ -93,6 +93,11 @@ def test_every_event_kind_round_trips(event):
 def test_absent_fields_are_not_written_and_ticks_are_keyed_by_node():
     tick = Event(EventType.TICK, "ns-1", 5, 15)
     assert json.loads(encode_event(tick)) == {"v": 1, "type": "TICK", "node": "ns-1", "eventTime": 5, "seq": 15}
+    scanning = Event(EventType.TICK, "ns-1", 5, 16, local_scan=True)
+    assert json.loads(encode_event(scanning))["localScan"] is True
+    assert decode_event(encode_event(scanning)).local_scan is True
+    with pytest.raises(SchemaError, match="event.localScan: expected true or false"):
+        decode_event({"v": 1, "type": "TICK", "node": "n", "eventTime": 1, "seq": 1, "localScan": 1})
     assert event_key(tick) == b"ns-1"
 
 
@@ -238,9 +243,8 @@ def test_spark_ddl_names_every_field_once_in_schema_order():
     assert types["topics"].startswith("MAP<STRING, STRUCT<readQueueNums: INT")
     assert types["filterServerList"] == "ARRAY<STRING>"
     assert types["topicQueueMappingInfoMap"] == "MAP<STRING, STRING>"
-    assert (
-        types["orderTopicConf"] == "STRING" and list(types)[-1] == "orderTopicConf"
-    )  # appended: old columns keep their place
+    assert types["orderTopicConf"] == "STRING" and types["localScan"] == "BOOLEAN"
+    assert list(types)[-2:] == ["orderTopicConf", "localScan"]  # appended: old columns keep their place
     ddl = event_ddl()
     assert ddl.startswith("`v` INT, `type` STRING, `node` STRING, `eventTime` BIGINT, `seq` BIGINT")
     assert ddl.count("`") == 2 * len(types)
@@ -425,7 +429,7 @@ def test_the_spark_schema_keeps_its_shape():
         "`filterServerList` ARRAY<STRING>, `topicQueueMappingInfoMap` MAP<STRING, STRING>, `op` STRING, "
         "`topic` STRING, `topicCount` INT, "
         "`queueDatas` ARRAY<STRUCT<brokerName: STRING, readQueueNums: INT, writeQueueNums: INT, perm: INT, "
-        "topicSysFlag: INT>>, `orderTopicConf` STRING"
+        "topicSysFlag: INT>>, `orderTopicConf` STRING, `localScan` BOOLEAN"
     )
     assert action_ddl() == (
         "`v` INT, `type` STRING, `monitor` STRING, `decidedAt` BIGINT, `clusterName` STRING, `brokerAddr` STRING, "

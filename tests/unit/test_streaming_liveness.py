@@ -11,6 +11,7 @@ from pyspark.sql.streaming.tws_tester import TwsTester
 
 from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo, encode_event
 from streaming.events import group_key, parse_record
+from streaming.health import KIND_HEALTH
 from streaming.liveness import KIND_ACTION, KIND_ALERT, KIND_ROUTE, LivenessProcessor, LivenessSettings
 
 CLUSTER = "DefaultCluster"
@@ -57,9 +58,11 @@ def make_tester(**settings) -> TwsTester:
 KEY = group_key(register(T0))
 
 
-def feed(t: TwsTester, *events: Event, key: str = KEY) -> list[dict]:
+def feed(t: TwsTester, *events: Event, key: str = KEY, health: bool = False) -> list[dict]:
+    """The rows emitted for ``events``; HEALTH rows (one per key and call, for the console) only if ``health``."""
     out = t.testInPandas(key, frame(*events))
-    return out.to_dict("records") if len(out) else []
+    rows = out.to_dict("records") if len(out) else []
+    return rows if health else [r for r in rows if r["kind"] != KIND_HEALTH]
 
 
 def fire(t: TwsTester, now: int) -> list[dict]:
@@ -323,3 +326,25 @@ def test_a_silent_report_about_an_unknown_or_gone_broker_changes_nothing():
     feed(t, register(T0))
     feed(t, ev(EventType.UNREGISTER, T0 + 1, source="UNREGISTER_BROKER"))
     assert feed(t, silent(T0 + TIMEOUT + 1)) == []
+
+
+def test_each_call_reports_the_brokers_last_heartbeat_timeout_and_state_for_the_console():
+    t = make_tester()
+    (row,) = kinds(feed(t, register(T0), heartbeat(T0 + 3_000, "n2"), health=True), KIND_HEALTH)
+    assert (row["lastHeartbeat"], row["timeoutMillis"], row["state"], row["brokerName"], row["brokerId"]) == (
+        T0 + 3_000, TIMEOUT, "ALIVE", "broker-a", 0,
+    )  # fmt: skip
+    out = feed(t, ev(EventType.UNREGISTER, T0 + 4_000, "n1", source="UNREGISTER_BROKER"), health=True)
+    assert [(r["state"], r["lastHeartbeat"]) for r in kinds(out, KIND_HEALTH)] == [("REMOVED", T0 + 3_000)]
+
+
+def test_a_nodes_ticks_report_its_last_tick_and_whether_its_local_scan_is_on():
+    t = make_tester()
+    key = group_key(ev(EventType.TICK, T0, "n1"))
+    out = feed(t, ev(EventType.TICK, T0, "n1", local_scan=False), ev(EventType.TICK, T0 + 500, "n1", seq=2,
+               local_scan=True), key=key, health=True)  # fmt: skip
+    assert [(r["node"], r["lastHeartbeat"], r["state"]) for r in kinds(out, KIND_HEALTH)] == [
+        ("n1", T0 + 500, "SCAN_ON")
+    ]
+    out = feed(t, ev(EventType.TICK, T0 + 1_000, "n1", seq=3), key=key, health=True)  # an older node: no field
+    assert [r["state"] for r in kinds(out, KIND_HEALTH)] == [None]
