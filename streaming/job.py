@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 
 from namesrv import kafka_clients
+from namesrv.redis_clients import redact_url
 from namesrv.events.schema import (
     MAX_REASON_CHARS,
     Action,
@@ -193,7 +194,12 @@ class KafkaPublisher:
         self.refused = 0
 
     @classmethod
-    def connect(cls, bootstrap_servers: str, stopping: threading.Event | None = None) -> KafkaPublisher | None:
+    def connect(
+        cls,
+        bootstrap_servers: str,
+        stopping: threading.Event | None = None,
+        security: kafka_clients.KafkaSecurity | None = None,
+    ) -> KafkaPublisher | None:
         """A publisher once Kafka answers, retrying with back-off meanwhile; None if ``stopping`` is set first.
 
         The job may start before Kafka does (a reboot, a deployment's start order): it waits rather
@@ -207,6 +213,7 @@ class KafkaPublisher:
             return kafka_clients.producer(
                 bootstrap_servers,
                 key="kafka.bootstrap",
+                security=security,
                 acks=1,
                 linger_ms=2,
                 enable_idempotence=False,
@@ -220,7 +227,8 @@ class KafkaPublisher:
             retry_on=KafkaError,
             first_wait_s=0.5,
             max_wait_s=10.0,
-            problem=f"Kafka at {bootstrap_servers} does not answer yet: is it up, and is kafka.bootstrap right?",
+            problem=f"Kafka at {bootstrap_servers} does not answer yet: is it up, and is kafka.bootstrap right?"
+            + (security.failure_hint() if security else ""),
         )
         return None if made is None else cls(made)
 
@@ -668,7 +676,7 @@ def start(
     spark: SparkSession, cfg: StreamingConfig, *, trigger_ms: int | None = None, stopping: threading.Event | None = None
 ) -> MonitorJob | None:
     """Start the monitor on ``spark`` (see :func:`build_spark`) once Kafka answers; None if ``stopping`` is set first."""
-    publisher = KafkaPublisher.connect(cfg.kafka_bootstrap, stopping)
+    publisher = KafkaPublisher.connect(cfg.kafka_bootstrap, stopping, cfg.kafka_security)
     if publisher is None:
         return None
     store = RedisRouteStore.from_url(cfg.redis_url, cfg.redis_prefix) if cfg.redis_url else None
@@ -699,6 +707,6 @@ def start(
         cfg.events_topic,
         cfg.kafka_bootstrap,
         checkpoint,
-        cfg.redis_url or "-",
+        redact_url(cfg.redis_url) if cfg.redis_url else "-",
     )
     return MonitorJob(spark, query, sink, status, listener, heartbeat)
