@@ -158,7 +158,9 @@ def describe_error(exc: BaseException, url: str) -> str:
     if isinstance(exc, ConfigError):
         return text
     if isinstance(exc, redis.AuthenticationError) or "NOAUTH" in text or "WRONGPASS" in text:
-        if "required" in text.lower() or "NOAUTH" in text:
+        # the server's words differ by version and protocol (NOAUTH, or HELLO "must be called with the client
+        # already authenticated"); whether the URL carried a password tells the two cases apart
+        if not _has_password(url):
             return (
                 f"Redis at {shown} requires a password ({text}); put it in the URL: "
                 "redis://:PASSWORD@host:port/db, or redis://USER:PASSWORD@host:port/db for an ACL user"
@@ -172,6 +174,14 @@ def describe_error(exc: BaseException, url: str) -> str:
     if isinstance(exc, redis.ConnectionError) and _scheme(url) == "redis" and "closed" in text.lower():
         return f"Redis at {shown} closed the connection ({text}); if that port serves TLS, write rediss://"
     return f"cannot use Redis at {shown}: {text}"
+
+
+def _has_password(url: str) -> bool:
+    try:
+        parts = urlsplit(resolve_secret(url, "Redis URL", "redis"))
+        return parts.password is not None or any(k == "password" for k, _ in parse_qsl(parts.query))
+    except ValueError:  # ConfigError included: an unreadable reference
+        return False
 
 
 def _scheme(url: str) -> str:
