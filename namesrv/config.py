@@ -41,8 +41,8 @@ from typing import Any, Literal
 import javaproperties
 
 from namesrv.fileio import write_atomically
-from namesrv.kafka_clients import KafkaSecurity
 from namesrv.kafka_clients import SECRET_KEYS as _KAFKA_SECRETS
+from namesrv.kafka_clients import KafkaSecurity
 from namesrv.options import (
     BOOLEAN,
     ConfigError,
@@ -102,7 +102,9 @@ _KAFKA_SECURITY_KEYS = frozenset(
 )
 #: keys UPDATE_NAMESRV_CONFIG always refuses (``DefaultRequestProcessor.initConfigBlackList``), and ours:
 #: anyone who reaches the port could otherwise rewrite the Kafka credentials in the persisted file
-HARD_BLACKLIST = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"}) | _KAFKA_SECURITY_KEYS
+HARD_BLACKLIST = (
+    frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"}) | _KAFKA_SECURITY_KEYS
+)
 
 _INT_RANGES = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
 

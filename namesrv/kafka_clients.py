@@ -128,10 +128,12 @@ def _jaas_credentials(text: str, mechanism: str) -> tuple[str, str]:
     """Username and password of a ``sasl.jaas.config`` line; ``ValueError`` (without the secret) if unusable."""
     match = _JAAS.fullmatch(text)
     if match is None:
-        raise ValueError('is not "<LoginModule> required username=\"...\" password=\"...\";"')
+        raise ValueError('is not "<LoginModule> required username="..." password="...";"')
     module, rest = match.group(1), match.group(2)
     if module != _LOGIN_MODULES[mechanism]:
-        raise ValueError(f"names login module {module[:200]!r}; sasl.mechanism={mechanism} needs {_LOGIN_MODULES[mechanism]}")
+        raise ValueError(
+            f"names login module {module[:200]!r}; sasl.mechanism={mechanism} needs {_LOGIN_MODULES[mechanism]}"
+        )
     found: dict[str, str] = {}
     pos = 0
     while pos < len(rest.rstrip()):
@@ -141,7 +143,7 @@ def _jaas_credentials(text: str, mechanism: str) -> tuple[str, str]:
         found[option.group(1)] = re.sub(r"\\(.)", r"\1", option.group(2))
         pos = option.end()
     if not found.get("username") or not found.get("password"):
-        raise ValueError("lacks username=\"...\" or password=\"...\"")
+        raise ValueError('lacks username="..." or password="..."')
     return found["username"], found["password"]
 
 
@@ -206,11 +208,19 @@ class KafkaSecurity:
                 raise fail("ssl.check.hostname", f"is not a valid {BOOLEAN_EXPECTED}") from None
 
         sasl_keys = [k for k in ("sasl.mechanism", "sasl.jaas.config", "sasl.username", "sasl.password") if k in raw]
-        ssl_keys = [k for k in ("ssl.cafile", "ssl.certfile", "ssl.keyfile", "ssl.password", "ssl.check.hostname") if k in raw]
+        ssl_keys = [
+            k for k in ("ssl.cafile", "ssl.certfile", "ssl.keyfile", "ssl.password", "ssl.check.hostname") if k in raw
+        ]
         if sasl_keys and not protocol.startswith("SASL_"):
-            raise fail(sasl_keys[0], f"is set but {prefix}security.protocol={protocol} would ignore it: set SASL_PLAINTEXT or SASL_SSL, or remove it")
+            raise fail(
+                sasl_keys[0],
+                f"is set but {prefix}security.protocol={protocol} would ignore it: set SASL_PLAINTEXT or SASL_SSL, or remove it",
+            )
         if ssl_keys and not protocol.endswith("SSL"):
-            raise fail(ssl_keys[0], f"is set but {prefix}security.protocol={protocol} would ignore it: set SSL or SASL_SSL, or remove it")
+            raise fail(
+                ssl_keys[0],
+                f"is set but {prefix}security.protocol={protocol} would ignore it: set SSL or SASL_SSL, or remove it",
+            )
 
         mechanism = username = password = None
         if protocol.startswith("SASL_"):
@@ -219,7 +229,9 @@ class KafkaSecurity:
                 raise fail("sasl.mechanism", f"is not one of {', '.join(SASL_MECHANISMS)}")
             if "sasl.jaas.config" in raw:
                 if "sasl.username" in raw or "sasl.password" in raw:
-                    raise fail("sasl.jaas.config", f"and {prefix}sasl.username/{prefix}sasl.password are both set: keep one")
+                    raise fail(
+                        "sasl.jaas.config", f"and {prefix}sasl.username/{prefix}sasl.password are both set: keep one"
+                    )
                 try:
                     username, password = _jaas_credentials(raw["sasl.jaas.config"], mechanism)
                 except ValueError as exc:
@@ -242,7 +254,10 @@ class KafkaSecurity:
         if files["ssl.keyfile"] and not files["ssl.certfile"]:
             raise fail("ssl.keyfile", f"needs {prefix}ssl.certfile, the certificate it belongs to")
         if "ssl.password" in raw and not (files["ssl.keyfile"] or files["ssl.certfile"]):
-            raise fail("ssl.password", f"is the password of a key, but neither {prefix}ssl.keyfile nor {prefix}ssl.certfile is set")
+            raise fail(
+                "ssl.password",
+                f"is the password of a key, but neither {prefix}ssl.keyfile nor {prefix}ssl.certfile is set",
+            )
         return cls(
             protocol=protocol,
             sasl_mechanism=mechanism,
@@ -333,7 +348,9 @@ class KafkaSecurity:
         if self.sasl:
             parts += [f"sasl.mechanism={self.sasl_mechanism}", f"sasl.username={self.sasl_username!r}"]
         if self.tls:
-            parts += [f"{k}={v}" for k, v in (("ssl.cafile", self.ssl_cafile), ("ssl.certfile", self.ssl_certfile)) if v]
+            parts += [
+                f"{k}={v}" for k, v in (("ssl.cafile", self.ssl_cafile), ("ssl.certfile", self.ssl_certfile)) if v
+            ]
             if not self.ssl_check_hostname:
                 parts.append("ssl.check.hostname=false")
         return " ".join(parts)

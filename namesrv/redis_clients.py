@@ -63,7 +63,11 @@ class RedisTls:
 
     def kwargs(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for name, value in (("ssl_ca_certs", self.ca_certs), ("ssl_certfile", self.certfile), ("ssl_keyfile", self.keyfile)):
+        for name, value in (
+            ("ssl_ca_certs", self.ca_certs),
+            ("ssl_certfile", self.certfile),
+            ("ssl_keyfile", self.keyfile),
+        ):
             if value is not None:
                 out[name] = value
         if self.check_hostname is not None:
@@ -116,7 +120,9 @@ def check_url(url: str, *, key: str = "Redis URL", tls: RedisTls | None = None) 
         try:
             parse_bool(params["ssl_check_hostname"])
         except ValueError:
-            raise RedisUrlError(f"{key}: ssl_check_hostname={params['ssl_check_hostname']!r} is not true or false") from None
+            raise RedisUrlError(
+                f"{key}: ssl_check_hostname={params['ssl_check_hostname']!r} is not true or false"
+            ) from None
     if "ssl_cert_reqs" in params and params["ssl_cert_reqs"].lower() not in _CERT_REQS:
         raise RedisUrlError(f"{key}: ssl_cert_reqs={params['ssl_cert_reqs']!r} is not one of {', '.join(_CERT_REQS)}")
     files = {p: params[p] for p in _FILE_PARAMS if p in params}

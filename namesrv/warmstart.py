@@ -30,11 +30,13 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
 from namesrv import redis_clients
 from namesrv.events.schema import wall_ms
+from namesrv.liveness import MinIdOutlet, forward_min_broker_id_changes
+
 # the one masking helper, kept importable from here for callers written before it moved
 from namesrv.redis_clients import redact_url
-from namesrv.liveness import MinIdOutlet, forward_min_broker_id_changes
 from namesrv.routes.manager import RouteInfoManager
 from namesrv.routes.snapshot import ModelSnapshot, RedisKeys, SnapshotError, decode_model
 

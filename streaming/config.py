@@ -27,10 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from namesrv import options
+from namesrv import options, redis_clients
 from namesrv.config import parse_properties
 from namesrv.events.schema import MAX_NAME_CHARS
-from namesrv import redis_clients
 from namesrv.kafka_clients import BOOTSTRAP, SECURITY_KEYS, KafkaSecurity
 from namesrv.options import ConfigError, Option
 

@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 
 from namesrv import kafka_clients
-from namesrv.redis_clients import redact_url
 from namesrv.events.schema import (
     MAX_REASON_CHARS,
     Action,
@@ -54,6 +53,7 @@ from namesrv.events.schema import (
     encode_action,
     wall_ms,
 )
+from namesrv.redis_clients import redact_url
 from namesrv.retrying import retry_until_stopped
 from namesrv.routes import RouteSettings
 from namesrv.routes.snapshot import SnapshotError

@@ -60,10 +60,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from namesrv import kafka_clients
-from namesrv.kafka_clients import KafkaSecurity
 from namesrv.departure import MONITOR_EXPIRE, MONITOR_REMOVE, Departure
 from namesrv.events.schema import Action, ActionType, SchemaError, decode_action, wall_ms
 from namesrv.handlers import NodeObserver
+from namesrv.kafka_clients import KafkaSecurity
 from namesrv.liveness import ExpiryScan
 from namesrv.logs import LogThrottle
 from namesrv.retrying import retry_until_stopped

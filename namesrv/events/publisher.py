@@ -60,7 +60,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from namesrv import kafka_clients
-from namesrv.kafka_clients import KafkaSecurity
 from namesrv.departure import Cause, Departure
 from namesrv.events.schema import (
     MAX_HEARTBEAT_TIMEOUT_MILLIS,
@@ -82,6 +81,7 @@ from namesrv.events.schema import (
     wall_ms,
 )
 from namesrv.handlers import AdminChange, NodeObserver
+from namesrv.kafka_clients import KafkaSecurity
 from namesrv.logs import LogThrottle
 from namesrv.protocol import fastjson
 from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS, ORDER_TOPIC_CONFIG, RequestCode

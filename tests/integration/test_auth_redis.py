@@ -97,7 +97,9 @@ def test_route_store_writes_and_lookup_reads_with_credentials(secured: RedisServ
 def test_an_acl_user_with_its_own_password_writes_and_reads(secured: RedisService) -> None:
     admin = connect(secured.url)
     try:
-        admin.acl_setuser("monitor", enabled=True, passwords=["+mon itor/pw"], keys=["*"], channels=["*"], commands=["+@all"])
+        admin.acl_setuser(
+            "monitor", enabled=True, passwords=["+mon itor/pw"], keys=["*"], channels=["*"], commands=["+@all"]
+        )
     finally:
         admin.close()
     url = with_password(secured.url, "monitor:" + quote("mon itor/pw", safe=""))

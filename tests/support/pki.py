@@ -44,7 +44,9 @@ def _ca(directory: Path, name: str) -> tuple[Path, Path]:
 def _signed(directory: Path, name: str, subject: str, ca: tuple[Path, Path], extensions: str) -> tuple[Path, Path]:
     key, csr, cert, ext = (directory / f"{name}.{s}" for s in ("key", "csr", "crt", "ext"))
     ext.write_text(extensions + "\n")
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout", str(key), "-out", str(csr), cwd=directory)
+    _openssl(
+        "req", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout", str(key), "-out", str(csr), cwd=directory
+    )
     _openssl(
         "x509", "-req", "-in", str(csr), "-CA", str(ca[0]), "-CAkey", str(ca[1]), "-CAcreateserial",
         "-days", "2", "-extfile", str(ext), "-out", str(cert), cwd=directory,
@@ -60,7 +62,11 @@ def make_pki(directory: Path) -> Pki:
     ca = _ca(directory, "ca")
     other_ca, _ = _ca(directory, "other-ca")
     server = _signed(
-        directory, "server", "/CN=127.0.0.1", ca, "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth"
+        directory,
+        "server",
+        "/CN=127.0.0.1",
+        ca,
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth",
     )
     client = _signed(directory, "client", "/CN=namesrv-test-client", ca, "extendedKeyUsage=clientAuth")
     combined = directory / "client-combined.pem"
