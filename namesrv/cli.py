@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from namesrv.logs import setup_logging
+
+#: where `namesrv routes` finds its Redis URL when --redis is not given (keeps a password off the command line)
+REDIS_URL_ENV = "NAMESRV_REDIS_URL"
 
 
 def _start(args: argparse.Namespace) -> int:
@@ -128,18 +132,25 @@ def _routes(args: argparse.Namespace) -> int:
     """Read what the streaming monitor materialised in Redis (docs/redis-keys.md)."""
     import redis
 
+    from namesrv.options import ConfigError
+    from namesrv.redis_clients import describe_error, redact_url
     from streaming.routes import RouteLookup
 
-    lookup = RouteLookup(args.redis, prefix=args.prefix)
+    shown = redact_url(args.redis)  # the URL may carry a password: only this form is ever printed
+    try:
+        lookup = RouteLookup(args.redis, prefix=args.prefix)
+    except ConfigError as e:
+        print(f"namesrv routes: {e}", file=sys.stderr)
+        return 2
     try:
         if args.routes_command == "get":
             raw = lookup.get_raw(args.topic)
             if raw is None:
-                print(f"no route for {args.topic} in {args.redis} (is the streaming monitor running?)", file=sys.stderr)
+                print(f"no route for {args.topic} in {shown} (is the streaming monitor running?)", file=sys.stderr)
                 return 1
             print(json.dumps(json.loads(raw), indent=2) if args.pretty else raw.decode())
         elif args.routes_command == "watch":
-            print(f"watching {args.redis} for route changes; Ctrl-C to stop", file=sys.stderr)
+            print(f"watching {shown} for route changes; Ctrl-C to stop", file=sys.stderr)
             for topic in lookup.watch():
                 raw = lookup.get_raw(topic)
                 print(json.dumps({"topic": topic, "route": None if raw is None else json.loads(raw)}), flush=True)
@@ -153,8 +164,11 @@ def _routes(args: argparse.Namespace) -> int:
             )
         else:
             print(_human(lookup.status() or "nothing written yet"))
+    except redis.AuthenticationError as e:
+        print(f"namesrv routes: {describe_error(e, args.redis)}", file=sys.stderr)
+        return 1
     except redis.RedisError as e:
-        print(f"namesrv routes: cannot read {args.redis}: {e}. Is Redis up (make run starts it)?", file=sys.stderr)
+        print(f"namesrv routes: {describe_error(e, args.redis)}. Is Redis up (make run starts it)?", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 0
@@ -276,7 +290,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     routes = sub.add_parser("routes", help="routes, cluster info and alerts the streaming monitor keeps in Redis")
-    routes.add_argument("--redis", default="redis://127.0.0.1:16379/0", help="Redis URL (default: the local stack's)")
+    routes.add_argument(
+        "--redis",
+        default=os.environ.get(REDIS_URL_ENV) or "redis://127.0.0.1:16379/0",
+        help=f"Redis URL: redis://[[USER]:PASSWORD@]HOST:PORT/DB, rediss://... for TLS (?ssl_ca_certs=FILE), or "
+        f"${{env:NAME}} / ${{file:PATH}} (default: ${REDIS_URL_ENV}, else the local stack's; a password there stays "
+        "off the command line)",
+    )
     routes.add_argument("--prefix", default="namesrv", help="key prefix (the job's redis.keyPrefix)")
     routes.set_defaults(func=_routes)
     routes_sub = routes.add_subparsers(dest="routes_command", required=True)

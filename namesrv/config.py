@@ -41,7 +41,19 @@ from typing import Any, Literal
 import javaproperties
 
 from namesrv.fileio import write_atomically
-from namesrv.options import BOOLEAN, ConfigError, Converter, choice, convert, integer, parse_integer, text
+from namesrv.kafka_clients import SECRET_KEYS as _KAFKA_SECRETS
+from namesrv.kafka_clients import KafkaSecurity
+from namesrv.options import (
+    BOOLEAN,
+    ConfigError,
+    Converter,
+    choice,
+    convert,
+    integer,
+    is_secret_reference,
+    parse_integer,
+    text,
+)
 from namesrv.protocol.codes import ResponseCode
 
 __all__ = [
@@ -59,6 +71,8 @@ __all__ = [
     "config_blacklist",
     "options_markdown",
     "check_combinations",
+    "kafka_security",
+    "SECRET_KEYS",
     "UpdateResult",
     "Updated",
     "Blacklisted",
@@ -78,11 +92,20 @@ GROUP_NAMESRV = "NamesrvConfig"
 GROUP_NETTY = "NettyServerConfig"
 GROUP_OURS = "namesrv-py"
 
-#: keys UPDATE_NAMESRV_CONFIG always refuses: ``DefaultRequestProcessor.initConfigBlackList``'s, and the
-#: access-control keys, which an admin request must not be able to switch off
-HARD_BLACKLIST = frozenset(
-    {"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"}
-    | {"aclEnable", "aclFile", "aclCheckReads", "aclReloadIntervalMillis"}
+#: keys whose values GET_NAMESRV_CONFIG, ``-p`` and the logs show masked (``redisUrl`` only loses its password)
+SECRET_KEYS = frozenset(f"kafka.{k}" for k in _KAFKA_SECRETS)
+#: the Kafka security keys: credentials and files are decided at start-up, never by a remote update
+_KAFKA_SECURITY_KEYS = frozenset(
+    {"kafka.security.protocol", "kafka.sasl.mechanism", "kafka.sasl.username", "kafka.ssl.cafile", "kafka.ssl.certfile"}
+    | {"kafka.ssl.keyfile", "kafka.ssl.check.hostname"}
+    | SECRET_KEYS
+)
+#: keys UPDATE_NAMESRV_CONFIG always refuses (``DefaultRequestProcessor.initConfigBlackList``), and ours:
+#: anyone who reaches the port could otherwise switch access control off or rewrite the Kafka credentials
+HARD_BLACKLIST = (
+    frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"})
+    | frozenset({"aclEnable", "aclFile", "aclCheckReads", "aclReloadIntervalMillis"})
+    | _KAFKA_SECURITY_KEYS
 )
 
 _INT_RANGES = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
@@ -389,6 +412,55 @@ class NamesrvConfig:
     )
     events_topic: str = _opt("namesrv-events", "eventsTopic", "String", _O, "Kafka topic nodes publish events to")
     actions_topic: str = _opt("namesrv-actions", "actionsTopic", "String", _O, "Kafka topic of the monitor's actions")
+    # Kafka security: the Kafka client's own names (namesrv.kafka_clients.SECURITY_KEYS), as in the job's file
+    kafka_security_protocol: str = _opt(
+        "PLAINTEXT",
+        "kafka.security.protocol",
+        "String",
+        _O,
+        "how the node reaches Kafka: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+        choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+    )
+    kafka_sasl_mechanism: str = _opt(
+        "", "kafka.sasl.mechanism", "String", _O, "with SASL_*: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty = PLAIN"
+    )
+    kafka_sasl_jaas_config: str = _opt(
+        "",
+        "kafka.sasl.jaas.config",
+        "String",
+        _O,
+        'with SASL_*, instead of the next two: `<LoginModule> required username="..." password="...";` as Java'
+        " clients write it (secret: shown masked)",
+    )
+    kafka_sasl_username: str = _opt("", "kafka.sasl.username", "String", _O, "with SASL_*: the user")
+    kafka_sasl_password: str = _opt(
+        "",
+        "kafka.sasl.password",
+        "String",
+        _O,
+        "with SASL_*: the password, or ${env:NAME} / ${file:PATH} to read it from there (secret: shown masked)",
+    )
+    kafka_ssl_cafile: str = _opt(
+        "", "kafka.ssl.cafile", "String", _O, "with SSL / SASL_SSL: PEM file of the CAs to trust; empty = the system's"
+    )
+    kafka_ssl_certfile: str = _opt(
+        "", "kafka.ssl.certfile", "String", _O, "with SSL / SASL_SSL: PEM client certificate, for brokers that ask"
+    )
+    kafka_ssl_keyfile: str = _opt("", "kafka.ssl.keyfile", "String", _O, "PEM key of kafka.ssl.certfile")
+    kafka_ssl_password: str = _opt(
+        "",
+        "kafka.ssl.password",
+        "String",
+        _O,
+        "password of an encrypted kafka.ssl.keyfile, or ${env:NAME} / ${file:PATH} (secret: shown masked)",
+    )
+    kafka_ssl_check_hostname: bool = _opt(
+        True,
+        "kafka.ssl.check.hostname",
+        "boolean",
+        _O,
+        "with SSL / SASL_SSL: the broker's certificate must name the host connected to",
+    )
     monitor_silence_fallback_millis: int = _opt(
         30000,
         "monitorSilenceFallbackMillis",
@@ -432,7 +504,14 @@ class NamesrvConfig:
         "period (ms) of TICK events, which move the monitor's event time while brokers are silent and carry the node's SILENT reports",
         bounds=(1, 86_400_000),
     )
-    redis_url: str = _opt("", "redisUrl", "String", _O, "Redis holding materialised routes; empty = none")
+    redis_url: str = _opt(
+        "",
+        "redisUrl",
+        "String",
+        _O,
+        "Redis holding materialised routes; empty = none. redis://[[user]:password@]host:port/db, rediss://... for"
+        " TLS (?ssl_ca_certs=FILE), or ${env:NAME} / ${file:PATH}; shown and logged without its password",
+    )
     redis_key_prefix: str = _opt(
         "namesrv",
         "redisKeyPrefix",
@@ -625,19 +704,37 @@ def _java_string_order(key: str) -> bytes:
     return key.encode("utf-16-be", "surrogatepass")
 
 
-def config_properties(cfg: NamesrvConfig) -> dict[str, str]:
-    """Every non-null option and extra as Java-formatted strings."""
+def _masked(key: str, value: str) -> str:
+    """``value`` as anyone but the file may see it: secrets masked, ``${env:...}``/``${file:...}`` shown."""
+    from namesrv.redis_clients import redact_url  # imports no more than the standard library
+
+    if key in SECRET_KEYS and value and not is_secret_reference(value):
+        return _MASK
+    if key == "redisUrl" and value:
+        return redact_url(value)
+    return value
+
+
+_MASK = "******"
+
+
+def config_properties(cfg: NamesrvConfig, *, reveal_secrets: bool = False) -> dict[str, str]:
+    """Every non-null option and extra as Java-formatted strings; secrets masked unless ``reveal_secrets``."""
     props = dict(cfg.extras)
     for opt in OPTIONS:
         value = getattr(cfg, opt.attr)
         if value is not None:
-            props[opt.key] = _format_value(value)
+            text = _format_value(value)
+            props[opt.key] = text if reveal_secrets else _masked(opt.key, text)
     return props
 
 
-def render_properties(cfg: NamesrvConfig) -> str:
-    """GET_NAMESRV_CONFIG body (and the persisted file): ``key=value`` lines sorted by key."""
-    props = config_properties(cfg)
+def render_properties(cfg: NamesrvConfig, *, reveal_secrets: bool = False) -> str:
+    """GET_NAMESRV_CONFIG body and ``-p`` (secrets masked), or the persisted file (``reveal_secrets``).
+
+    ``key=value`` lines sorted by key.
+    """
+    props = config_properties(cfg, reveal_secrets=reveal_secrets)
     return "".join(_property_line(key, props[key]) + "\n" for key in sorted(props, key=_java_string_order))
 
 
@@ -695,6 +792,15 @@ def check_combinations(cfg: NamesrvConfig) -> None:
             f"writeBufferLowWaterMark={low} must not exceed writeBufferHighWaterMark={high}; lower the first or "
             "raise the second"
         )
+    kafka_security(cfg)
+
+
+def kafka_security(cfg: NamesrvConfig) -> KafkaSecurity:
+    """The node's Kafka security from its ``kafka.*`` keys, checked whole (:class:`ConfigError` naming the key)."""
+    values = {opt.key: _format_value(getattr(cfg, opt.attr)) for opt in OPTIONS if opt.key in _KAFKA_SECURITY_KEYS}
+    # true is the default, not a setting a plaintext protocol would ignore; only false is
+    values["kafka.ssl.check.hostname"] = "" if cfg.kafka_ssl_check_hostname else "false"
+    return KafkaSecurity.from_settings(values, prefix="kafka.", source="namesrv config")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -847,7 +953,7 @@ def apply_update(cfg: NamesrvConfig, properties: str | bytes) -> UpdateResult:
         candidate = dataclasses.replace(cfg, extras=extras, **values)
         target = cfg.config_store_file
         try:
-            write_atomically(target, render_properties(candidate).encode("utf-8"))
+            write_atomically(target, render_properties(candidate, reveal_secrets=True).encode("utf-8"))
         except Exception as exc:  # whatever went wrong, the running configuration stays as it was
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             log.error("cannot persist config to %s: %s", target, reason)
@@ -855,7 +961,7 @@ def apply_update(cfg: NamesrvConfig, properties: str | bytes) -> UpdateResult:
         for attr, value in values.items():
             setattr(cfg, attr, value)
         cfg.extras = extras
-    log.info("config updated: %s", changed)
+    log.info("config updated: %s", {k: _masked(k, v) for k, v in changed.items()})
     return Updated(changed, ignored, tuple(dropped))
 
 

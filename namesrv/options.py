@@ -18,7 +18,11 @@ Each table stays next to what it configures, because the tables are the document
   (:func:`parse_bool`).  ``yes``, ``1`` and the like are refused, so a value means the same thing in
   every file and option map;
 * one integer syntax, Java's ``Long.parseLong``: an optional sign and digits, nothing else (no
-  ``_``, no blanks inside), within the range the row allows.
+  ``_``, no blanks inside), within the range the row allows;
+* one way to keep a secret (a password, a URL with credentials) out of the file that configures it
+  (:func:`resolve_secret`): the value ``${env:NAME}`` is read from the environment and
+  ``${file:PATH}`` from a file (a trailing line break dropped), at start-up.  Errors about secrets
+  name the key, the variable or the path, never the secret.
 
 Each table keeps its own policy for keys it does not know (the node keeps them, the job refuses
 them, the services warn), since those policies are documented behaviour.  This module imports only
@@ -27,6 +31,7 @@ the standard library: the Kafka source reads its options with it inside Spark's 
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,6 +50,9 @@ __all__ = [
     "choice",
     "text",
     "port",
+    "resolve_secret",
+    "is_secret_reference",
+    "MAX_SECRET_FILE_BYTES",
 ]
 
 T = TypeVar("T")
@@ -54,6 +62,10 @@ BOOLEAN_EXPECTED = "boolean (true or false, any case)"
 # Integer.parseInt / Long.parseLong: optional sign, digits, nothing else
 _INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _LONG_MAX = 2**63 - 1
+#: ``${env:NAME}`` / ``${file:PATH}``: where a secret comes from instead of the file that names it
+_SECRET_REFERENCE = re.compile(r"\$\{(env|file):([^}]+)\}")
+#: a secret file is a password or a URL, not a document
+MAX_SECRET_FILE_BYTES = 64 * 1024
 
 
 class ConfigError(ValueError):
@@ -149,3 +161,37 @@ def port(*, allow_zero: bool = False) -> Converter[int]:
     """A TCP port; 0 (the kernel picks one) only with ``allow_zero``."""
     low = 0 if allow_zero else 1
     return integer(low, 65535, f"TCP port ({low}..65535)")
+
+
+def is_secret_reference(raw: str) -> bool:
+    """True when ``raw`` is ``${env:NAME}`` or ``${file:PATH}`` (safe to show: it holds no secret)."""
+    return _SECRET_REFERENCE.fullmatch(raw.strip()) is not None
+
+
+def resolve_secret(raw: str, key: str, source: str) -> str:
+    """``raw``, or what ``${env:NAME}`` / ``${file:PATH}`` points at; :class:`ConfigError` naming ``key``.
+
+    The message never contains the secret itself, only where it was looked for.
+    """
+    match = _SECRET_REFERENCE.fullmatch(raw.strip())
+    if match is None:
+        return raw
+    kind, where = match.group(1), match.group(2).strip()
+    if kind == "env":
+        value = os.environ.get(where)
+        if value is None:
+            raise ConfigError(f"{source}: {key} names environment variable {where}, which is not set")
+        return value
+    try:
+        with open(where, "rb") as fh:
+            data = fh.read(MAX_SECRET_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{source}: {key} names file {where}, which cannot be read ({exc.strerror})") from None
+    if len(data) > MAX_SECRET_FILE_BYTES:
+        raise ConfigError(f"{source}: {key} names file {where}, which is larger than {MAX_SECRET_FILE_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{source}: {key} names file {where}, which is not UTF-8 text") from None
+    # editors end files with a line break; a secret never does
+    return text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text

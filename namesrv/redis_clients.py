@@ -1,12 +1,25 @@
-"""Every Redis client the project builds (the job's store, route lookups, a node's warm start), from a URL.
+"""Every Redis client the project builds (the job's store, route lookups, a node's warm start, the CLI and
+the console), from a URL.
 
 Theory of operation
 -------------------
 Callers say how long they may wait and whether a failed command may be retried; this module turns a
-URL into a client, so that what every client shares (the URL's scheme and credentials, timeouts,
-and later TLS files or a cluster) is decided in one place rather than at each call site.
+URL into a client, so that what every client shares (the URL's scheme and credentials, TLS files,
+timeouts) is decided in one place rather than at each call site.
 
-* ``redis://[user:password@]host:port/db`` and ``unix://`` are what redis-py's ``from_url`` reads.
+* ``redis://[[user]:password@]host:port/db`` and ``unix://`` are what redis-py's ``from_url`` reads:
+  a password alone authenticates as ``requirepass`` expects, a user and a password as an ACL user.
+* ``rediss://`` is Redis over TLS.  Its files come from the URL's query (``ssl_ca_certs``,
+  ``ssl_certfile``, ``ssl_keyfile``, ``ssl_check_hostname=false``, ``ssl_cert_reqs``) or from a
+  :class:`RedisTls` passed to :func:`connect`, which wins.  They are checked before anything
+  connects: TLS settings on a URL that is not ``rediss://`` (redis-py would ignore or choke on
+  them), a file that cannot be read, are a :class:`RedisUrlError` naming the parameter.
+* The whole URL may be ``${env:NAME}`` or ``${file:PATH}`` (:func:`namesrv.options.resolve_secret`),
+  so a password need not sit in a properties file or on a command line.
+* :func:`redact_url` is the one way a URL reaches a log or a message: the password (in the
+  authority or a ``password=`` query parameter) becomes ``***``.  :func:`describe_error` turns
+  redis-py's errors into a sentence naming the redacted URL and what to check (a wrong password,
+  a server that wants one, TLS that failed).
 * ``retries=False`` gives a client that fails at once: a node's warm start must not spend redis-py's
   default back-off before it falls back to another source.
 
@@ -15,22 +28,167 @@ redis-py is imported only when a client is built: a node that never uses Redis n
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from namesrv.options import ConfigError, is_secret_reference, parse_bool, resolve_secret
 
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["connect"]
+__all__ = ["RedisTls", "RedisUrlError", "check_url", "connect", "describe_error", "redact_url"]
+
+_SCHEMES = ("redis", "rediss", "unix")
+#: query parameters that only mean something over TLS
+_TLS_PARAMS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname", "ssl_cert_reqs", "ssl_password")
+_FILE_PARAMS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+_CERT_REQS = ("none", "optional", "required")
+_MASK = "***"
 
 
-def connect(url: str, *, timeout_s: float = 10.0, retries: bool = True) -> redis.Redis:
-    """A client for ``url`` whose connects and commands each give up after ``timeout_s``."""
+class RedisUrlError(ConfigError):
+    """A Redis URL that cannot work; the message names what to fix and never holds the password."""
+
+
+@dataclass(frozen=True)
+class RedisTls:
+    """TLS files for a ``rediss://`` URL; each ``None`` leaves the URL's (or redis-py's) choice."""
+
+    ca_certs: str | None = None
+    certfile: str | None = None
+    keyfile: str | None = None
+    check_hostname: bool | None = None
+
+    def kwargs(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, value in (
+            ("ssl_ca_certs", self.ca_certs),
+            ("ssl_certfile", self.certfile),
+            ("ssl_keyfile", self.keyfile),
+        ):
+            if value is not None:
+                out[name] = value
+        if self.check_hostname is not None:
+            out["ssl_check_hostname"] = self.check_hostname
+        return out
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its password (authority or ``password=`` query), for logs and messages."""
+    if is_secret_reference(url):
+        return url.strip()  # names where the URL is, holds nothing secret
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+        port = parts.port
+    except ValueError:
+        # unparsable: show no authority at all rather than risk a password
+        return "<unparsable Redis URL>"
+    netloc = parts.netloc
+    if password is not None:
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        netloc = f"{parts.username or ''}:{_MASK}@{host}" + (f":{port}" if port else "")
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if any(k == "password" for k, _ in pairs):
+            query = urlencode([(k, _MASK if k == "password" else v) for k, v in pairs], safe="*/")
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def check_url(url: str, *, key: str = "Redis URL", tls: RedisTls | None = None) -> str:
+    """The URL to connect to (a ``${env:...}``/``${file:...}`` reference resolved); :class:`RedisUrlError` if unusable."""
+    resolved = resolve_secret(url, key, "redis").strip()
+    shown = redact_url(resolved)
+    try:
+        parts = urlsplit(resolved)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as exc:
+        raise RedisUrlError(f"{key}: {shown} is not a valid URL ({exc})") from None
+    if parts.scheme not in _SCHEMES:
+        raise RedisUrlError(f"{key}: {shown} must start with redis://, rediss:// (TLS) or unix://")
+    params = dict(parse_qsl(parts.query, keep_blank_values=True))
+    tls_params = [p for p in _TLS_PARAMS if p in params]
+    if parts.scheme != "rediss" and (tls_params or (tls is not None and tls.kwargs())):
+        what = tls_params[0] if tls_params else "TLS files"
+        raise RedisUrlError(f"{key}: {shown} sets {what} but is not rediss://; write rediss:// for TLS")
+    if "ssl_check_hostname" in params:
+        try:
+            parse_bool(params["ssl_check_hostname"])
+        except ValueError:
+            raise RedisUrlError(
+                f"{key}: ssl_check_hostname={params['ssl_check_hostname']!r} is not true or false"
+            ) from None
+    if "ssl_cert_reqs" in params and params["ssl_cert_reqs"].lower() not in _CERT_REQS:
+        raise RedisUrlError(f"{key}: ssl_cert_reqs={params['ssl_cert_reqs']!r} is not one of {', '.join(_CERT_REQS)}")
+    files = {p: params[p] for p in _FILE_PARAMS if p in params}
+    if tls is not None:
+        files.update({p: v for p, v in tls.kwargs().items() if p in _FILE_PARAMS})
+    for param, path in files.items():
+        if not (os.path.isfile(path) and os.access(path, os.R_OK)):
+            raise RedisUrlError(f"{key}: {param}={path} is not a readable file")
+    return resolved
+
+
+def connect(
+    url: str, *, timeout_s: float = 10.0, retries: bool = True, tls: RedisTls | None = None, key: str = "Redis URL"
+) -> redis.Redis:
+    """A client for ``url`` whose connects and commands each give up after ``timeout_s``.
+
+    ``key`` names where the URL came from in a :class:`RedisUrlError`.
+    """
     import redis
 
+    resolved = check_url(url, key=key, tls=tls)
     kwargs: dict[str, object] = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
     if not retries:
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
         kwargs["retry"] = Retry(NoBackoff(), 0)
-    return redis.Redis.from_url(url, **kwargs)
+    if tls is not None:
+        kwargs.update(tls.kwargs())
+    return redis.Redis.from_url(resolved, **kwargs)
+
+
+def describe_error(exc: BaseException, url: str) -> str:
+    """A sentence for an operator: what went wrong talking to Redis at ``url`` (redacted) and what to check."""
+    import redis
+
+    shown = redact_url(url)
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, ConfigError):
+        return text
+    if isinstance(exc, redis.AuthenticationError) or "NOAUTH" in text or "WRONGPASS" in text:
+        # the server's words differ by version and protocol (NOAUTH, or HELLO "must be called with the client
+        # already authenticated"); whether the URL carried a password tells the two cases apart
+        if not _has_password(url):
+            return (
+                f"Redis at {shown} requires a password ({text}); put it in the URL: "
+                "redis://:PASSWORD@host:port/db, or redis://USER:PASSWORD@host:port/db for an ACL user"
+            )
+        return f"Redis at {shown} refused the user or password ({text}); check the credentials in the URL"
+    if isinstance(exc, redis.ConnectionError) and any(w in text for w in ("SSL", "TLS", "certificate", "handshake")):
+        return (
+            f"TLS with Redis at {shown} failed ({text}); check ssl_ca_certs (the CA that signed the server's "
+            "certificate), the host name it was issued for, and that the port serves TLS"
+        )
+    if isinstance(exc, redis.ConnectionError) and _scheme(url) == "redis" and "closed" in text.lower():
+        return f"Redis at {shown} closed the connection ({text}); if that port serves TLS, write rediss://"
+    return f"cannot use Redis at {shown}: {text}"
+
+
+def _has_password(url: str) -> bool:
+    try:
+        parts = urlsplit(resolve_secret(url, "Redis URL", "redis"))
+        return parts.password is not None or any(k == "password" for k, _ in parse_qsl(parts.query))
+    except ValueError:  # ConfigError included: an unreadable reference
+        return False
+
+
+def _scheme(url: str) -> str:
+    return url.strip().split(":", 1)[0].lower()

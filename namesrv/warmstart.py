@@ -30,11 +30,13 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 from namesrv import redis_clients
 from namesrv.events.schema import wall_ms
 from namesrv.liveness import MinIdOutlet, forward_min_broker_id_changes
+
+# the one masking helper, kept importable from here for callers written before it moved
+from namesrv.redis_clients import redact_url
 from namesrv.routes.manager import RouteInfoManager
 from namesrv.routes.snapshot import ModelSnapshot, RedisKeys, SnapshotError, decode_model
 
@@ -114,19 +116,9 @@ def read_model(client: redis.Redis, prefix: str) -> RedisModel:
     return parse_model(meta, entries, brokers)
 
 
-def redact_url(url: str) -> str:
-    """``url`` without its password, for logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 def _client(url: str, timeout_s: float) -> redis.Redis:
     # no retries: redis-py retries three times with backoff by default, too long for a start-up
-    return redis_clients.connect(url, timeout_s=timeout_s, retries=False)
+    return redis_clients.connect(url, timeout_s=timeout_s, retries=False, key="redisUrl")
 
 
 def _read(url: str, prefix: str, timeout_s: float) -> RedisModel:
@@ -199,7 +191,8 @@ async def warm_start(
         log.warning("warm start: %s did not answer within %.1f s: starting with empty route tables", source, timeout_s)
         return None
     except Exception as exc:  # noqa: BLE001 - Redis errors of every kind mean "start empty", never "do not start"
-        log.warning("warm start: cannot read %s (%s): starting with empty route tables", source, exc)
+        reason = redis_clients.describe_error(exc, url)
+        log.warning("warm start: cannot read %s (%s): starting with empty route tables", source, reason)
         return None
     if model.empty:
         log.warning(

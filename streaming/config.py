@@ -8,6 +8,13 @@ a value that does not parse, or a key that is not in the table, stops the job wi
 it, so a typo in ``monitor.watermarkDelayMillis`` cannot silently fall back to a default.
 Keys starting with ``spark.`` are not ours: they go to the SparkSession builder unchanged
 (``spark.master``, ``spark.sql.shuffle.partitions``, anything Spark knows).
+
+Kafka security uses the Kafka client's own names after ``kafka.`` (``kafka.security.protocol``,
+``kafka.sasl.*``, ``kafka.ssl.*``; :data:`namesrv.kafka_clients.SECURITY_KEYS`), the same keys as the
+nodes' file.  They are checked whole at load (:class:`~namesrv.kafka_clients.KafkaSecurity`) and
+reach every client of the job: the source (as ``kafka.*`` options of either format, in that
+format's spelling) and the publisher of actions and alerts.  ``redis.url`` is checked at load by
+:func:`namesrv.redis_clients.check_url` (``rediss://`` and its files, credentials in the URL).
 """
 
 from __future__ import annotations
@@ -20,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from namesrv import options
+from namesrv import options, redis_clients
 from namesrv.config import parse_properties
 from namesrv.events.schema import MAX_NAME_CHARS
-from namesrv.kafka_clients import BOOTSTRAP
+from namesrv.kafka_clients import BOOTSTRAP, SECURITY_KEYS, KafkaSecurity
 from namesrv.options import ConfigError, Option
 
 DEFAULT_CONFIG_PATH = Path("conf/streaming.properties")
@@ -65,6 +72,10 @@ class StreamingConfig:
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int | None = None
     end_offsets: str = "highwater"
+    #: the ``kafka.security.*`` / ``kafka.sasl.*`` / ``kafka.ssl.*`` keys as written (see :attr:`kafka_security`)
+    kafka_security_settings: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: those keys checked and resolved (``${env:...}`` read); plaintext by default
+    kafka_security: KafkaSecurity = KafkaSecurity()
 
     checkpoint_dir: Path = Path("run/streaming/checkpoint")
     trigger_interval_millis: int = 100
@@ -102,8 +113,17 @@ class StreamingConfig:
         return f"liveness@{socket.gethostname()[:200]}/{digest}"
 
     def kafka_options(self) -> dict[str, str]:
-        """Options shared by the source and the sinks, in Spark's Kafka connector spelling."""
-        return {"kafka.bootstrap.servers": self.kafka_bootstrap}
+        """Options shared by the source and the sinks, in the spelling of ``kafka.format``'s source.
+
+        Spark's connector takes Java's client settings (a JAAS line, PEM trust and key stores); ours
+        takes the keys of this file (:meth:`KafkaSecurity.settings`) and maps them to kafka-python's.
+        """
+        opts = {"kafka.bootstrap.servers": self.kafka_bootstrap}
+        if self.kafka_format == "kafka":
+            opts.update(self.kafka_security.spark_options())
+        else:
+            opts.update(self.kafka_security.settings())
+        return opts
 
     def source_options(self) -> dict[str, str]:
         opts = self.kafka_options()
@@ -169,7 +189,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("alerts.monitorLagMillis", "monitor_lag_millis", _MILLIS,
            "event time this far behind the wall clock means the monitor lags"),
     Option("redis.url", "redis_url", options.text(expected="redis://host:port/db or empty"),
-           "where routes are materialised (empty: no Redis)"),
+           "where routes are materialised (empty: no Redis); redis://[[user]:password@]host:port/db, rediss:// for TLS "
+           "(?ssl_ca_certs=FILE&ssl_certfile=FILE&ssl_keyfile=FILE), or ${env:NAME} / ${file:PATH}"),
     Option("redis.keyPrefix", "redis_prefix", _TEXT, "first part of every key (docs/redis-keys.md)"),
     Option("routes.supportActingMaster", "support_acting_master", options.BOOLEAN, "as the nodes' supportActingMaster"),
     Option("routes.deleteTopicWithBrokerRegistration", "delete_topic_with_broker_registration", options.BOOLEAN,
@@ -178,23 +199,43 @@ OPTIONS: tuple[Option, ...] = (
            "as the nodes' orderMessageEnable: routes carry orderTopicConf"),
 )  # fmt: skip
 OPTIONS_BY_KEY = {o.key: o for o in OPTIONS}
+#: the Kafka security keys, documented with the nodes' (namesrv.config) and checked together by KafkaSecurity
+SECURITY_OPTION_KEYS = tuple(f"kafka.{k}" for k in SECURITY_KEYS)
+_SECURITY_DOCS = {
+    "kafka.security.protocol": "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+    "kafka.sasl.mechanism": "with SASL_*: PLAIN (empty), SCRAM-SHA-256 or SCRAM-SHA-512",
+    "kafka.sasl.jaas.config": 'with SASL_*, instead of username/password: <LoginModule> required username="..." password="...";',
+    "kafka.sasl.username": "with SASL_*: the user",
+    "kafka.sasl.password": "with SASL_*: the password, or ${env:NAME} / ${file:PATH}",
+    "kafka.ssl.cafile": "with SSL / SASL_SSL: PEM file of the CAs to trust (empty: the system's)",
+    "kafka.ssl.certfile": "PEM client certificate (with kafka.format=kafka: certificate and key in this one file)",
+    "kafka.ssl.keyfile": "PEM key of kafka.ssl.certfile",
+    "kafka.ssl.password": "password of an encrypted key, or ${env:NAME} / ${file:PATH}",
+    "kafka.ssl.check.hostname": "the broker's certificate must name the host connected to (true)",
+}
 
 
 def config_from_properties(props: Mapping[str, str], base_dir: Path | None = None) -> StreamingConfig:
     """Build a config from ``key -> text``; relative paths resolve against ``base_dir`` (cwd)."""
     values: dict[str, Any] = {}
     spark = dict(SPARK_DEFAULTS)
+    security: dict[str, str] = {}
     for key, text in props.items():
         if key.startswith("spark."):
             spark[key] = text.strip()
             continue
+        if key in SECURITY_OPTION_KEYS:
+            security[key] = text
+            continue
         opt = OPTIONS_BY_KEY.get(key)
         if opt is None:
-            raise ConfigError(f"{_SOURCE}: unknown key {key!r}; known keys are spark.* and {', '.join(OPTIONS_BY_KEY)}")
+            known = ", ".join([*OPTIONS_BY_KEY, *SECURITY_OPTION_KEYS])
+            raise ConfigError(f"{_SOURCE}: unknown key {key!r}; known keys are spark.* and {known}")
         values[opt.attr] = options.convert(_SOURCE, key, text, opt.convert)
     if "checkpoint_dir" in values:
         values["checkpoint_dir"] = Path(values["checkpoint_dir"])
-    cfg = StreamingConfig(spark=spark, **values)
+    kafka_security = KafkaSecurity.from_settings(security, prefix="kafka.", source=_SOURCE)
+    cfg = StreamingConfig(spark=spark, kafka_security_settings=security, kafka_security=kafka_security, **values)
     check_combinations(cfg)
     base = (base_dir or Path.cwd()).resolve()
     return dataclasses.replace(cfg, checkpoint_dir=(base / cfg.checkpoint_dir).resolve())
@@ -222,6 +263,10 @@ def check_combinations(cfg: StreamingConfig) -> None:
             f"2 x monitor.maxClockSkewMillis = {2 * cfg.max_clock_skew_millis}: clock skew alone would expire "
             "live brokers"
         )
+    if cfg.kafka_format == "kafka":
+        cfg.kafka_security.spark_options()  # raises naming the key Spark's connector cannot take
+    if cfg.redis_url.strip():
+        redis_clients.check_url(cfg.redis_url, key="redis.url")
     if cfg.node_silent_millis <= cfg.trigger_interval_millis:
         raise ConfigError(
             f"streaming config: alerts.nodeSilentMillis={cfg.node_silent_millis} must exceed "

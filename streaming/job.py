@@ -53,6 +53,7 @@ from namesrv.events.schema import (
     encode_action,
     wall_ms,
 )
+from namesrv.redis_clients import redact_url
 from namesrv.retrying import retry_until_stopped
 from namesrv.routes import RouteSettings
 from namesrv.routes.snapshot import SnapshotError
@@ -194,7 +195,12 @@ class KafkaPublisher:
         self.refused = 0
 
     @classmethod
-    def connect(cls, bootstrap_servers: str, stopping: threading.Event | None = None) -> KafkaPublisher | None:
+    def connect(
+        cls,
+        bootstrap_servers: str,
+        stopping: threading.Event | None = None,
+        security: kafka_clients.KafkaSecurity | None = None,
+    ) -> KafkaPublisher | None:
         """A publisher once Kafka answers, retrying with back-off meanwhile; None if ``stopping`` is set first.
 
         The job may start before Kafka does (a reboot, a deployment's start order): it waits rather
@@ -208,6 +214,7 @@ class KafkaPublisher:
             return kafka_clients.producer(
                 bootstrap_servers,
                 key="kafka.bootstrap",
+                security=security,
                 acks=1,
                 linger_ms=2,
                 enable_idempotence=False,
@@ -221,7 +228,8 @@ class KafkaPublisher:
             retry_on=KafkaError,
             first_wait_s=0.5,
             max_wait_s=10.0,
-            problem=f"Kafka at {bootstrap_servers} does not answer yet: is it up, and is kafka.bootstrap right?",
+            problem=f"Kafka at {bootstrap_servers} does not answer yet: is it up, and is kafka.bootstrap right?"
+            + (security.failure_hint() if security else ""),
         )
         return None if made is None else cls(made)
 
@@ -676,7 +684,7 @@ def start(
     spark: SparkSession, cfg: StreamingConfig, *, trigger_ms: int | None = None, stopping: threading.Event | None = None
 ) -> MonitorJob | None:
     """Start the monitor on ``spark`` (see :func:`build_spark`) once Kafka answers; None if ``stopping`` is set first."""
-    publisher = KafkaPublisher.connect(cfg.kafka_bootstrap, stopping)
+    publisher = KafkaPublisher.connect(cfg.kafka_bootstrap, stopping, cfg.kafka_security)
     if publisher is None:
         return None
     store = RedisRouteStore.from_url(cfg.redis_url, cfg.redis_prefix) if cfg.redis_url else None
@@ -707,6 +715,6 @@ def start(
         cfg.events_topic,
         cfg.kafka_bootstrap,
         checkpoint,
-        cfg.redis_url or "-",
+        redact_url(cfg.redis_url) if cfg.redis_url else "-",
     )
     return MonitorJob(spark, query, sink, status, listener, heartbeat)

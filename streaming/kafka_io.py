@@ -23,7 +23,12 @@ there is no writer here.
 
 Options are read case-insensitively (Spark hands us lower-cased keys), and every
 ``kafka.<name>`` option is passed to kafka-python as ``<name>`` with dots turned into
-underscores (``kafka.client.id`` -> ``client_id``).
+underscores (``kafka.client.id`` -> ``client_id``), except the security settings
+(``kafka.security.protocol``, ``kafka.sasl.*``, ``kafka.ssl.*``: the keys of
+:data:`namesrv.kafka_clients.SECURITY_KEYS`, ``kafka.sasl.jaas.config`` included), which are read
+and checked by :class:`~namesrv.kafka_clients.KafkaSecurity`, the one mapping to kafka-python's
+arguments the nodes use too.  They travel to the workers inside :class:`KafkaOptions`, whose
+``repr`` shows no secret.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from pyspark.sql.types import StructType
 
 # both import only the standard library: this module runs inside Spark's Python workers
 from namesrv import kafka_clients
-from namesrv.kafka_clients import bootstrap_list
+from namesrv.kafka_clients import SECURITY_KEYS, KafkaSecurity, bootstrap_list
 from namesrv.options import BOOLEAN_EXPECTED, ConfigError, parse_bool
 
 if TYPE_CHECKING:
@@ -66,6 +71,7 @@ _ARROW_BATCH_ROWS = 8192
 _EARLIEST = "earliest"
 _LATEST = "latest"
 _END_OFFSET_MODES = ("highwater", "listoffsets")
+_SECURITY_OPTIONS = frozenset(f"kafka.{k}" for k in SECURITY_KEYS)
 
 
 class KafkaSourceError(RuntimeError):
@@ -121,8 +127,10 @@ class KafkaOptions:
     fail_on_data_loss: bool = True
     #: ``coalesceBelowRecords``: a batch with fewer records than this is read by one task (see :meth:`partitions`)
     coalesce_below_records: int = 10_000
-    #: every ``kafka.*`` option but bootstrap.servers, as kafka-python keyword arguments
+    #: every ``kafka.*`` option but bootstrap.servers and security, as kafka-python keyword arguments
     client_config: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
+    #: ``kafka.security.protocol``, ``kafka.sasl.*``, ``kafka.ssl.*``: TLS and SASL
+    security: KafkaSecurity = KafkaSecurity()
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> KafkaOptions:
@@ -138,11 +146,15 @@ class KafkaOptions:
         if end_mode not in _END_OFFSET_MODES:
             raise KafkaSourceError(f"option endOffsets: {end_mode!r} is not one of {_END_OFFSET_MODES}")
         max_per_trigger = opts.get("maxoffsetspertrigger")
+        try:
+            security = KafkaSecurity.from_settings(opts, prefix="kafka.", source="option")
+        except ConfigError as exc:
+            raise KafkaSourceError(str(exc)) from None
         client = tuple(
             sorted(
                 (k[len("kafka.") :].replace(".", "_"), _client_value(v))
                 for k, v in opts.items()
-                if k.startswith("kafka.") and k != "kafka.bootstrap.servers"
+                if k.startswith("kafka.") and k != "kafka.bootstrap.servers" and k not in _SECURITY_OPTIONS
             )
         )
         return cls(
@@ -157,6 +169,7 @@ class KafkaOptions:
             fail_on_data_loss=_flag(opts.get("failondataloss", "true"), "failOnDataLoss"),
             coalesce_below_records=_positive_int(opts.get("coalescebelowrecords", "10000"), "coalesceBelowRecords"),
             client_config=client,
+            security=security,
         )
 
 
@@ -211,7 +224,9 @@ def _consumer(opts: KafkaOptions, **overrides: Any) -> KafkaConsumer:
     }
     config.update(dict(opts.client_config))
     config.update(overrides)
-    return kafka_clients.consumer(opts.bootstrap_servers, key="kafka.bootstrap.servers", **config)
+    return kafka_clients.consumer(
+        opts.bootstrap_servers, key="kafka.bootstrap.servers", security=opts.security, **config
+    )
 
 
 class _ClientPool:

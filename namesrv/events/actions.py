@@ -63,6 +63,7 @@ from namesrv import kafka_clients
 from namesrv.departure import MONITOR_EXPIRE, MONITOR_REMOVE, Departure
 from namesrv.events.schema import Action, ActionType, SchemaError, decode_action, wall_ms
 from namesrv.handlers import NodeObserver
+from namesrv.kafka_clients import KafkaSecurity
 from namesrv.liveness import ExpiryScan
 from namesrv.logs import LogThrottle
 from namesrv.retrying import retry_until_stopped
@@ -318,10 +319,14 @@ class ConsumerSettings:
     request_timeout_ms: int = 5_000
     #: pause after an empty fetch (see the module docstring)
     idle_pause_s: float = IDLE_PAUSE_S
+    #: TLS and SASL (the node's ``kafka.security.*``, ``kafka.sasl.*``, ``kafka.ssl.*`` keys); plaintext by default
+    security: KafkaSecurity = KafkaSecurity()
 
     @classmethod
     def from_config(cls, config: Any, client_id: str = "namesrv-actions") -> ConsumerSettings:
-        return cls(config.kafka_bootstrap_servers, config.actions_topic, client_id)
+        from namesrv.config import kafka_security
+
+        return cls(config.kafka_bootstrap_servers, config.actions_topic, client_id, security=kafka_security(config))
 
 
 def kafka_consumer(settings: ConsumerSettings) -> Any:
@@ -331,6 +336,7 @@ def kafka_consumer(settings: ConsumerSettings) -> Any:
         key="kafkaBootstrapServers",
         pinned=True,
         timeout_ms=settings.request_timeout_ms,
+        security=settings.security,
         client_id=settings.client_id,
         # only reached when our position is past the log (it was lost); everything there is new
         auto_offset_reset="earliest",
@@ -351,6 +357,7 @@ def topic_partitions(settings: ConsumerSettings) -> list[int]:
         settings.bootstrap_servers,
         key="kafkaBootstrapServers",
         timeout_ms=settings.request_timeout_ms,
+        security=settings.security,
         client_id=f"{settings.client_id}-admin",
         reconnect_backoff_max_ms=1_000,
     )
@@ -420,7 +427,9 @@ class ActionConsumer:
 
     def _retry(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` until it succeeds, backing off up to 5 s; None if we are stopped first."""
-        return retry_until_stopped(lambda: fn(*args), self._stopping, problem=f"cannot {what} yet", log=log)
+        # with TLS or SASL, a broker that refuses them looks like one that is down: the hint says so
+        problem = f"cannot {what} yet{self.settings.security.failure_hint()}"
+        return retry_until_stopped(lambda: fn(*args), self._stopping, problem=problem, log=log)
 
     def _consume(self, consumer: Any, partitions: list[int]) -> None:
         from kafka import TopicPartition

@@ -82,6 +82,7 @@ from namesrv.events.schema import (
 )
 from namesrv.events.silence import SilenceWatch
 from namesrv.handlers import AdminChange, NodeObserver
+from namesrv.kafka_clients import KafkaSecurity
 from namesrv.logs import LogThrottle
 from namesrv.protocol import fastjson
 from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS, ORDER_TOPIC_CONFIG, RequestCode
@@ -132,15 +133,20 @@ class PublisherSettings:
     #: the producer's own retry window for one event
     delivery_timeout_ms: int = 120_000
     linger_ms: int = 5
+    #: TLS and SASL (the node's ``kafka.security.*``, ``kafka.sasl.*``, ``kafka.ssl.*`` keys); plaintext by default
+    security: KafkaSecurity = KafkaSecurity()
 
     @classmethod
     def from_config(cls, config: Any) -> PublisherSettings:
+        from namesrv.config import kafka_security
+
         return cls(
             bootstrap_servers=config.kafka_bootstrap_servers,
             topic=config.events_topic,
             node_name=config.node_name,
             tick_interval_ms=config.tick_interval_millis,
             capacity=config.event_queue_capacity,
+            security=kafka_security(config),
         )
 
 
@@ -264,6 +270,7 @@ def kafka_producer(settings: PublisherSettings, client_id: str) -> Any:
         key="kafkaBootstrapServers",
         pinned=True,
         timeout_ms=min(30_000, settings.delivery_timeout_ms),
+        security=settings.security,
         client_id=client_id,
         acks="all",
         enable_idempotence=False,

@@ -35,8 +35,10 @@ def kafka_broker(backend: str, run_dir: Path, topics: dict[str, int]) -> Iterato
 class TopicReader:
     """Reads every partition of a topic from its beginning, keeping what it has read."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.consumer = kafka_clients.consumer(bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100, **CLIENT)
+    def __init__(self, bootstrap: str, topic: str, security: kafka_clients.KafkaSecurity | None = None) -> None:
+        self.consumer = kafka_clients.consumer(
+            bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100, security=security, **CLIENT
+        )
         self.topic = topic
         self.records: list = []
         self._assigned = False
@@ -83,8 +85,10 @@ class EventReader(TopicReader):
         return [e for e in self.events() if predicate(e)]
 
 
-def publish_actions(bootstrap: str, topic: str, *actions: Action) -> None:
-    producer = kafka_clients.producer(bootstrap, acks="all", enable_idempotence=False, **CLIENT)
+def publish_actions(
+    bootstrap: str, topic: str, *actions: Action, security: kafka_clients.KafkaSecurity | None = None
+) -> None:
+    producer = kafka_clients.producer(bootstrap, acks="all", enable_idempotence=False, security=security, **CLIENT)
     try:
         for action in actions:
             producer.send(topic, key=(action.broker_addr or action.monitor).encode(), value=encode_action(action))

@@ -170,8 +170,8 @@ def test_option_table_is_complete_and_consistent() -> None:
     keys = [o.key for o in OPTIONS]
     assert len(keys) == len(set(keys))
     for opt in OPTIONS:
-        # the Python name is the Java key in snake_case
-        assert re.sub(r"([A-Z])", r"_\1", opt.key).lower() == opt.attr
+        # the Python name is the Java key in snake_case (the Kafka client's dotted names: dots as underscores)
+        assert re.sub(r"([A-Z])", r"_\1", opt.key).lower().replace(".", "_") == opt.attr
         assert opt.doc and opt.java_type in ("String", "int", "long", "boolean")
     for required in (
         "rocketmqHome",
@@ -236,6 +236,7 @@ def test_options_marked_without_effect_are_exactly_those_nothing_reads() -> None
     sources = "\n".join(p.read_text() for p in sorted((REPO / "namesrv").rglob("*.py")) if p.name != "config.py")
     # kv_config_file, config_blacklist, acl_file_path
     read_in_config_py = {"kvConfigPath", "configStorePath", "configBlackList", "aclFile", "rocketmqHome"}
+    read_in_config_py |= {o.key for o in OPTIONS if o.key.startswith("kafka.")}  # kafka_security
     for opt in OPTIONS:
         read = opt.key in read_in_config_py or re.search(rf"\b{opt.attr}\b", sources) is not None
         assert read == opt.effect, f"{opt.key}: read={read}, marked effect={opt.effect}"
