@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import random
 import signal
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -86,6 +87,8 @@ class FleetConfig:
     topic_prefix: str = "T"
     backoff_initial: float = 1.0
     backoff_max: float = 30.0
+    #: TLS towards every name server (``--tls`` and friends); None = plaintext
+    tls: ssl.SSLContext | None = None
 
     def __post_init__(self) -> None:
         if not self.namesrv:
@@ -177,7 +180,7 @@ class _Connection(NameServerClient):
         sock.settimeout(0.0)
         try:
             data = sock.recv(65536)
-        except BlockingIOError:
+        except (BlockingIOError, ssl.SSLWantReadError):  # nothing waiting (over TLS: no whole record yet)
             return False
         except OSError:
             self.close()
@@ -302,7 +305,7 @@ class Fleet:
                 m = Member(
                     group, broker_id, name, addr, ha, State.LIVE, ext, raw, identity, bodies.encode_data_version(dv)
                 )
-                m.links = {ns: Link(ns, _Connection(ns, timeout=c.timeout)) for ns in c.namesrv}
+                m.links = {ns: Link(ns, _Connection(ns, timeout=c.timeout, tls=c.tls)) for ns in c.namesrv}
                 members.append(m)
         return members
 

@@ -171,7 +171,7 @@ def test_option_table_is_complete_and_consistent() -> None:
     assert len(keys) == len(set(keys))
     for opt in OPTIONS:
         # the Python name is the Java key in snake_case
-        assert re.sub(r"([A-Z])", r"_\1", opt.key).lower() == opt.attr
+        assert re.sub(r"([A-Z])", r"_\1", opt.key).lower().replace(".", "_") == opt.attr
         assert opt.doc and opt.java_type in ("String", "int", "long", "boolean")
     for required in (
         "rocketmqHome",
