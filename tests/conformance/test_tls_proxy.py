@@ -19,7 +19,8 @@ import pytest
 
 from namesrv import handshake
 from namesrv.client import NameServerClient
-from namesrv.config import REDACTED
+from namesrv.config import REDACTED, ConfigError, load_config
+from namesrv.handshake import TransportSecurity
 from namesrv.protocol.codec import encode
 from namesrv.protocol.codes import RequestCode
 from namesrv.protocol.command import request
@@ -104,9 +105,7 @@ def test_disabled_treats_tls_as_a_bad_frame(tmp_path, certs, caplog):
 
 
 def test_client_auth_require_refuses_clients_without_a_trusted_certificate(tmp_path, certs):
-    props = node_tls(
-        certs, **{"tls.server.need.client.auth": "require", "tls.server.trustCertPath": str(certs.ca)}
-    )
+    props = node_tls(certs, **{"tls.server.need.client.auth": "require", "tls.server.trustCertPath": str(certs.ca)})
     with running_node(tmp_path, **props) as node:
         assert served(node.addr, tls=client_tls(certs, cert=True))
         assert closed_without_answer(node.addr, tls=client_tls(certs))  # no certificate
@@ -115,9 +114,7 @@ def test_client_auth_require_refuses_clients_without_a_trusted_certificate(tmp_p
 
 
 def test_client_auth_optional_verifies_a_certificate_only_when_one_is_sent(tmp_path, certs):
-    props = node_tls(
-        certs, **{"tls.server.need.client.auth": "optional", "tls.server.trustCertPath": str(certs.ca)}
-    )
+    props = node_tls(certs, **{"tls.server.need.client.auth": "optional", "tls.server.trustCertPath": str(certs.ca)})
     with running_node(tmp_path, **props) as node:
         assert served(node.addr, tls=client_tls(certs))
         assert served(node.addr, tls=client_tls(certs, cert=True))
@@ -204,7 +201,18 @@ def test_admin_and_simulate_speak_tls(tmp_path, certs):
         plain = subprocess.run([*NAMESRV, "admin", "-n", node.addr, "clusterList"], **run)
         assert plain.returncode == 1 and node.addr in plain.stderr
         sim = subprocess.run(
-            [*NAMESRV, "simulate", "-n", node.addr, *tls_args, "--duration", "1", "--summary-interval", "0.5", "--json"],
+            [
+                *NAMESRV,
+                "simulate",
+                "-n",
+                node.addr,
+                *tls_args,
+                "--duration",
+                "1",
+                "--summary-interval",
+                "0.5",
+                "--json",
+            ],
             **run,
         )
         assert sim.returncode == 0, sim.stderr
@@ -307,3 +315,40 @@ def test_connections_in_set_up_are_bounded_and_the_node_stops_with_them_pending(
         s.settimeout(5)
         assert s.recv(1) == b""
         s.close()
+
+
+# --- keys that only start-up can judge -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key_password, message",
+    [
+        ("", "is encrypted: set tls.server.keyPassword"),
+        ("wrong", "cannot be used .* or tls.server.keyPassword is wrong"),
+    ],
+)
+def test_an_encrypted_key_without_its_password_stops_start_up_with_a_message(tmp_path, certs, key_password, message):
+    props = {
+        "tls.server.certPath": str(certs.server_cert),
+        "tls.server.keyPath": str(certs.server_key_encrypted),
+        "tls.server.keyPassword": key_password,
+    }
+    with pytest.raises(ConfigError, match=message):
+        TransportSecurity.from_config(load_config(None, props))
+    # and `namesrv start` says so and exits 2, never prompting for a password on the terminal
+    args = [f"--set={k}={v}" for k, v in props.items()]
+    done = subprocess.run(
+        [*NAMESRV, "start", "--set=listenPort=0", f"--set=kvConfigPath={tmp_path / 'kv.json'}", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 2 and "bad configuration" in done.stderr and "tls.server.keyPath" in done.stderr
+
+
+def test_a_certificate_that_does_not_match_its_key_stops_start_up(tmp_path, certs):
+    props = {"tls.server.certPath": str(certs.server_cert), "tls.server.keyPath": str(certs.client_key)}
+    with pytest.raises(ConfigError, match="not a matching pair"):
+        TransportSecurity.from_config(load_config(None, props))
