@@ -90,17 +90,19 @@ def _admin(args: argparse.Namespace) -> int:
     except ssl.SSLError as e:
         print(f"namesrv admin: TLS with {args.namesrv} failed: {e}. Check --tls-ca / --tls-cert", file=sys.stderr)
         return 1
-    except ConnectionError as e:
-        # with TLS 1.3 a client learns that its certificate was refused only when the node hangs up
-        hint = (
-            "; if it requires client certificates, pass --tls-cert/--tls-key from a CA it trusts"
-            if tls is not None
-            else "; if it runs tls.server.mode=enforcing, pass --tls (and --tls-ca)"
-        )
-        print(f"namesrv admin: {args.namesrv} closed the connection: {e}{hint}", file=sys.stderr)
-        return 1
     except OSError as e:
-        print(f"namesrv admin: cannot reach {args.namesrv}: {e}. Is a name server listening there?", file=sys.stderr)
+        if type(e) is ConnectionError or isinstance(e, ConnectionResetError):
+            # the node hung up on us; with TLS 1.3 that is how a refused client certificate shows
+            hint = (
+                "if it requires client certificates, pass --tls-cert/--tls-key from a CA it trusts"
+                if tls is not None
+                else "if it runs tls.server.mode=enforcing, pass --tls (and --tls-ca)"
+            )
+            print(f"namesrv admin: {args.namesrv} closed the connection ({e}); {hint}", file=sys.stderr)
+        else:
+            print(
+                f"namesrv admin: cannot reach {args.namesrv}: {e}. Is a name server listening there?", file=sys.stderr
+            )
         return 1
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True, default=str))
