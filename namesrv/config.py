@@ -17,6 +17,11 @@ it, and so are parsing, GET_NAMESRV_CONFIG rendering and the README table (:func
   or lone surrogate (which no properties file or answer can carry faithfully) in any of them.  Java has
   none of these limits; a real update sets a handful of short values.  The file is written first and
   the running configuration changed only once it is on disk, so a failure of any kind changes nothing.
+* The TLS and PROXY protocol keys (group ``TLS and PROXY protocol``: RocketMQ's ``tls.*`` system
+  properties, ``handshakeTimeoutMillis``, ``proxyProtocolMode``) are read once at start-up by
+  :mod:`namesrv.tls` and :mod:`namesrv.handshake`; an update refuses them (:data:`RESTART_ONLY`), so a
+  peer cannot turn TLS off for the next start.  A ``secret`` option (the key password) is shown as
+  :data:`REDACTED` by GET_NAMESRV_CONFIG and ``-p``; only the file an update rewrites holds its value.
 * Keys we do not know are kept as ``extras`` (Java remembers every key of the ``-c`` file and echoes
   it in GET_NAMESRV_CONFIG); an update changes an extra only if it already exists.
 
