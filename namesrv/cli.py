@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import ssl
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ def _start(args: argparse.Namespace) -> int:
         app.run(config)
     except AclFileError as e:  # aclEnable with an accounts file that cannot be used
         print(f"namesrv: bad configuration: aclFile: {e}", file=sys.stderr)
+    except ConfigError as e:  # what only start-up can find: a key that does not decrypt, a certificate openssl refused
+        print(f"namesrv: bad configuration: {e}", file=sys.stderr)
         return 2
     return 0
 
@@ -63,22 +66,74 @@ def _add_credential_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
+    """The clients' TLS options (``namesrv admin``, ``namesrv simulate``)."""
+    group = parser.add_argument_group("TLS (for a node with tls.server.mode permissive or enforcing)")
+    group.add_argument("--tls", action="store_true", help="connect with TLS (implied by the other --tls-* options)")
+    group.add_argument(
+        "--tls-ca", metavar="PEM", help="CA certificates to verify the node with (default: the system's)"
+    )
+    group.add_argument("--tls-cert", metavar="PEM", help="client certificate, for tls.server.need.client.auth")
+    group.add_argument("--tls-key", metavar="PEM", help="its private key (default: in --tls-cert)")
+    group.add_argument(
+        "--tls-key-password-env",
+        metavar="VAR",
+        help="environment variable holding the password of an encrypted --tls-key (never on the command line)",
+    )
+    group.add_argument(
+        "--tls-insecure",
+        action="store_true",
+        help="do not verify the node's certificate (as RocketMQ's Java client by default; test mode's certificate)",
+    )
+
+
+def tls_context_from_args(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The TLS context the options ask for, or None for plaintext; ValueError with a message for the user."""
+    from namesrv.tls import client_context
+
+    if not (args.tls or args.tls_ca or args.tls_cert or args.tls_key or args.tls_insecure):
+        return None
+    password = None
+    if args.tls_key_password_env:
+        password = os.environ.get(args.tls_key_password_env)
+        if password is None:
+            raise ValueError(f"--tls-key-password-env {args.tls_key_password_env}: no such environment variable")
+    return client_context(
+        ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key, key_password=password, insecure=args.tls_insecure
+    )
+
+
 def _admin(args: argparse.Namespace) -> int:
     from namesrv.client import NameServerClient, RemoteError
 
     try:
         credentials = _credentials(args)
+        tls = tls_context_from_args(args)
     except ValueError as e:
         print(f"namesrv admin: {e}", file=sys.stderr)
         return 2
     try:
-        with NameServerClient(args.namesrv, timeout=args.timeout, credentials=credentials) as client:
+        with NameServerClient(args.namesrv, timeout=args.timeout, credentials=credentials, tls=tls) as client:
             result = ADMIN_COMMANDS[args.admin_command][1](client, args)
     except RemoteError as e:
         print(f"namesrv admin {args.admin_command}: {e}", file=sys.stderr)
         return 1
+    except ssl.SSLError as e:
+        print(f"namesrv admin: TLS with {args.namesrv} failed: {e}. Check --tls-ca / --tls-cert", file=sys.stderr)
+        return 1
     except OSError as e:
-        print(f"namesrv admin: cannot reach {args.namesrv}: {e}. Is a name server listening there?", file=sys.stderr)
+        if type(e) is ConnectionError or isinstance(e, ConnectionResetError):
+            # the node hung up on us; with TLS 1.3 that is how a refused client certificate shows
+            hint = (
+                "if it requires client certificates, pass --tls-cert/--tls-key from a CA it trusts"
+                if tls is not None
+                else "if it runs tls.server.mode=enforcing, pass --tls (and --tls-ca)"
+            )
+            print(f"namesrv admin: {args.namesrv} closed the connection ({e}); {hint}", file=sys.stderr)
+        else:
+            print(
+                f"namesrv admin: cannot reach {args.namesrv}: {e}. Is a name server listening there?", file=sys.stderr
+            )
         return 1
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True, default=str))
@@ -91,6 +146,7 @@ def _simulate(args: argparse.Namespace) -> int:
     from namesrv import simulate
 
     try:
+        tls = tls_context_from_args(args)
         config = simulate.FleetConfig(
             namesrv=simulate.parse_namesrv_list(args.namesrv),
             brokers=args.brokers,
@@ -109,6 +165,7 @@ def _simulate(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             summary_interval=args.summary_interval,
             credentials=_credentials(args),
+            tls=tls,
         )
     except ValueError as e:
         print(f"namesrv simulate: {e}", file=sys.stderr)
@@ -335,6 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     admin.add_argument("--json", action="store_true", help="machine-readable output")
     admin.add_argument("--timeout", type=float, default=5.0)
     _add_credential_options(admin)
+    add_tls_arguments(admin)
     admin.set_defaults(func=_admin)
     admin_sub = admin.add_subparsers(dest="admin_command", required=True)
     for name, (help_text, _fn, options) in ADMIN_COMMANDS.items():
@@ -405,6 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--json", action="store_true", help="print the final summary as JSON")
     sim.add_argument("--log-level", help="DEBUG shows every retry (events are always shown)")
     _add_credential_options(sim)
+    add_tls_arguments(sim)
     sim.set_defaults(func=_simulate)
     return parser
 

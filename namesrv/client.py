@@ -2,13 +2,16 @@
 
 Used by ``namesrv admin``, the simulator, tests and benchmarks.  It keeps one TCP connection and
 matches responses to requests by opaque; given :class:`~namesrv.acl.Credentials`, it signs every
-request as RocketMQ's clients do.
+request as RocketMQ's clients do.  With ``tls`` (a context from :func:`namesrv.tls.client_context`)
+the connection is TLS, as RocketMQ's clients with ``-Dtls.enable=true``; ``preamble`` is sent first,
+before any TLS, as a proxy sends its PROXY protocol header (tests use it to play the proxy).
 """
 
 from __future__ import annotations
 
 import itertools
 import socket
+import ssl
 
 import javaproperties
 
@@ -48,10 +51,14 @@ class NameServerClient:
         version: int = Version.CURRENT,
         serialize_type: SerializeType = SerializeType.JSON,
         credentials: Credentials | None = None,
+        tls: ssl.SSLContext | None = None,
+        preamble: bytes = b"",
     ) -> None:
         self.addr = addr
         #: when set, every request is signed as RocketMQ's AclClientRPCHook signs it (namesrv.acl)
         self.credentials = credentials
+        self.tls = tls
+        self.preamble = preamble
         self.timeout = timeout
         self.version = version
         self.serialize_type = serialize_type
@@ -72,8 +79,18 @@ class NameServerClient:
 
     def _connect(self) -> socket.socket:
         if self._sock is None:
-            self._sock = socket.create_connection(parse_addr(self.addr), timeout=self.timeout)
-            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            host, port = parse_addr(self.addr)
+            sock = socket.create_connection((host, port), timeout=self.timeout)
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self.preamble:
+                    sock.sendall(self.preamble)
+                if self.tls is not None:
+                    sock = self.tls.wrap_socket(sock, server_hostname=host)
+            except BaseException:
+                sock.close()
+                raise
+            self._sock = sock
             self._decoder = FrameDecoder()
         return self._sock
 

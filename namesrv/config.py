@@ -17,6 +17,11 @@ it, and so are parsing, GET_NAMESRV_CONFIG rendering and the README table (:func
   or lone surrogate (which no properties file or answer can carry faithfully) in any of them.  Java has
   none of these limits; a real update sets a handful of short values.  The file is written first and
   the running configuration changed only once it is on disk, so a failure of any kind changes nothing.
+* The TLS and PROXY protocol keys (group ``TLS and PROXY protocol``: RocketMQ's ``tls.*`` system
+  properties, ``handshakeTimeoutMillis``, ``proxyProtocolMode``) are read once at start-up by
+  :mod:`namesrv.tls` and :mod:`namesrv.handshake`; an update refuses them (:data:`RESTART_ONLY`), so a
+  peer cannot turn TLS off for the next start.  A ``secret`` option (the key password) is shown as
+  :data:`REDACTED` by GET_NAMESRV_CONFIG and ``-p``; only the file an update rewrites holds its value.
 * Keys we do not know are kept as ``extras`` (Java remembers every key of the ``-c`` file and echoes
   it in GET_NAMESRV_CONFIG); an update changes an extra only if it already exists.
 
@@ -33,7 +38,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -63,6 +68,8 @@ __all__ = [
     "OPTIONS",
     "OPTIONS_BY_KEY",
     "HARD_BLACKLIST",
+    "RESTART_ONLY",
+    "REDACTED",
     "load_config",
     "parse_properties",
     "apply_update",
@@ -90,6 +97,7 @@ JavaType = Literal["String", "int", "long", "boolean"]
 
 GROUP_NAMESRV = "NamesrvConfig"
 GROUP_NETTY = "NettyServerConfig"
+GROUP_TLS = "TLS and PROXY protocol"
 GROUP_OURS = "namesrv-py"
 
 #: keys whose values GET_NAMESRV_CONFIG, ``-p`` and the logs show masked (``redisUrl`` only loses its password)
@@ -139,8 +147,10 @@ def _opt(
     bounds: tuple[int, int] | None = None,
     default_doc: str | None = None,
     effect: bool = True,
+    secret: bool = False,
 ) -> Any:
-    """A field of the table; ``effect=False`` marks a key that is accepted (and shown) but changes nothing."""
+    """A field of the table; ``effect=False`` marks a key that is accepted (and shown) but changes nothing,
+    ``secret=True`` one whose value is never shown (GET_NAMESRV_CONFIG and ``-p`` print ``******``)."""
     metadata = {
         "key": key,
         "type": java_type,
@@ -150,13 +160,14 @@ def _opt(
         "bounds": bounds,
         "default_doc": default_doc,
         "effect": effect,
+        "secret": secret,
     }
     if callable(default):
         return field(default_factory=default, metadata=metadata)
     return field(default=default, metadata=metadata)
 
 
-_N, _S, _O = GROUP_NAMESRV, GROUP_NETTY, GROUP_OURS
+_N, _S, _T, _O = GROUP_NAMESRV, GROUP_NETTY, GROUP_TLS, GROUP_OURS
 
 
 @dataclass
@@ -386,6 +397,81 @@ class NamesrvConfig:
         False, "useEpollNativeSelector", "boolean", _S, "native epoll transport", effect=False
     )
 
+    # --- TLS (RocketMQ's TlsSystemConfig keys, there -D system properties) and the PROXY protocol.
+    # Read once at start-up (namesrv/tls.py); UPDATE_NAMESRV_CONFIG refuses them (RESTART_ONLY).
+    tls_server_mode: str = _opt(
+        "permissive",
+        "tls.server.mode",
+        "String",
+        _T,
+        "disabled (plaintext only), permissive (TLS and plaintext on the same port, told apart by the first"
+        " byte; TLS only once a certificate or test mode is set) or enforcing (TLS only); as RocketMQ",
+        choices=("disabled", "permissive", "enforcing"),
+    )
+    tls_config_file: str = _opt(
+        "/etc/rocketmq/tls.properties",
+        "tls.config.file",
+        "String",
+        _T,
+        "file whose tls.server.* and tls.test.mode.enable values override these (as RocketMQ); read when"
+        " tls.server.mode is not disabled; a missing file is skipped unless this key names it explicitly",
+    )
+    tls_test_mode_enable: bool = _opt(
+        False,
+        "tls.test.mode.enable",
+        "boolean",
+        _T,
+        "serve TLS with a self-signed certificate made at start-up (openssl), for tests only; RocketMQ's"
+        " default is true",
+    )
+    tls_server_cert_path: str = _opt(
+        "", "tls.server.certPath", "String", _T, "PEM certificate chain of the node (with tls.server.keyPath)"
+    )
+    tls_server_key_path: str = _opt(
+        "", "tls.server.keyPath", "String", _T, "PEM private key of the node, PKCS#8 or traditional, maybe encrypted"
+    )
+    tls_server_key_password: str = _opt(
+        "",
+        "tls.server.keyPassword",
+        "String",
+        _T,
+        "password of an encrypted tls.server.keyPath (never shown by GET_NAMESRV_CONFIG)",
+        secret=True,
+    )
+    tls_server_trust_cert_path: str = _opt(
+        "",
+        "tls.server.trustCertPath",
+        "String",
+        _T,
+        "PEM CA certificates client certificates are verified against (needed unless need.client.auth is none)",
+    )
+    tls_server_need_client_auth: str = _opt(
+        "none",
+        "tls.server.need.client.auth",
+        "String",
+        _T,
+        "client certificates: none (not asked for), optional (verified if sent) or require",
+        choices=("none", "optional", "require"),
+    )
+    handshake_timeout_millis: int = _opt(
+        10000,
+        "handshakeTimeoutMillis",
+        "long",
+        _T,
+        "when TLS or the PROXY protocol is on: close a connection that has not sent its first bytes and finished"
+        " its PROXY preamble and TLS handshake within this many ms",
+        bounds=(1, 3_600_000),
+    )
+    proxy_protocol_mode: str = _opt(
+        "disabled",
+        "proxyProtocolMode",
+        "String",
+        _T,
+        "HAProxy PROXY protocol v1/v2 ahead of the first bytes: disabled; optional (used when present, as RocketMQ:"
+        " only if every peer that can reach the port is trusted); required (every connection must start with one)",
+        choices=("disabled", "optional", "required"),
+    )
+
     # --- ours (defaults keep plain RocketMQ behaviour) ---
     response_serialize_type: str = _opt(
         "JSON",
@@ -599,6 +685,8 @@ class Option:
     default_doc: str
     #: False: accepted, kept and shown by GET_NAMESRV_CONFIG (as Java does), but nothing reads it
     effect: bool
+    #: True: a password; shown as ****** everywhere but in the file an update rewrites
+    secret: bool
     #: start-up parsing of the value (strict; see the module docstring)
     converter: Converter[Any]
 
@@ -610,8 +698,13 @@ def _converter(java_type: JavaType, choices: tuple[str, ...] | None, bounds: tup
         low, high = bounds or _INT_RANGES[java_type]
         return integer(low, high, f"{java_type} ({low}..{high})")
     if choices:
-        return choice(*choices, fold=str.upper)
+        return choice(*choices, fold=_fold(choices))
     return text(expected="string")
+
+
+def _fold(choices: tuple[str, ...]) -> Callable[[str], str]:
+    """RocketMQ writes its TLS modes in lower case and its other choices in upper case; either is accepted."""
+    return str.lower if all(c == c.lower() for c in choices) else str.upper
 
 
 def _build_options() -> tuple[Option, ...]:
@@ -635,6 +728,7 @@ def _build_options() -> tuple[Option, ...]:
                 md["bounds"],
                 default_doc,
                 md["effect"],
+                md["secret"],
                 _converter(md["type"], md["choices"], md["bounds"]),
             )
         )
@@ -650,6 +744,11 @@ def _format_value(value: Any) -> str:
 
 OPTIONS: tuple[Option, ...] = _build_options()
 OPTIONS_BY_KEY: dict[str, Option] = {o.key: o for o in OPTIONS}
+#: keys read once at start-up that UPDATE_NAMESRV_CONFIG refuses: a peer that can reach the port must
+#: not be able to turn TLS off, swap certificates or claim other addresses from the next restart on
+RESTART_ONLY = frozenset(o.key for o in OPTIONS if o.group == GROUP_TLS)
+#: what a secret's value is shown as
+REDACTED = "******"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -665,9 +764,10 @@ def _parse_java(opt: Option, raw: str) -> Any:
         return parse_integer(raw, *_INT_RANGES[opt.java_type])
     value = raw.strip()
     if opt.choices:
-        if value.upper() not in opt.choices:
+        folded = _fold(opt.choices)(value)
+        if folded not in opt.choices:
             raise ValueError(raw)
-        return value.upper()
+        return folded
     return value
 
 
@@ -709,13 +809,10 @@ def _masked(key: str, value: str) -> str:
     from namesrv.redis_clients import redact_url  # imports no more than the standard library
 
     if key in SECRET_KEYS and value and not is_secret_reference(value):
-        return _MASK
+        return REDACTED
     if key == "redisUrl" and value:
         return redact_url(value)
     return value
-
-
-_MASK = "******"
 
 
 def config_properties(cfg: NamesrvConfig, *, reveal_secrets: bool = False) -> dict[str, str]:
@@ -725,7 +822,7 @@ def config_properties(cfg: NamesrvConfig, *, reveal_secrets: bool = False) -> di
         value = getattr(cfg, opt.attr)
         if value is not None:
             text = _format_value(value)
-            props[opt.key] = text if reveal_secrets else _masked(opt.key, text)
+            props[opt.key] = text if reveal_secrets else (REDACTED if opt.secret and text else _masked(opt.key, text))
     return props
 
 
@@ -793,6 +890,9 @@ def check_combinations(cfg: NamesrvConfig) -> None:
             "raise the second"
         )
     kafka_security(cfg)
+    from namesrv.tls import tls_settings  # the TLS keys, with tls.config.file read and every file checked
+
+    tls_settings(cfg)
 
 
 def kafka_security(cfg: NamesrvConfig) -> KafkaSecurity:
@@ -883,7 +983,7 @@ def _java_split(text: str, sep: str) -> list[str]:
 
 def config_blacklist(cfg: NamesrvConfig) -> frozenset[str]:
     """Keys UPDATE_NAMESRV_CONFIG refuses."""
-    return HARD_BLACKLIST | frozenset(_java_split(cfg.config_black_list, ";"))
+    return HARD_BLACKLIST | RESTART_ONLY | frozenset(_java_split(cfg.config_black_list, ";"))
 
 
 def _shown(text: str, limit: int = 64) -> str:
@@ -968,7 +1068,7 @@ def apply_update(cfg: NamesrvConfig, properties: str | bytes) -> UpdateResult:
 def options_markdown() -> str:
     """The option table for the README, one section per group."""
     lines: list[str] = []
-    for group in (GROUP_NAMESRV, GROUP_NETTY, GROUP_OURS):
+    for group in (GROUP_NAMESRV, GROUP_NETTY, GROUP_TLS, GROUP_OURS):
         lines += [f"### {group}", "", "| Key | Type | Default | Meaning |", "|---|---|---|---|"]
         for opt in OPTIONS:
             if opt.group == group:

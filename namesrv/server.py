@@ -39,6 +39,11 @@ Nothing a peer sends ends in a traceback: a malformed frame, and anything else t
 while reading a connection, closes that connection with one WARNING naming the peer and the reason,
 at most :data:`_DROP_LOG_PER_MINUTE` such lines a minute (the rest are counted in the next one).
 
+With TLS or the PROXY protocol on (``tls.*`` keys, ``proxyProtocolMode``), connections are accepted
+and set up by :mod:`namesrv.handshake` before a :class:`Connection` exists: that module reads any
+PROXY preamble and tells TLS from plaintext by the first byte, then hands the connection over, named
+after the client's real address.  Without them the loop's own server accepts, as it always did.
+
 The node's only outbound traffic is NOTIFY_MIN_BROKER_ID_CHANGE (``notifyMinBrokerIdChanged``):
 each one is a background task that connects to the broker's own address, writes the oneway frame
 and closes.  Java keeps a pooled client connection per broker instead; notifications are rare
@@ -61,6 +66,7 @@ from namesrv import departure
 from namesrv.client import parse_addr
 from namesrv.departure import Departure
 from namesrv.handlers import NameServerNode, Pending, dispatch, min_broker_id_change_request
+from namesrv.handshake import Acceptor, TransportSecurity
 from namesrv.logs import RateLimited
 from namesrv.protocol.codec import FrameDecoder, LocalProtocolError, RemoteProtocolError, encode
 from namesrv.protocol.codes import ResponseCode, SerializeType
@@ -126,11 +132,12 @@ class Connection(asyncio.Protocol):
         "throttled",
     )
 
-    def __init__(self, server: NameServer) -> None:
+    def __init__(self, server: NameServer, peer: str | None = None) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
         self.decoder = FrameDecoder()
-        self.peer = "?"
+        #: host:port of the peer; given when set-up learned it (the client's, from a PROXY preamble)
+        self.peer = peer or "?"
         self.last_active = server.clock()
         #: the peer is not reading our answers
         self.paused = False
@@ -151,8 +158,9 @@ class Connection(asyncio.Protocol):
         # a stream server's transport: typeshed's Protocol says BaseTransport, and uvloop's transports are
         # not asyncio.Transport subclasses, though they have every method of one
         self.transport = stream = cast(asyncio.Transport, transport)
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        if self.peer == "?":
+            peer = transport.get_extra_info("peername")
+            self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.server.connections.add(self)
         self.server.tune(stream)
 
@@ -296,6 +304,8 @@ class NameServer:
         self._stopping = False
         self.tasks: set[asyncio.Task[Any]] = set()
         self._server: asyncio.base_events.Server | None = None
+        #: accepts and sets up connections itself when TLS or the PROXY protocol is on
+        self._acceptor: Acceptor | None = None
         mode = node.config.response_serialize_type.upper()
         self._echo_type = mode == "ECHO"
         self._response_type = SerializeType.ROCKETMQ if mode == "ROCKETMQ" else SerializeType.JSON
@@ -311,6 +321,8 @@ class NameServer:
 
     @property
     def port(self) -> int:
+        if self._acceptor is not None:
+            return self._acceptor.port
         assert self._server is not None
         return self._server.sockets[0].getsockname()[1]
 
@@ -471,9 +483,15 @@ class NameServer:
         # (CPython's default is 5 ms, the whole latency budget of a route lookup)
         sys.setswitchinterval(_GIL_SWITCH_S)
         self.loop = loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: Connection(self), host, port, reuse_address=True, backlog=self.node.config.server_socket_backlog
-        )
+        backlog = self.node.config.server_socket_backlog
+        security = TransportSecurity.from_config(self.node.config)  # ConfigError naming the key
+        if security.sniffing:
+            self._acceptor = Acceptor(security, lambda peer: Connection(self, peer), self.spawn)
+            await self._acceptor.listen(host, port, backlog)
+        else:
+            self._server = await loop.create_server(
+                lambda: Connection(self), host, port, reuse_address=True, backlog=backlog
+            )
         self.spawn(self._close_idle_connections(), "idle-connections")
 
     async def _close_idle_connections(self) -> None:
@@ -499,6 +517,8 @@ class NameServer:
         self._stopping = True
         if self._server is not None:
             self._server.close()
+        if self._acceptor is not None:
+            self._acceptor.close()
         for connection in list(self.connections):
             connection.close(departure.NODE_STOPPING)
         for task in list(self.tasks):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import random
 import signal
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -89,6 +90,8 @@ class FleetConfig:
     backoff_max: float = 30.0
     #: sign every request (registrations, heartbeats, unregistrations) as a broker with ACL credentials does
     credentials: Credentials | None = None
+    #: TLS towards every name server (``--tls`` and friends); None = plaintext
+    tls: ssl.SSLContext | None = None
 
     def __post_init__(self) -> None:
         if not self.namesrv:
@@ -180,7 +183,7 @@ class _Connection(NameServerClient):
         sock.settimeout(0.0)
         try:
             data = sock.recv(65536)
-        except BlockingIOError:
+        except (BlockingIOError, ssl.SSLWantReadError):  # nothing waiting (over TLS: no whole record yet)
             return False
         except OSError:
             self.close()
@@ -306,7 +309,8 @@ class Fleet:
                     group, broker_id, name, addr, ha, State.LIVE, ext, raw, identity, bodies.encode_data_version(dv)
                 )
                 m.links = {
-                    ns: Link(ns, _Connection(ns, timeout=c.timeout, credentials=c.credentials)) for ns in c.namesrv
+                    ns: Link(ns, _Connection(ns, timeout=c.timeout, credentials=c.credentials, tls=c.tls))
+                    for ns in c.namesrv
                 }
                 members.append(m)
         return members

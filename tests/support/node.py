@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -83,10 +84,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def raw_exchange(addr: str, data: bytes, *, expect_close: bool = False, timeout: float = 3.0) -> bytes:
-    """Send bytes on a fresh connection and read until the peer closes or goes quiet."""
+def raw_exchange(
+    addr: str,
+    data: bytes,
+    *,
+    expect_close: bool = False,
+    timeout: float = 3.0,
+    tls: ssl.SSLContext | None = None,
+    preamble: bytes = b"",
+) -> bytes:
+    """Send bytes on a fresh connection and read until the peer closes or goes quiet; with ``tls`` over
+    TLS, after ``preamble`` (a PROXY protocol header) when given."""
     host, port = addr.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+    with socket.create_connection((host, int(port)), timeout=timeout) as raw:
+        raw.sendall(preamble)
+        s = raw if tls is None else tls.wrap_socket(raw, server_hostname=host)
         s.sendall(data)
         chunks = []
         s.settimeout(timeout if expect_close else 0.5)

@@ -1,0 +1,262 @@
+"""Connection set-up when TLS or the PROXY protocol is on: what comes before the first frame.
+
+Theory of operation
+-------------------
+RocketMQ serves TLS and plaintext on one port and tells them apart by the first byte, after an
+optional PROXY protocol preamble (``NettyRemotingServer.HandshakeHandler`` and ``TlsModeHandler``).
+A node configured for neither (the default: ``tls.server.mode=permissive`` without a certificate or
+test mode, ``proxyProtocolMode=disabled``) never comes here: it listens with the loop's own server,
+exactly as before.  Otherwise :class:`Acceptor` accepts each connection itself and, before any
+transport exists, works on the raw socket:
+
+1. it **peeks** at the first byte (``MSG_PEEK``: the byte stays in the kernel's buffer);
+2. ``P`` or ``\\r`` with ``proxyProtocolMode`` optional or required: the PROXY preamble.  It peeks
+   what has arrived, feeds it to the sans-I/O :class:`~namesrv.protocol.proxy.ProxyParser`, and
+   reads off the socket exactly the bytes the parser took, so nothing after the preamble is
+   consumed.  The parser takes everything offered until the preamble ends, so a peeked byte is never
+   left waiting (no busy loop on a readable socket).  The preamble's source address, when it has a
+   usable one, becomes the connection's peer: every log line, the route tables' connection (the
+   broker's channel) and the CHANNEL_CLOSED reasons name the client, not the proxy.  Required and
+   missing: the connection is closed;
+3. it peeks at the next first byte: ``0x16`` (a TLS handshake record) with a TLS context → the
+   socket is handed to the loop with that context (``connect_accepted_socket(ssl=...)``: the
+   standard library's TLS, server side); anything else → handed over as plaintext, unless
+   ``tls.server.mode=enforcing``, which closes it.  With ``disabled``, or without a certificate,
+   TLS bytes go to the frame decoder like any other and are refused there as a malformed frame.
+
+All of it, TLS handshake included, must finish within ``handshakeTimeoutMillis``; a connection
+that stalls anywhere (no first byte, half a preamble, half a handshake) is closed then.  At most
+:data:`MAX_PENDING` connections may be in set-up at once; more are closed at once (a flood of
+stalled handshakes cannot take every file descriptor).  Whatever goes wrong closes that connection
+only, with one WARNING naming the peer and the reason, at most :data:`_LOG_PER_MINUTE` such lines a
+minute; a peer that closes before sending anything (a port check) is not worth one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from namesrv.config import NamesrvConfig
+from namesrv.logs import RateLimited
+from namesrv.protocol.proxy import Detected, ProxyHeader, ProxyParser, ProxyProtocolError, detect
+from namesrv.tls import TlsSettings, server_context, tls_settings
+
+__all__ = ["TransportSecurity", "Acceptor", "MAX_PENDING", "TLS_RECORD_HANDSHAKE"]
+
+log = logging.getLogger("namesrv.handshake")
+
+#: first byte of a TLS handshake record (a ClientHello); RocketMQ's HANDSHAKE_MAGIC_CODE
+TLS_RECORD_HANDSHAKE = 0x16
+#: connections in set-up at once; past it new ones are closed at once
+MAX_PENDING = 1024
+_LOG_PER_MINUTE = 20
+#: bytes peeked at a time while reading a preamble: a v1 line, or a v2 header with its bound
+_PEEK_BYTES = 16 + 4096
+#: after EMFILE and the like, wait this long before accepting again (as asyncio's own server does)
+_ACCEPT_BACKOFF_S = 0.1
+_drop_log = RateLimited(log, per_minute=_LOG_PER_MINUTE)
+
+
+@dataclass(frozen=True)
+class TransportSecurity:
+    """What the node does before the first frame, read once when it starts listening."""
+
+    tls: TlsSettings
+    #: None: plaintext only
+    context: ssl.SSLContext | None
+    #: disabled, optional or required
+    proxy_mode: str
+    timeout_s: float
+
+    @classmethod
+    def from_config(cls, cfg: NamesrvConfig) -> TransportSecurity:
+        """Raises :class:`~namesrv.options.ConfigError` naming the key when something cannot be used."""
+        settings = tls_settings(cfg)
+        return cls(settings, server_context(settings), cfg.proxy_protocol_mode, cfg.handshake_timeout_millis / 1000)
+
+    @property
+    def sniffing(self) -> bool:
+        """Whether connections need set-up here before the node reads frames (else the loop's own server)."""
+        return self.context is not None or self.proxy_mode != "disabled"
+
+    def describe(self) -> str:
+        tls = "off" if self.context is None else f"{self.tls.mode} (client certificates: {self.tls.need_client_auth})"
+        return f"tls={tls} proxyProtocol={self.proxy_mode}"
+
+
+class _Refused(Exception):
+    """The connection is closed for the reason given (already phrased for the log)."""
+
+
+class _Gone(Exception):
+    """The peer closed before set-up finished: nothing worth a warning."""
+
+
+def format_addr(addr: Any) -> str:
+    """``host:port`` of a socket address (the same shape the node's log lines always used)."""
+    try:
+        return f"{addr[0]}:{addr[1]}"
+    except (TypeError, IndexError):
+        return "?"
+
+
+class Acceptor:
+    """Listens, sets each connection up (PROXY preamble, TLS or plaintext), then hands it to the loop."""
+
+    def __init__(
+        self,
+        security: TransportSecurity,
+        protocol_factory: Callable[[str], asyncio.Protocol],
+        spawn: Callable[[Coroutine[Any, Any, Any], str], asyncio.Task[Any]],
+    ) -> None:
+        self.security = security
+        #: builds the connection's protocol for its peer address (the client's, when a proxy said so)
+        self.protocol_factory = protocol_factory
+        self.spawn = spawn
+        self.pending = 0
+        self._sock: socket.socket | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._accepting: asyncio.Task[Any] | None = None
+
+    @property
+    def port(self) -> int:
+        assert self._sock is not None
+        return int(self._sock.getsockname()[1])
+
+    async def listen(self, host: str, port: int, backlog: int) -> None:
+        self._loop = asyncio.get_running_loop()
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.create_server((host, port), family=family, backlog=backlog)  # SO_REUSEADDR, as create_server
+        sock.setblocking(False)
+        self._sock = sock
+        self._accepting = self.spawn(self._accept_loop(sock), "accept")
+        log.info("listening on %s:%d with %s", host, self.port, self.security.describe())
+
+    def close(self) -> None:
+        """Stop accepting; connections in set-up are the node's tasks, which its stop() cancels."""
+        if self._accepting is not None:
+            self._accepting.cancel()
+        if self._sock is not None and self._loop is not None:
+            # once the cancelled accept has let go of the socket
+            self._loop.call_soon(self._sock.close)
+
+    async def _accept_loop(self, listener: socket.socket) -> None:
+        assert self._loop is not None
+        while True:
+            try:
+                sock, addr = await self._loop.sock_accept(listener)
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                continue
+            except OSError as e:  # EMFILE, ENFILE, ENOBUFS: the connections we hold must drain first
+                _drop_log.log(logging.WARNING, "cannot accept connections: %s", e)
+                await asyncio.sleep(_ACCEPT_BACKOFF_S)
+                continue
+            peer = format_addr(addr)
+            if self.pending >= MAX_PENDING:
+                _drop_log.log(
+                    logging.WARNING, "closing connection from %s: %d connections in set-up", peer, MAX_PENDING
+                )
+                sock.close()
+                continue
+            self.pending += 1
+            self.spawn(self._set_up(sock, peer), "connection-set-up")
+
+    async def _set_up(self, sock: socket.socket, peer: str) -> None:
+        sock.setblocking(False)
+        handed_over = False
+        try:
+            async with asyncio.timeout(self.security.timeout_s):
+                peer, use_tls = await self._before_first_frame(sock, peer)
+                await self._hand_over(sock, peer, use_tls)
+                handed_over = True
+        except TimeoutError:
+            _drop_log.log(
+                logging.WARNING,
+                "closing connection from %s: set-up (PROXY preamble, TLS handshake) not finished within %d ms"
+                " (handshakeTimeoutMillis)",
+                peer,
+                round(self.security.timeout_s * 1000),
+            )
+        except (_Refused, ProxyProtocolError) as e:
+            _drop_log.log(logging.WARNING, "closing connection from %s: %s", peer, e)
+        except ssl.SSLError as e:
+            _drop_log.log(logging.WARNING, "closing connection from %s: TLS handshake failed: %s", peer, e)
+        except (_Gone, OSError) as e:  # reset, or closed mid-way: the peer left
+            log.debug("connection from %s ended during set-up: %r", peer, e)
+        except Exception as e:  # a bug on our side must cost this connection, never the node's loop
+            _drop_log.log(logging.WARNING, "closing connection from %s: set-up failed: %r", peer, e)
+        finally:
+            self.pending -= 1
+            if not handed_over:
+                sock.close()
+
+    async def _before_first_frame(self, sock: socket.socket, peer: str) -> tuple[str, bool]:
+        """The peer to name and whether TLS follows, once any preamble is read off the socket."""
+        sec = self.security
+        first = await self._peek(sock, 1)
+        if sec.proxy_mode != "disabled":
+            if detect(first) is not Detected.NONE:
+                header = await self._read_preamble(sock)
+                if header.source is not None:
+                    proxy, peer = peer, format_addr(header.source)
+                    log.debug("connection from %s relayed by %s (PROXY v%d)", peer, proxy, header.version)
+                first = await self._peek(sock, 1)
+            elif sec.proxy_mode == "required":
+                raise _Refused("no PROXY protocol preamble (proxyProtocolMode=required)")
+        use_tls = first[0] == TLS_RECORD_HANDSHAKE and sec.context is not None
+        if not use_tls and sec.tls.mode == "enforcing":
+            raise _Refused("plaintext refused (tls.server.mode=enforcing)")
+        return peer, use_tls
+
+    async def _hand_over(self, sock: socket.socket, peer: str, use_tls: bool) -> None:
+        assert self._loop is not None
+        await self._loop.connect_accepted_socket(
+            lambda: self.protocol_factory(peer),
+            sock,
+            ssl=self.security.context if use_tls else None,
+            # a backstop only: the set-up's own deadline, around this call, normally ends it first
+            ssl_handshake_timeout=self.security.timeout_s + 1.0 if use_tls else None,
+        )
+
+    async def _read_preamble(self, sock: socket.socket) -> ProxyHeader:
+        parser = ProxyParser()
+        while parser.header is None:
+            taken = parser.feed(await self._peek(sock, _PEEK_BYTES))  # >= 1 byte, or it raises
+            # the bytes are in the kernel's buffer (just peeked): this reads exactly them
+            if len(sock.recv(taken)) != taken:
+                raise _Gone("the peeked preamble could not be read")
+        return parser.header
+
+    async def _peek(self, sock: socket.socket, size: int) -> bytes:
+        """At least one byte that has arrived, left in the socket; :class:`_Gone` at end of stream."""
+        while True:
+            try:
+                data = sock.recv(size, socket.MSG_PEEK)
+            except (BlockingIOError, InterruptedError):
+                await self._readable(sock)
+                continue
+            if not data:
+                raise _Gone("closed by the peer")
+            return data
+
+    async def _readable(self, sock: socket.socket) -> None:
+        assert self._loop is not None
+        loop = self._loop
+        ready = loop.create_future()
+        fd = sock.fileno()
+        loop.add_reader(fd, _wake, ready)
+        try:
+            await ready
+        finally:
+            loop.remove_reader(fd)
+
+
+def _wake(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)
