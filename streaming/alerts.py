@@ -324,8 +324,9 @@ def route_incidents(
         summary, _ = topics_summary(topics, bd.cluster, name, names)
         alert = Alert(
             AlertKind.GROUP_WITHOUT_MASTER, AlertState.OPEN, Severity.CRITICAL,
-            f"broker group {name} has no master (brokerId 0); members: {members}; no writable queue left for "
-            f"{summary}", at, cluster_name=bd.cluster, broker_name=name, topics=tuple(sorted(topics)),
+            f"broker group {name} has no master (brokerId 0); members: {members}"
+            + (f"; no writable queue left for {summary}" if topics else ""),
+            at, cluster_name=bd.cluster, broker_name=name, topics=tuple(sorted(topics)),
         )  # fmt: skip
         out[alert.incident] = alert
     for (cluster, name), topics in sorted(blamed.items()):

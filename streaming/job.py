@@ -15,7 +15,9 @@ can run any of them on a small frame:
 4. :func:`decide` - ``transformWithStateInPandas`` with :class:`LivenessProcessor` per
    broker / node key, event-time timers on RocksDB;
 5. :class:`BatchSink` (``foreachBatch``) on the driver: actions to the actions topic, alerts
-   to the alerts topic and the log, routes and cluster info to Redis, in that order.
+   to the alerts topic and the log, routes and cluster info to Redis, in that order; then the
+   alerts to the pager (:mod:`streaming.paging`, Alertmanager and webhooks), which delivers them
+   from its own threads.
 
 Restart: the checkpoint (``monitor.checkpointDir``) holds source offsets, the processor's state
 and its pending timers, so a killed job carries on where it stopped; the batch that was
