@@ -3,9 +3,10 @@
 Theory of operation
 -------------------
 An *incident* is identified by its kind and what it concerns (:attr:`Alert.incident`): the
-broker expired, this topic has no writable queue, this node stopped ticking. An incident is
-announced once with state OPEN and once more with state RESOLVED when it ends; nothing is
-said while it lasts. Two places open and resolve incidents:
+broker expired, this broker group leaves topics without a writable queue, this node stopped
+ticking. An incident is announced once with state OPEN and once more with state RESOLVED when
+it ends; nothing is said while it lasts (the pager, :mod:`streaming.paging`, repeats open ones
+to Alertmanager, which needs that). Two places open and resolve incidents:
 
 * the stateful step (:mod:`streaming.liveness`), per broker and per node, keeping the open
   flags in Spark state: BROKER_EXPIRED, BROKER_REMOVED, BROKER_FLAPPING, NODE_SILENT;
@@ -13,6 +14,23 @@ said while it lasts. Two places open and resolve incidents:
   from the query progress (:func:`lag_incident`, :func:`clock_incidents`): GROUP_WITHOUT_MASTER,
   TOPIC_NOT_WRITABLE, MONITOR_LAGGING, NODE_CLOCK_AHEAD. :class:`AlertBook` remembers which are open (restored from Redis after a
   restart) and turns "what is wrong now" into OPEN/RESOLVED transitions.
+
+One failure is one incident, not one per topic. A topic without a writable queue is an effect;
+its cause is a broker group: gone (its last broker expired or lost its connection), without a
+master (producers write to masters only), or registered with queues nobody may write to. So the
+route incidents are per group (:func:`route_incidents`): GROUP_WITHOUT_MASTER and
+TOPIC_NOT_WRITABLE, both keyed by (cluster, broker name), each naming in :attr:`Alert.topics` the
+topics the group leaves without a writable queue. A topic served by two broken groups is named
+by both. The message names at most :data:`MAX_NAMED_TOPICS` ordinary topics and only counts the
+``%RETRY%``/``%DLQ%`` topics and the system topics (:func:`topic_class`): RocketMQ brokers create
+topics named after their broker name and cluster name, ``rmq_sys_*`` topics and a few fixed
+ones, some of them never writable by design (``rmq_sys_SYNC_BROKER_MEMBER_<name>`` has only the
+inherit permission, the broker and cluster topics too when ``brokerTopicEnable`` /
+``clusterTopicEnable`` are off). A group whose only unwritable topics are system topics opens no
+TOPIC_NOT_WRITABLE: a healthy 5.x cluster would otherwise page forever. A group that is gone
+keeps its incident open while any topic lost with it has no route (until the group or another
+one serves it again, or an admin deletes it): the open alert carries its topics, in Redis too,
+so a restarted job still knows them.
 
 Every alert goes to the alerts topic as JSON (version 1, below; Kafka key = incident id) and to
 the ``streaming.alerts`` logger as one line. The open ones are also kept in Redis
@@ -24,6 +42,10 @@ Alert JSON, version 1 (absent fields are not written)::
      "state": "OPEN", "severity": "CRITICAL", "clusterName": "DefaultCluster",
      "brokerName": "broker-a", "brokerAddr": "10.0.0.1:10911", "topic": null, "node": null,
      "eventTime": 1732240000000, "message": "...", "monitor": "host:123", "emittedAt": 1732240001234}
+
+GROUP_WITHOUT_MASTER and TOPIC_NOT_WRITABLE add ``"topics"`` (the topics left without a writable
+queue, sorted; on the alerts topic at most :data:`MAX_NAMED_TOPICS` + the system ones' share of
+the list, see :func:`encode_alert`) and ``"topicCount"`` (how many there are in all).
 """
 
 from __future__ import annotations
@@ -68,6 +90,21 @@ class AlertState(enum.StrEnum):
 
 #: an alert's message is cut to this many characters, so no alert can outgrow a Kafka record
 MAX_MESSAGE_CHARS = 4096
+#: ordinary topics an incident names one by one, in its message and on the alerts topic
+MAX_NAMED_TOPICS = 20
+#: topics of one incident kept in Redis (so a restarted job knows what it waits for); a group
+#: serving more than this is rare, and what is past it is only forgotten across a restart
+MAX_STORED_TOPICS = 10_000
+
+#: topics every RocketMQ broker creates for itself (TopicValidator's system set, 4.x and 5.x)
+SYSTEM_TOPICS = frozenset({
+    "TBW102", "SCHEDULE_TOPIC_XXXX", "SCHEDULE_TOPIC_XXXX_V2", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC",
+    "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC",
+    "OFFSET_MOVED_EVENT",
+})  # fmt: skip
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+#: consumer groups' retry and dead-letter topics
+RETRY_PREFIXES = ("%RETRY%", "%DLQ%")
 
 _LOG_LEVEL = {Severity.INFO: logging.INFO, Severity.WARNING: logging.WARNING, Severity.CRITICAL: logging.ERROR}
 
@@ -85,6 +122,8 @@ class Alert:
     broker_addr: str | None = None
     topic: str | None = None
     node: str | None = None
+    #: GROUP_WITHOUT_MASTER, TOPIC_NOT_WRITABLE: every topic the group leaves without a writable queue, sorted
+    topics: tuple[str, ...] = ()
 
     @property
     def incident(self) -> str:
@@ -107,10 +146,10 @@ def incident_id(
     parts: tuple[str | None, ...]
     if kind in (AlertKind.BROKER_EXPIRED, AlertKind.BROKER_REMOVED, AlertKind.BROKER_FLAPPING):
         parts = (cluster_name, broker_addr)
-    elif kind is AlertKind.GROUP_WITHOUT_MASTER:
+    elif kind is AlertKind.GROUP_WITHOUT_MASTER or (kind is AlertKind.TOPIC_NOT_WRITABLE and not topic):
         parts = (cluster_name, broker_name)
     elif kind is AlertKind.TOPIC_NOT_WRITABLE:
-        parts = (topic,)
+        parts = (topic,)  # one alert per topic, as versions before the grouping wrote them
     elif kind in (AlertKind.NODE_SILENT, AlertKind.NODE_CLOCK_AHEAD):
         parts = (node,)
     else:
@@ -132,13 +171,19 @@ _FIELDS = (
 )
 
 
-def encode_alert(alert: Alert, *, monitor: str, emitted_at: int) -> bytes:
+def encode_alert(alert: Alert, *, monitor: str, emitted_at: int, max_topics: int = MAX_NAMED_TOPICS) -> bytes:
+    """The alert's JSON; ``topics`` lists at most ``max_topics`` names (ordinary ones first), ``topicCount`` all."""
     out: dict[str, Any] = {"v": ALERT_VERSION, "id": alert.incident}
     for name, attr in _FIELDS:
         value = getattr(alert, attr)
         if value is not None:
             out[name] = str(value) if isinstance(value, enum.Enum) else value
     out["message"] = cut(alert.message, MAX_MESSAGE_CHARS)
+    if alert.topics:
+        rank = {"topic": 0, "retry": 1, "system": 2}
+        named = sorted(alert.topics, key=lambda t: (rank[topic_class(t, alert.cluster_name, alert.broker_name)], t))
+        out["topics"] = named[:max_topics]
+        out["topicCount"] = len(alert.topics)
     out["monitor"] = monitor
     out["emittedAt"] = emitted_at
     return orjson.dumps(out)
@@ -161,6 +206,7 @@ def decode_alert(data: bytes | str) -> Alert:
             broker_addr=raw.get("brokerAddr"),
             topic=raw.get("topic"),
             node=raw.get("node"),
+            topics=tuple(sorted(str(t) for t in raw.get("topics") or ())),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"malformed alert {raw!r:.80}: {exc}") from None
@@ -196,32 +242,109 @@ def log_alert(alert: Alert) -> None:
 # --------------------------------------------------------------------------- driver-side incidents
 
 
-def route_incidents(health: RouteHealth, at: int) -> dict[str, Alert]:
-    """Open incidents the route tables show now: groups without a master, topics without a writable queue.
+def topic_class(
+    topic: str, cluster_name: str | None = None, broker_name: str | None = None, names: frozenset[str] = frozenset()
+) -> str:
+    """``retry`` (``%RETRY%``/``%DLQ%``), ``system`` (what brokers create for themselves) or ``topic``.
 
-    ``health.routeless_topics`` are topics that disappeared because their last broker expired or
-    dropped its connection; they stay incidents until they come back or an admin deletes them.
+    ``names`` are the cluster and broker names known (brokers create topics named after them);
+    the incident's own cluster and group count whether or not the tables still hold them.
     """
+    if topic.startswith(RETRY_PREFIXES):
+        return "retry"
+    if (
+        topic in SYSTEM_TOPICS
+        or topic.startswith(SYSTEM_TOPIC_PREFIX)
+        or topic in (cluster_name, broker_name, f"{cluster_name}_REPLY_TOPIC")
+        or topic in names
+    ):
+        return "system"
+    return "topic"
+
+
+def topics_summary(
+    topics: Iterable[str], cluster_name: str | None, broker_name: str | None, names: frozenset[str] = frozenset()
+) -> tuple[str, bool]:
+    """A bounded sentence naming ordinary topics and counting the others; True when any is not a system topic."""
+    by_class: dict[str, list[str]] = {"topic": [], "retry": [], "system": []}
+    for t in sorted(topics):
+        by_class[topic_class(t, cluster_name, broker_name, names)].append(t)
+    plain, retry, system = by_class["topic"], by_class["retry"], by_class["system"]
+    parts = []
+    if plain:
+        more = f" and {len(plain) - MAX_NAMED_TOPICS} more" if len(plain) > MAX_NAMED_TOPICS else ""
+        parts.append(f"{len(plain)} topic(s): {', '.join(cut(t, 200) for t in plain[:MAX_NAMED_TOPICS])}{more}")
+    if retry:
+        parts.append(f"{len(retry)} %RETRY%/%DLQ% topic(s)")
+    if system:
+        parts.append(f"{len(system)} system topic(s)")
+    return ("; ".join(parts) or "no topic"), bool(plain or retry)
+
+
+def lost_topics(
+    open_alerts: Iterable[Alert], lost_now: Mapping[tuple[str, str], Iterable[str]], deleted: Iterable[str] = ()
+) -> dict[tuple[str, str], set[str]]:
+    """Topics lost with each group: this batch's, plus those still named by open TOPIC_NOT_WRITABLE incidents.
+
+    An incident from before the grouping (one per topic) carries over under the unknown group ("", "").
+    """
+    out: dict[tuple[str, str], set[str]] = {k: set(v) for k, v in lost_now.items()}
+    for a in open_alerts:
+        if a.kind is AlertKind.TOPIC_NOT_WRITABLE:
+            topics = a.topics or ((a.topic,) if a.topic else ())
+            out.setdefault((a.cluster_name or "", a.broker_name or ""), set()).update(topics)
+    gone = set(deleted)
+    return {k: v - gone for k, v in out.items() if v - gone}
+
+
+def route_incidents(
+    health: RouteHealth, at: int, lost: Mapping[tuple[str, str], Iterable[str]] | None = None
+) -> dict[str, Alert]:
+    """Open incidents the route tables show now, one per broker group at fault (see the module docstring).
+
+    ``health`` must have been asked about every topic in ``lost`` (its ``routeless_topics``): the
+    topics lost with each (cluster, broker name), which stay lost while they have no route at all.
+    """
+    clusters = health.group_clusters
+    names = frozenset(clusters) | frozenset(clusters.values())
+    blamed: dict[tuple[str, str], set[str]] = {}
+    for topic, qmap in health.unwritable_topics.items():
+        for group in qmap:
+            blamed.setdefault((clusters.get(group, ""), group), set()).add(topic)
+    routeless = set(health.routeless_topics)
+    for key, topics in (lost or {}).items():
+        still = routeless.intersection(topics)
+        if still:
+            blamed.setdefault(key, set()).update(still)
+
     out: dict[str, Alert] = {}
     for name, bd in health.masterless_groups.items():
-        slaves = ", ".join(f"{i}={a}" for i, a in sorted(bd.broker_addrs.items()))
+        topics = blamed.pop((bd.cluster, name), set())
+        members = ", ".join(f"{i}={a}" for i, a in sorted(bd.broker_addrs.items()))
+        summary, _ = topics_summary(topics, bd.cluster, name, names)
         alert = Alert(
             AlertKind.GROUP_WITHOUT_MASTER, AlertState.OPEN, Severity.CRITICAL,
-            f"broker group {name} has no master (brokerId 0); members: {slaves}", at,
-            cluster_name=bd.cluster, broker_name=name,
+            f"broker group {name} has no master (brokerId 0); members: {members}"
+            + (f"; no writable queue left for {summary}" if topics else ""),
+            at, cluster_name=bd.cluster, broker_name=name, topics=tuple(sorted(topics)),
         )  # fmt: skip
         out[alert.incident] = alert
-    for topic, qmap in health.unwritable_topics.items():
-        groups = ", ".join(f"{n}(perm={qd.perm}, write={qd.write_queue_nums})" for n, qd in qmap.items())
+    for (cluster, name), topics in sorted(blamed.items()):
+        summary, pages = topics_summary(topics, cluster, name, names)
+        if not pages:  # only system topics: some are never writable by design
+            continue
+        if name not in clusters:
+            cause = (
+                "is gone (its brokers expired or lost their connections)"
+                if name
+                else "is unknown (lost before" " alerts were grouped by broker group)"
+            )
+        else:
+            cause = "has no queue producers may write to (write permission wiped, or no write queues)"
         alert = Alert(
             AlertKind.TOPIC_NOT_WRITABLE, AlertState.OPEN, Severity.CRITICAL,
-            f"topic {topic} has no writable queue: {groups}", at, topic=topic,
-        )  # fmt: skip
-        out[alert.incident] = alert
-    for topic in health.routeless_topics:
-        alert = Alert(
-            AlertKind.TOPIC_NOT_WRITABLE, AlertState.OPEN, Severity.CRITICAL,
-            f"topic {topic} lost its last broker: no route at all", at, topic=topic,
+            f"broker group {name or '?'} of cluster {cluster or '?'} {cause}: no writable queue left for {summary}",
+            at, cluster_name=cluster or None, broker_name=name or None, topics=tuple(sorted(topics)),
         )  # fmt: skip
         out[alert.incident] = alert
     return out
@@ -267,19 +390,33 @@ class AlertBook:
 
     def __init__(self, open_alerts: Mapping[str, Alert] | None = None) -> None:
         self.open: dict[str, Alert] = dict(open_alerts or {})
+        #: open incidents whose topics changed since announced (said again only to Redis and the pager)
+        self.refreshed: dict[str, Alert] = {}
 
     def reconcile(self, kinds: Iterable[AlertKind], current: Mapping[str, Alert], at: int) -> list[Alert]:
-        """Make the open incidents of ``kinds`` equal ``current``; returns the transitions."""
+        """Make the open incidents of ``kinds`` equal ``current``; returns the transitions.
+
+        An open incident whose topics changed keeps its start and takes the new topics and
+        message; it is no transition, but lands in :attr:`refreshed` until :meth:`take_refreshed`.
+        """
         kinds = frozenset(kinds)
         out: list[Alert] = []
         for incident, alert in current.items():
-            if incident not in self.open:
+            held = self.open.get(incident)
+            if held is None:
                 self.open[incident] = alert
                 out.append(alert)
+            elif held.topics != alert.topics:
+                self.open[incident] = self.refreshed[incident] = replace(alert, event_time=held.event_time)
         for incident, alert in list(self.open.items()):
             if alert.kind in kinds and incident not in current:
                 del self.open[incident]
+                self.refreshed.pop(incident, None)
                 out.append(alert.resolved(f"resolved: {alert.message}", at))
+        return out
+
+    def take_refreshed(self) -> list[Alert]:
+        out, self.refreshed = list(self.refreshed.values()), {}
         return out
 
     def record(self, alert: Alert) -> bool:

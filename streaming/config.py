@@ -91,6 +91,11 @@ class StreamingConfig:
     flap_window_millis: int = 600_000
     node_silent_millis: int = 30_000
     monitor_lag_millis: int = 60_000
+    alertmanager_urls: tuple[str, ...] = ()
+    webhook_url: str = ""
+    alerts_resend_interval_millis: int = 60_000
+    alerts_send_timeout_millis: int = 10_000
+    alerts_generator_url: str = ""
 
     redis_url: str = "redis://127.0.0.1:16379/0"
     redis_prefix: str = "namesrv"
@@ -148,6 +153,30 @@ _MILLIS_OR_ZERO = options.integer(0, expected="milliseconds (an integer >= 0)")
 _COUNT = options.integer(1, expected="count (an integer >= 1)")
 _POSITIVE = options.integer(1)
 _OPTIONAL_POSITIVE = options.Converter(lambda raw: _POSITIVE(raw) if raw.strip() else None, "positive integer or empty")
+#: longest URL accepted; anything longer is a mistake
+_MAX_URL_CHARS = 2048
+
+
+def _http_url(raw: str) -> str:
+    """An http(s) URL with a host, or empty; ValueError otherwise."""
+    from urllib.parse import urlsplit
+
+    url = raw.strip()
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    if len(url) > _MAX_URL_CHARS or parts.scheme not in ("http", "https") or not parts.hostname or parts.username:
+        raise ValueError(raw)
+    if any(c.isspace() or ord(c) < 32 for c in url):
+        raise ValueError(raw)
+    return url
+
+
+_URL = options.Converter(_http_url, "http:// or https:// URL with a host and no credentials, or empty")
+_URLS = options.Converter(
+    lambda raw: tuple(_http_url(u) for u in raw.split(";") if u.strip()),
+    "';'-separated http:// or https:// URLs with a host and no credentials, or empty",
+)
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -188,6 +217,14 @@ OPTIONS: tuple[Option, ...] = (
            "a node whose ticks stop this long (event time) is silent"),
     Option("alerts.monitorLagMillis", "monitor_lag_millis", _MILLIS,
            "event time this far behind the wall clock means the monitor lags"),
+    Option("alerts.alertmanagerUrl", "alertmanager_urls", _URLS,
+           "Alertmanagers to push alerts to (v2 API), ';'-separated, e.g. http://127.0.0.1:9093 (empty: none)"),
+    Option("alerts.webhookUrl", "webhook_url", _URL, "URL alerts are POSTed to as JSON batches (empty: none)"),
+    Option("alerts.resendIntervalMillis", "alerts_resend_interval_millis", _MILLIS,
+           "open alerts are sent again this often, with endsAt 4 intervals ahead"),
+    Option("alerts.sendTimeoutMillis", "alerts_send_timeout_millis", _MILLIS, "longest wait for one POST"),
+    Option("alerts.generatorUrl", "alerts_generator_url", _URL,
+           "generatorURL of the alerts, e.g. the console's address (empty: none)"),
     Option("redis.url", "redis_url", options.text(expected="redis://host:port/db or empty"),
            "where routes are materialised (empty: no Redis); redis://[[user]:password@]host:port/db, rediss:// for TLS "
            "(?ssl_ca_certs=FILE&ssl_certfile=FILE&ssl_keyfile=FILE), or ${env:NAME} / ${file:PATH}"),

@@ -15,7 +15,9 @@ can run any of them on a small frame:
 4. :func:`decide` - ``transformWithStateInPandas`` with :class:`LivenessProcessor` per
    broker / node key, event-time timers on RocksDB;
 5. :class:`BatchSink` (``foreachBatch``) on the driver: actions to the actions topic, alerts
-   to the alerts topic and the log, routes and cluster info to Redis, in that order.
+   to the alerts topic and the log, routes and cluster info to Redis, in that order; then the
+   alerts to the pager (:mod:`streaming.paging`, Alertmanager and webhooks), which delivers them
+   from its own threads.
 
 Restart: the checkpoint (``monitor.checkpointDir``) holds source offsets, the processor's state
 and its pending timers, so a killed job carries on where it stopped; the batch that was
@@ -69,6 +71,7 @@ from streaming.alerts import (
     encode_alert,
     lag_incident,
     log_alert,
+    lost_topics,
     route_incidents,
 )
 from streaming.config import StreamingConfig
@@ -83,6 +86,7 @@ from streaming.liveness import (
     LivenessSettings,
     state_layout,
 )
+from streaming.paging import Pager, pager_for
 from streaming.routes import RedisRouteStore, RouteModel
 
 if TYPE_CHECKING:
@@ -350,8 +354,11 @@ class BatchSink:
         store: RedisRouteStore | None,
         status: MonitorStatus | None = None,
         clock: Callable[[], int] = now_ms,
+        pager: Pager | None = None,
     ) -> None:
         self.cfg = cfg
+        #: delivers alerts to Alertmanager / a webhook off the batch thread (None: not configured)
+        self.pager = pager
         self.monitor = cfg.monitor_name
         self.publisher = publisher
         self.store = store
@@ -403,6 +410,8 @@ class BatchSink:
                         log.info(
                             "redis: new query lineage %s (stored: %s); rewriting everything", query_id, stored.lineage
                         )
+            if self.pager is not None:
+                self.pager.start(self.book.open)  # re-sends what Redis says is open, and the outbox
             self._lineage_set.set()
 
     # -- the batch
@@ -435,7 +444,7 @@ class BatchSink:
             self._apply_routes(rows)
             changes = self.model.changes(full=self._rewrite)
             alerts = self._alerts(
-                rows, changes.lost_topics, changes.deleted_topics, rows[-1]["orderTime"] if rows else at
+                rows, changes.lost_by_group, changes.deleted_topics, rows[-1]["orderTime"] if rows else at
             )
             for alert in alerts:
                 self._publish_alert(alert, at)
@@ -444,7 +453,12 @@ class BatchSink:
                 rows, alerts, at, batch_id=batch_id, monitor=self.monitor, status=self.status,
                 delay_ms=self.cfg.watermark_delay_millis,
             )  # fmt: skip
-            self._write_redis(batch_id, changes, alerts)
+            # open incidents whose topics changed: said again to Redis and the pager, not on Kafka
+            said = [*alerts, *self.book.take_refreshed()]
+            notices = self.pager.stage(said) if self.pager is not None else []
+            self._write_redis(batch_id, changes, said, self.pager.outbox_entries(notices) if self.pager else None)
+            if self.pager is not None:
+                self.pager.submit(notices)
             return alerts
 
     def _publish_actions(self, rows: Iterable[dict[str, Any]], at: int) -> None:
@@ -473,12 +487,14 @@ class BatchSink:
                     unclean=row["cause"] != "UNREGISTER_BROKER",
                 )  # fmt: skip
 
-    def _alerts(self, rows: list[dict[str, Any]], lost: set[str], deleted: set[str], at: int) -> list[Alert]:
+    def _alerts(
+        self, rows: list[dict[str, Any]], lost_now: dict[tuple[str, str], set[str]], deleted: set[str], at: int
+    ) -> list[Alert]:
         out = [a for a in (row_alert(r) for r in rows if r["kind"] == KIND_ALERT) if self.book.record(a)]
-        # an open TOPIC_NOT_WRITABLE for a topic the model no longer has stays open until the
-        # topic comes back or an admin deletes it
-        still_lost = {a.topic for a in self.book.open.values() if a.kind is AlertKind.TOPIC_NOT_WRITABLE and a.topic}
-        current = route_incidents(self.model.manager.route_health(sorted((lost | still_lost) - deleted)), at)
+        # topics lost with a group stay in its incident until they come back or an admin deletes them
+        lost = lost_topics(self.book.open.values(), lost_now, deleted)
+        health = self.model.manager.route_health(sorted(set().union(*lost.values())))
+        current = route_incidents(health, at, lost)
         out += self.book.reconcile((AlertKind.GROUP_WITHOUT_MASTER, AlertKind.TOPIC_NOT_WRITABLE), current, at)
         return out
 
@@ -488,7 +504,9 @@ class BatchSink:
             self.cfg.alerts_topic, alert.incident.encode(), encode_alert(alert, monitor=self.monitor, emitted_at=at)
         )
 
-    def _write_redis(self, batch_id: int, changes: Any, alerts: list[Alert]) -> None:
+    def _write_redis(
+        self, batch_id: int, changes: Any, alerts: list[Alert], outbox: dict[str, bytes] | None = None
+    ) -> None:
         if self.store is None:
             return
         assert self._lineage is not None
@@ -498,6 +516,7 @@ class BatchSink:
             self.store.commit(
                 self._lineage, batch_id, changes, alert_writes, watermark=self.status.watermark_ms,
                 monitor=self.monitor, replace=self._rewrite, health=self.health.take(full=self._rewrite),
+                outbox=outbox,
             )  # fmt: skip
         except RedisError as exc:  # a cache outage must not stop the liveness decisions
             log.error("redis: batch %d not written (%r); the next write replaces everything", batch_id, exc)
@@ -508,6 +527,8 @@ class BatchSink:
         self._rewrite = False
 
     def close(self) -> None:
+        if self.pager is not None:
+            self.pager.stop()
         self.publisher.close()
         if self.store is not None:
             self.store.client.close()
@@ -536,11 +557,16 @@ class BatchSink:
             for alert in changed:
                 self._publish_alert(alert, at)
             self.publisher.flush()
+            notices = self.pager.stage(changed) if self.pager is not None else []
             if changed and self.store is not None and self._lineage is not None:
                 try:
-                    self.store.write_alerts(changed, monitor=self.monitor)
+                    self.store.write_alerts(
+                        changed, monitor=self.monitor, outbox=self.pager.outbox_entries(notices) if self.pager else None
+                    )
                 except RedisError as exc:  # see _write_redis
                     log.error("redis: alerts not written (%r)", exc)
+            if self.pager is not None:
+                self.pager.submit(notices)
 
 
 # --------------------------------------------------------------------------- around the query
@@ -689,7 +715,7 @@ def start(
         return None
     store = RedisRouteStore.from_url(cfg.redis_url, cfg.redis_prefix) if cfg.redis_url else None
     status = MonitorStatus()
-    sink = BatchSink(cfg, publisher, store, status)
+    sink = BatchSink(cfg, publisher, store, status, pager=pager_for(cfg, store))
     query_id: list[str | None] = [None]
     listener = _make_listener_class()(
         status, cfg.watermark_delay_millis, cfg.max_clock_skew_millis, lambda: query_id[0]

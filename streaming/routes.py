@@ -50,7 +50,7 @@ from namesrv.routes.snapshot import (
     encode_meta,
     encode_topic_entry,
 )
-from streaming.alerts import Alert, decode_alert, encode_alert
+from streaming.alerts import MAX_STORED_TOPICS, Alert, decode_alert, encode_alert
 from streaming.health import MAX_RESOLVED, BrokerHealth, HealthWrites, NodeHealth, load_entries
 
 if TYPE_CHECKING:
@@ -76,6 +76,8 @@ class RouteChanges:
     model_brokers: bytes | None = None
     #: topics gone because their last broker expired or dropped its connection
     lost_topics: set[str] = field(default_factory=set)
+    #: the same topics by the group lost with them: (cluster, broker name) -> topics
+    lost_by_group: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     #: topics an admin deleted in this batch
     deleted_topics: set[str] = field(default_factory=set)
 
@@ -137,7 +139,8 @@ class RouteModel:
         self._brokers: bytes | None = None
         self._touched_groups: set[str] = set()
         self._touched_topics: set[str] = set()
-        self._unclean_groups: set[str] = set()
+        #: groups removed uncleanly in this batch -> their cluster
+        self._unclean_groups: dict[str, str] = {}
         self._deleted: set[str] = set()
 
     # -- applying
@@ -222,7 +225,7 @@ class RouteModel:
             return False
         outcome = m.unregister_brokers([request])
         if unclean:
-            self._unclean_groups |= outcome.removed_brokers
+            self._unclean_groups.update(dict.fromkeys(outcome.removed_brokers, cluster_name))
         return bool(outcome.applied)
 
     # -- reading
@@ -274,8 +277,9 @@ class RouteModel:
             if route != self._routes.get(topic):
                 out.routes[topic] = route
             if qmap is None and topic in self._entries and topic not in self._deleted:
-                if not self._entry_groups[topic].isdisjoint(self._unclean_groups):
+                for group in self._entry_groups[topic] & self._unclean_groups.keys():
                     out.lost_topics.add(topic)
+                    out.lost_by_group.setdefault((self._unclean_groups[group], group), set()).add(topic)
         cluster = self.cluster_info()
         if cluster != self._cluster:
             out.cluster = cluster
@@ -305,7 +309,7 @@ class RouteModel:
             self._brokers = out.model_brokers
         self._touched_groups = set()
         self._touched_topics = set()
-        self._unclean_groups = set()
+        self._unclean_groups = {}
         self._deleted = set()
 
     def forget_written(self) -> None:
@@ -398,6 +402,7 @@ class RedisRouteStore:
         with self.client.pipeline(transaction=True) as pipe:
             self._delete_all(pipe)
             pipe.delete(self.keys.alerts_resolved)
+            pipe.delete(self.keys.alerts_outbox)  # kept by a rewrite (it is delivery state), not by a reset
             pipe.execute()
 
     def commit(
@@ -411,11 +416,13 @@ class RedisRouteStore:
         monitor: str = "",
         replace: bool = False,
         health: HealthWrites | None = None,
+        outbox: Mapping[str, bytes] | None = None,
     ) -> list[str]:
         """Write one batch atomically; returns the topics announced on the channel.
 
-        ``replace`` first deletes everything under the prefix, in the same transaction (a new
-        query lineage, or catching up after a failed write; ``changes`` must then be full).
+        ``replace`` first deletes everything under the prefix but the alerts' outbox, in the same
+        transaction (a new query lineage, or catching up after a failed write; ``changes`` must then
+        be full). ``outbox``: resolutions the pager has yet to deliver (:mod:`streaming.paging`).
         """
         k = self.keys
         now = wall_ms()
@@ -439,7 +446,7 @@ class RedisRouteStore:
                 pipe.set(k.cluster, changes.cluster)
             if changes.model_brokers is not None:
                 pipe.set(k.model_brokers, changes.model_brokers)
-            self._alert_writes(pipe, alerts, monitor, now)
+            self._alert_writes(pipe, alerts, monitor, now, outbox)
             if health is not None:
                 health.apply(pipe, k)
             # redis-py asks for a Mapping keyed by its whole union of key types (Mapping is invariant in
@@ -450,22 +457,31 @@ class RedisRouteStore:
             pipe.execute()
         return changed
 
-    def _alert_writes(self, pipe: Any, alerts: Iterable[Alert], monitor: str, now: int) -> None:
+    def _alert_writes(
+        self, pipe: Any, alerts: Iterable[Alert], monitor: str, now: int, outbox: Mapping[str, bytes] | None = None
+    ) -> None:
+        k = self.keys
         resolved = 0
         for alert in alerts:
             if alert.state == "OPEN":
-                pipe.hset(self.keys.alerts, alert.incident, encode_alert(alert, monitor=monitor, emitted_at=now))
+                value = encode_alert(alert, monitor=monitor, emitted_at=now, max_topics=MAX_STORED_TOPICS)
+                pipe.hset(k.alerts, alert.incident, value)
+                pipe.hdel(k.alerts_outbox, alert.incident)  # an older resolution of it is moot
             else:
-                pipe.hdel(self.keys.alerts, alert.incident)
-                pipe.lpush(self.keys.alerts_resolved, encode_alert(alert, monitor=monitor, emitted_at=now))
+                pipe.hdel(k.alerts, alert.incident)
+                pipe.lpush(k.alerts_resolved, encode_alert(alert, monitor=monitor, emitted_at=now))
                 resolved += 1
         if resolved:
-            pipe.ltrim(self.keys.alerts_resolved, 0, MAX_RESOLVED - 1)
+            pipe.ltrim(k.alerts_resolved, 0, MAX_RESOLVED - 1)
+        for incident, entry in (outbox or {}).items():
+            pipe.hset(k.alerts_outbox, incident, entry)
 
-    def write_alerts(self, alerts: Iterable[Alert], *, monitor: str = "") -> None:
+    def write_alerts(
+        self, alerts: Iterable[Alert], *, monitor: str = "", outbox: Mapping[str, bytes] | None = None
+    ) -> None:
         """Alerts decided between batches (MONITOR_LAGGING)."""
         with self.client.pipeline(transaction=True) as pipe:
-            self._alert_writes(pipe, alerts, monitor, wall_ms())
+            self._alert_writes(pipe, alerts, monitor, wall_ms(), outbox)
             pipe.execute()
 
 

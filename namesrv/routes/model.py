@@ -202,10 +202,13 @@ class RouteHealth:
 
     #: groups with members but none of id 0
     masterless_groups: dict[str, BrokerData]
-    #: topics none of whose groups has a queue that is both writable and there
+    #: topics none of whose groups has a queue a producer can write to: write permission, write
+    #: queues, and a master (id 0) in the group to send to
     unwritable_topics: dict[str, dict[str, QueueData]]
     #: of the topics asked about, those with no row at all, in the order asked
     routeless_topics: list[str]
+    #: the cluster of every registered group (group name -> cluster name)
+    group_clusters: dict[str, str] = field(default_factory=dict)
 
 
 class RouteSettingsLike(Protocol):

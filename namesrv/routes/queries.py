@@ -180,18 +180,25 @@ def topic_queues(t: RouteTables, topics: Iterable[str]) -> dict[str, dict[str, Q
 
 
 def route_health(t: RouteTables, topics: Iterable[str]) -> RouteHealth:
-    """Groups without a master, topics without a writable queue, and which of ``topics`` have no row."""
+    """Groups without a master, topics without a writable queue, and which of ``topics`` have no row.
+
+    Producers send to a group's master only, so the queues of a group without one (or of a group
+    no broker registered) are not writable, whatever their permission says.
+    """
     tqt = t.topic_queue_table
+    bat = t.broker_addr_table
+    with_master = {name for name, bd in bat.items() if MASTER_ID in bd.broker_addrs}
     return RouteHealth(
         masterless_groups={
-            name: bd.copy()
-            for name, bd in t.broker_addr_table.items()
-            if bd.broker_addrs and MASTER_ID not in bd.broker_addrs
+            name: bd.copy() for name, bd in bat.items() if bd.broker_addrs and MASTER_ID not in bd.broker_addrs
         },
         unwritable_topics={
             topic: dict(qmap)
             for topic, qmap in tqt.items()
-            if not any(qd.perm & _WRITE and qd.write_queue_nums > 0 for qd in qmap.values())
+            if not any(
+                qd.perm & _WRITE and qd.write_queue_nums > 0 and name in with_master for name, qd in qmap.items()
+            )
         },
         routeless_topics=[topic for topic in topics if topic not in tqt],
+        group_clusters={name: bd.cluster for name, bd in bat.items()},
     )

@@ -72,6 +72,10 @@ class RedisKeys:
         return f"{self.prefix}:alerts"
 
     @property
+    def alerts_outbox(self) -> str:
+        return f"{self.prefix}:alerts:outbox"
+
+    @property
     def meta(self) -> str:
         return f"{self.prefix}:meta"
 

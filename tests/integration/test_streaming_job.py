@@ -8,6 +8,7 @@ deadline. The job runs with a 200 ms trigger; ``until`` waits for what the job p
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,6 +33,7 @@ from streaming import job
 from streaming.alerts import decode_alert
 from streaming.config import load_config
 from streaming.routes import RouteLookup
+from tests.support import alertmanager
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -139,7 +141,10 @@ class World:
 
     def alerts(self) -> list[tuple[str, str, str]]:
         self._drain()
-        return [(str(a.kind), str(a.state), a.broker_addr or a.topic or a.node or "") for a in self._seen_alerts]
+        return [
+            (str(a.kind), str(a.state), a.broker_addr or a.topic or a.node or a.broker_name or "")
+            for a in self._seen_alerts
+        ]
 
     def route_brokers(self, topic: str) -> set[str] | None:
         route = self.lookup.get(topic)
@@ -273,10 +278,12 @@ def test_expire_once_remove_once_keep_the_live_one_and_ticks_expire_the_silent(s
         for expected in [
             ("BROKER_REMOVED", "OPEN", C[1]),
             ("BROKER_EXPIRED", "OPEN", B[1]),
-            ("TOPIC_NOT_WRITABLE", "OPEN", "TB"),
+            ("TOPIC_NOT_WRITABLE", "OPEN", "broker-b"),  # TB, lost with B (TS is still on A)
             ("BROKER_EXPIRED", "OPEN", A[1]),
+            ("TOPIC_NOT_WRITABLE", "OPEN", "broker-a"),  # TA and TS: one incident, not one per topic
         ]:
             assert alerts.count(expected) == 1, (expected, alerts)
+        assert len([a for a in alerts if a[0] == "TOPIC_NOT_WRITABLE"]) == 2, alerts
         open_now = {a.incident for a in w.lookup.alerts()}
         assert f"BROKER_EXPIRED|{CLUSTER}|{B[1]}" in open_now and "NODE_SILENT|n2" in open_now
         # the monitor's own heartbeat reached the actions topic
@@ -428,3 +435,33 @@ def test_on_tansu_a_silent_broker_expires_once(spark, tansu_services, tmp_path):
             assert w.decisions() == [("EXPIRE", B[1], 0)]
     finally:
         w.close()
+
+
+@pytest.mark.skipif(not alertmanager.available(), reason=f"{alertmanager.BINARY} is not installed")
+def test_alertmanager_hears_an_expiry_and_its_resolution(spark, world, tmp_path):
+    """The job as started for real, with alerts.alertmanagerUrl set, against Debian's Alertmanager."""
+    w = world
+    (tmp_path / "am").mkdir()
+    am = alertmanager.Alertmanager(tmp_path / "am")
+    am.start()
+    w.cfg = dataclasses.replace(w.cfg, alertmanager_urls=(am.url,), alerts_resend_interval_millis=1000)
+    try:
+        with running(spark, w) as monitor:
+            a_and_b_serve_ts(w, monitor)
+            w.heartbeat(A, 8_000)
+            w.tick(12_000)  # past B's deadline (0 + 10 s), not A's
+            w.flush()
+            (expired,) = until(
+                monitor, lambda: am.firing(alertname="BROKER_EXPIRED"), what="B's expiry in Alertmanager"
+            )
+            assert expired["labels"] == {"alertname": "BROKER_EXPIRED", "severity": "critical", "cluster": CLUSTER,
+                                         "broker": "broker-b", "broker_addr": B[1]}  # fmt: skip
+            (lost,) = until(monitor, lambda: am.firing(alertname="TOPIC_NOT_WRITABLE"), what="the group's incident")
+            assert lost["labels"]["broker"] == "broker-b" and "1 topic(s): TB;" in lost["annotations"]["description"]
+
+            w.register(B, 13_000)  # B is back
+            w.tick(13_000)
+            w.flush()
+            until(monitor, lambda: am.alerts() == [], what="both resolved in Alertmanager")
+    finally:
+        am.stop()

@@ -2,12 +2,14 @@ from __future__ import annotations
 
 import logging
 
+import orjson
 import pytest
 
 from namesrv.protocol.types import BrokerData, QueueData
 from namesrv.routes.queries import route_health
 from namesrv.routes.tables import RouteTables
 from streaming.alerts import (
+    MAX_NAMED_TOPICS,
     Alert,
     AlertBook,
     AlertKind,
@@ -18,7 +20,9 @@ from streaming.alerts import (
     incident_id,
     lag_incident,
     log_alert,
+    lost_topics,
     route_incidents,
+    topic_class,
 )
 
 T0 = 1_700_000_000_000
@@ -47,22 +51,115 @@ def test_open_and_resolved_of_one_incident_share_its_id_and_json_round_trips():
 
 
 def test_incident_ids_name_what_the_alert_is_about():
-    assert incident_id(AlertKind.TOPIC_NOT_WRITABLE, topic="T") == "TOPIC_NOT_WRITABLE|T"
+    assert incident_id(AlertKind.TOPIC_NOT_WRITABLE, "C", broker_name="b") == "TOPIC_NOT_WRITABLE|C|b"
     assert incident_id(AlertKind.NODE_SILENT, node="n2") == "NODE_SILENT|n2"
     assert incident_id(AlertKind.GROUP_WITHOUT_MASTER, cluster_name="C", broker_name="b") == "GROUP_WITHOUT_MASTER|C|b"
     assert incident_id(AlertKind.MONITOR_LAGGING) == "MONITOR_LAGGING"
 
 
-def test_route_incidents_find_masterless_groups_unwritable_and_lost_topics():
+def _health(topics, groups, asked=()):
+    return route_health(RouteTables(topic_queue_table=topics, broker_addr_table=groups), list(asked))
+
+
+def test_route_incidents_are_one_per_broker_group_at_fault_never_one_per_topic():
     groups = {"a": BrokerData("C", "a", {1: "x:1"}), "b": BrokerData("C", "b", {0: "y:1"})}
     topics = {
         "ok": {"b": QueueData("b", 4, 4, 6)},
-        "ro": {"b": QueueData("b", 4, 4, 4), "a": QueueData("a", 4, 0, 6)},
+        "ro": {"b": QueueData("b", 4, 4, 4)},  # b's write permission wiped
+        "only-a": {"a": QueueData("a", 4, 4, 6)},  # a has no master: nobody can write
+        "a-and-b": {"a": QueueData("a", 4, 4, 6), "b": QueueData("b", 4, 4, 6)},  # b still takes writes
     }
-    health = route_health(RouteTables(topic_queue_table=topics, broker_addr_table=groups), ["gone", "ok"])
-    found = route_incidents(health, at=T0)
-    assert set(found) == {"GROUP_WITHOUT_MASTER|C|a", "TOPIC_NOT_WRITABLE|ro", "TOPIC_NOT_WRITABLE|gone"}
+    lost = {("C", "z"): {"gone", "%RETRY%cg", "z"}}  # z expired with its topics
+    found = route_incidents(_health(topics, groups, ["gone", "%RETRY%cg", "z"]), at=T0, lost=lost)
+    assert set(found) == {"GROUP_WITHOUT_MASTER|C|a", "TOPIC_NOT_WRITABLE|C|b", "TOPIC_NOT_WRITABLE|C|z"}
+    assert found["GROUP_WITHOUT_MASTER|C|a"].topics == ("only-a",)
+    assert found["TOPIC_NOT_WRITABLE|C|b"].topics == ("ro",)
+    z = found["TOPIC_NOT_WRITABLE|C|z"]
+    assert z.topics == ("%RETRY%cg", "gone", "z") and (z.cluster_name, z.broker_name) == ("C", "z")
+    assert "is gone" in z.message and "1 topic(s): gone" in z.message
+    assert "1 %RETRY%/%DLQ% topic(s)" in z.message and "1 system topic(s)" in z.message
     assert all(a.severity is Severity.CRITICAL for a in found.values())
+
+
+def test_a_topic_that_came_back_or_two_broken_groups_share():
+    groups = {"a": BrokerData("C", "a", {0: "x:1"}), "b": BrokerData("C", "b", {0: "y:1"})}
+    topics = {
+        "shared": {"a": QueueData("a", 4, 4, 4), "b": QueueData("b", 4, 0, 6)},
+        "back": {"a": QueueData("a", 4, 4, 6)},
+    }
+    found = route_incidents(_health(topics, groups, ["back"]), at=T0, lost={("C", "z"): {"back"}})
+    # both groups left "shared" unwritable: both name it; "back" has a route again, so z has no incident
+    assert {i: a.topics for i, a in found.items()} == {
+        "TOPIC_NOT_WRITABLE|C|a": ("shared",),
+        "TOPIC_NOT_WRITABLE|C|b": ("shared",),
+    }
+
+
+def test_system_topics_alone_open_nothing_and_are_only_counted():
+    """RocketMQ 5 creates rmq_sys_SYNC_BROKER_MEMBER_<name> with the inherit permission only, and the topics named
+    after the broker and the cluster without write permission when brokerTopicEnable / clusterTopicEnable are off:
+    a healthy cluster must not page for them."""
+    groups = {"broker-a": BrokerData("DefaultCluster", "broker-a", {0: "x:1"})}
+    inherit_only = QueueData("broker-a", 1, 1, 1)
+    topics = {
+        "rmq_sys_SYNC_BROKER_MEMBER_broker-a": {"broker-a": inherit_only},
+        "broker-a": {"broker-a": inherit_only},
+        "DefaultCluster": {"broker-a": inherit_only},
+        "DefaultCluster_REPLY_TOPIC": {"broker-a": QueueData("broker-a", 1, 0, 6)},
+        "TBW102": {"broker-a": QueueData("broker-a", 8, 0, 7)},
+        "T": {"broker-a": QueueData("broker-a", 8, 8, 6)},
+    }
+    assert route_incidents(_health(topics, groups), at=T0) == {}
+    # lost with its group, a broker's own topic is summarised, not named
+    lost = {("DefaultCluster", "broker-b"): {"broker-b", "SCHEDULE_TOPIC_XXXX", "%DLQ%g"}}
+    (z,) = route_incidents(_health(topics, groups, lost[("DefaultCluster", "broker-b")]), T0, lost).values()
+    assert (
+        "2 system topic(s)" in z.message and "1 %RETRY%/%DLQ% topic(s)" in z.message and "topic(s): " not in z.message
+    )
+
+
+def test_the_message_names_a_bounded_number_of_topics_and_the_json_a_bounded_list():
+    many = {f"T{i:03}" for i in range(250)} | {f"%RETRY%g{i}" for i in range(30)}
+    (a,) = route_incidents(_health({}, {}, sorted(many)), T0, {("C", "z"): many}).values()
+    assert len(a.topics) == 280
+    assert "250 topic(s): T000, T001" in a.message and f"T{MAX_NAMED_TOPICS - 1:03}" in a.message
+    assert f"T{MAX_NAMED_TOPICS:03}" not in a.message and f"and {250 - MAX_NAMED_TOPICS} more" in a.message
+    assert len(a.message) < 1000
+    raw = orjson.loads(encode_alert(a, monitor="m", emitted_at=T0))
+    assert raw["topicCount"] == 280 and raw["topics"] == [f"T{i:03}" for i in range(MAX_NAMED_TOPICS)]
+    full = decode_alert(encode_alert(a, monitor="m", emitted_at=T0, max_topics=10_000))
+    assert full == a
+
+
+def test_lost_topics_carry_over_from_open_incidents_including_per_topic_ones_of_older_versions():
+    grouped = Alert(AlertKind.TOPIC_NOT_WRITABLE, AlertState.OPEN, Severity.CRITICAL, "m", T0, cluster_name="C",
+                    broker_name="z", topics=("A", "B"))  # fmt: skip
+    legacy = Alert(AlertKind.TOPIC_NOT_WRITABLE, AlertState.OPEN, Severity.CRITICAL, "m", T0, topic="old")
+    assert legacy.incident == "TOPIC_NOT_WRITABLE|old" and grouped.incident == "TOPIC_NOT_WRITABLE|C|z"
+    carried = lost_topics([grouped, legacy], {("C", "y"): {"Y"}}, deleted={"B"})
+    assert carried == {("C", "z"): {"A"}, ("", ""): {"old"}, ("C", "y"): {"Y"}}
+    found = route_incidents(_health({}, {}, ["A", "old", "Y"]), T0, carried)
+    assert "TOPIC_NOT_WRITABLE||" in found and "is unknown" in found["TOPIC_NOT_WRITABLE||"].message
+    # the book resolves the per-topic incident and opens the grouped one: nothing is lost on upgrade
+    book = AlertBook({legacy.incident: legacy, grouped.incident: grouped})
+    out = book.reconcile([AlertKind.TOPIC_NOT_WRITABLE], found, T0 + 1)
+    assert {(a.incident, a.state) for a in out} == {
+        ("TOPIC_NOT_WRITABLE|old", AlertState.RESOLVED),
+        ("TOPIC_NOT_WRITABLE||", AlertState.OPEN),
+        ("TOPIC_NOT_WRITABLE|C|y", AlertState.OPEN),
+    }
+    # z's incident is still open, now naming only A: no transition, but a refresh keeping its start
+    (refreshed,) = book.take_refreshed()
+    assert (refreshed.incident, refreshed.topics, refreshed.event_time) == ("TOPIC_NOT_WRITABLE|C|z", ("A",), T0)
+    assert book.take_refreshed() == []
+
+
+def test_topic_classes():
+    assert topic_class("%RETRY%cg") == topic_class("%DLQ%cg") == "retry"
+    for t in ("TBW102", "rmq_sys_REVIVE_LOG_C", "SCHEDULE_TOPIC_XXXX", "C", "b", "C_REPLY_TOPIC"):
+        assert topic_class(t, "C", "b") == "system", t
+    assert topic_class("other-broker", "C", "b", frozenset({"other-broker"})) == "system"
+    assert topic_class("Orders", "C", "b") == "topic"
 
 
 def test_lag_is_event_time_behind_the_clock_beyond_the_threshold():

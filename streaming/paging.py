@@ -1,0 +1,503 @@
+"""Alerts that reach people: Prometheus Alertmanager's v2 API and a generic JSON webhook.
+
+Theory of operation
+-------------------
+The job decides alerts (:mod:`streaming.alerts`); this module delivers them, and must never slow
+a batch down nor lose one across a restart of either side.
+
+* **Off the batch.** :meth:`Pager.submit` only puts the batch's alerts into one bounded,
+  coalescing queue per target (the latest word on an incident wins) and wakes that target's
+  thread; the HTTP happens there. Each target (every Alertmanager of ``alerts.alertmanagerUrl``,
+  the ``alerts.webhookUrl``) has its own thread, so one that is down delays no other.
+* **Retries.** A delivery that fails (no connection, time-out, 5xx, 408, 429) is retried with
+  exponential back-off (tenacity, :func:`namesrv.retrying.retry_until_stopped`: 0.5 s doubling up
+  to the resend interval, at most 30 s), one WARNING per outage. Each attempt sends what is
+  pending *then*, so alerts decided meanwhile join it. An answer that refuses the payload
+  (another 4xx) is split: each alert is tried alone and only those refused alone are dropped,
+  logged with the answer.
+* **Alertmanager forgets.** It drops an alert whose ``endsAt`` has passed, and keeps alerts only
+  in memory. So, as Prometheus does, every open alert is sent again every
+  ``alerts.resendIntervalMillis`` with ``endsAt`` :data:`ENDS_AT_RESENDS` intervals ahead, and
+  after any failed attempt the next one re-sends every open alert: an Alertmanager that
+  restarted has them again within one resend interval, and one that stops hearing from the
+  monitor resolves them by itself after four. A resolution is sent with ``endsAt`` = when it
+  ended and the labels of the alert it ends (the resolution the stateful step emits says
+  severity INFO; Alertmanager identifies an alert by its labels).
+* **Restarts of the monitor.** Open alerts are in Redis (``P:alerts``); the job reloads them and
+  :meth:`Pager.start` re-sends them at once. A resolution has left ``P:alerts`` in the batch's
+  transaction, so the same transaction writes it to the outbox ``P:alerts:outbox``
+  (:meth:`Pager.outbox_entries`); a target thread deletes the entry (compare-and-delete, so a
+  newer word on the incident stays) once every target has it, and :meth:`Pager.start` re-sends
+  what is still there. Opening an incident deletes its outbox entry in the same transaction.
+  Without Redis both live in memory only; Alertmanager's own ``endsAt`` expiry still resolves a
+  lost resolution within four resend intervals (the webhook has no such net).
+* **Bounds.** At most :data:`MAX_PENDING` incidents wait per target; past it the oldest OPEN
+  ones go first (the next resend carries them), then the oldest resolutions (counted, logged;
+  Alertmanager still expires them). A POST carries at most :data:`MAX_BATCH` alerts.
+
+Alertmanager receives, per alert: labels ``alertname`` (the kind), ``severity`` (critical,
+warning, info), and those of ``cluster``, ``broker`` (broker name), ``broker_addr``, ``node``,
+``topic`` that the incident has; annotations ``summary``, ``description`` (the message),
+``incident`` and ``monitor``; ``startsAt``; ``endsAt``; ``generatorURL`` when
+``alerts.generatorUrl`` is set. The webhook receives ``{"version": 1, "monitor": ..., "alerts":
+[...]}``, each alert the alerts topic's JSON plus ``startsAt``/``endsAt``, the same resends
+included (receivers deduplicate by ``id``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from namesrv.events.schema import wall_ms
+from namesrv.retrying import retry_until_stopped
+from streaming.alerts import Alert, AlertState, cut, encode_alert
+
+if TYPE_CHECKING:
+    import redis
+
+    from streaming.config import StreamingConfig
+    from streaming.routes import RedisRouteStore
+
+log = logging.getLogger(__name__)
+
+#: an open alert's endsAt is this many resend intervals ahead (Prometheus: 4)
+ENDS_AT_RESENDS = 4
+#: incidents waiting per target; past it the oldest OPEN ones are dropped first (resends carry them)
+MAX_PENDING = 10_000
+#: alerts per POST
+MAX_BATCH = 500
+#: characters of a refusing answer quoted in the log
+_MAX_QUOTE = 300
+_API_PATH = "/api/v2/alerts"
+
+
+class DeliveryError(Exception):
+    """A target did not take a batch and may take it later (retried)."""
+
+
+class Refused(Exception):
+    """A target refused a payload as malformed; sending it again would not help."""
+
+
+@dataclass(frozen=True)
+class PagingSettings:
+    alertmanager_urls: tuple[str, ...] = ()
+    webhook_url: str = ""
+    resend_ms: int = 60_000
+    timeout_ms: int = 10_000
+    generator_url: str = ""
+    monitor: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.alertmanager_urls or self.webhook_url)
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One alert as the targets receive it; a resolution carries the labels of the OPEN it ends."""
+
+    incident: str
+    state: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    starts_at: int
+    #: when a resolution ended (epoch ms); None while open (endsAt is then set at each send)
+    ends_at: int | None
+    #: the alerts topic's JSON of the alert, for the webhook
+    alert: dict[str, Any] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        return orjson.dumps(
+            {"incident": self.incident, "state": self.state, "labels": self.labels, "annotations": self.annotations,
+             "startsAt": self.starts_at, "endsAt": self.ends_at, "alert": self.alert}
+        )  # fmt: skip
+
+    @classmethod
+    def decode(cls, data: bytes | str) -> Notice:
+        raw = orjson.loads(data)
+        try:
+            return cls(
+                str(raw["incident"]), str(raw["state"]), {str(k): str(v) for k, v in raw["labels"].items()},
+                {str(k): str(v) for k, v in raw["annotations"].items()}, int(raw["startsAt"]),
+                None if raw["endsAt"] is None else int(raw["endsAt"]), dict(raw.get("alert") or {}),
+            )  # fmt: skip
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"malformed outbox entry: {exc}") from None
+
+    def ends(self, now: int, horizon_ms: int) -> int:
+        """endsAt as sent at ``now``: the resolution's, or ``horizon_ms`` ahead while open; never before startsAt."""
+        return max(self.starts_at, self.ends_at if self.ends_at is not None else now + horizon_ms)
+
+    def for_alertmanager(self, now: int, horizon_ms: int, generator_url: str) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "labels": self.labels,
+            "annotations": self.annotations,
+            "startsAt": iso(self.starts_at),
+            "endsAt": iso(self.ends(now, horizon_ms)),
+        }
+        if generator_url:
+            out["generatorURL"] = generator_url
+        return out
+
+    def for_webhook(self, now: int, horizon_ms: int) -> dict[str, Any]:
+        return {
+            **self.alert,
+            "startsAt": iso(self.starts_at),
+            "endsAt": iso(self.ends(now, horizon_ms)) if self.ends_at is not None else None,
+        }
+
+
+def labels_of(alert: Alert) -> dict[str, str]:
+    """What identifies the alert in Alertmanager (its fingerprint): the same for an incident's OPEN and RESOLVED."""
+    out = {"alertname": str(alert.kind), "severity": str(alert.severity).lower()}
+    for label, value in (
+        ("cluster", alert.cluster_name),
+        ("broker", alert.broker_name),
+        ("broker_addr", alert.broker_addr),
+        ("node", alert.node),
+        ("topic", alert.topic),
+    ):
+        if value:
+            out[label] = cut(value, 1024)
+    return out
+
+
+def notice_of(alert: Alert, monitor: str, now: int, opened: Notice | None = None) -> Notice:
+    """The notice for ``alert``; a resolution takes labels, annotations and start from ``opened`` when known."""
+    what = " ".join(v for v in (alert.cluster_name, alert.broker_name, alert.broker_addr, alert.node, alert.topic) if v)
+    annotations = {
+        "summary": cut(f"{alert.kind} {what}".strip(), 300),
+        "description": alert.message,
+        "incident": alert.incident,
+        "monitor": monitor,
+    }
+    body = orjson.loads(encode_alert(alert, monitor=monitor, emitted_at=now))
+    if alert.state is AlertState.OPEN:
+        return Notice(alert.incident, "OPEN", labels_of(alert), annotations, alert.event_time, None, body)
+    ended = min(alert.event_time, now)
+    if opened is None:
+        return Notice(alert.incident, "RESOLVED", labels_of(alert), annotations, alert.event_time, ended, body)
+    annotations = {**opened.annotations, "description": alert.message}
+    return Notice(alert.incident, "RESOLVED", opened.labels, annotations, opened.starts_at, ended, body)
+
+
+# --------------------------------------------------------------------------- the outbox
+
+
+_COMPARE_AND_DELETE = """
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end
+return 0
+"""
+
+
+class Outbox:
+    """Resolutions not yet delivered everywhere, in a Redis hash (incident -> :meth:`Notice.encode`)."""
+
+    def __init__(self, client: redis.Redis, key: str) -> None:
+        self.client = client
+        self.key = key
+
+    def load(self) -> list[Notice]:
+        out = []
+        for incident, raw in self.client.hgetall(self.key).items():
+            try:
+                out.append(Notice.decode(raw))
+            except ValueError as exc:
+                log.warning("paging: dropping outbox entry %r: %s", incident, exc)
+                self.client.hdel(self.key, incident)
+        return out
+
+    def remove(self, notice: Notice) -> None:
+        self.client.eval(_COMPARE_AND_DELETE, 1, self.key, notice.incident, notice.encode())
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+def post_json(url: str, payload: Any, timeout_s: float) -> None:
+    """POST ``payload`` as JSON; DeliveryError when worth retrying, Refused when the target says it is malformed."""
+    request = urllib.request.Request(
+        url, data=orjson.dumps(payload), method="POST",
+        headers={"Content-Type": "application/json", "User-Agent": "namesrv-py-liveness-monitor"},
+    )  # fmt: skip
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as answer:  # noqa: S310 - http(s) checked by config
+            answer.read(4096)
+    except urllib.error.HTTPError as exc:
+        text = exc.read(_MAX_QUOTE).decode("utf-8", "replace")
+        if exc.code >= 500 or exc.code in (408, 429):
+            raise DeliveryError(f"HTTP {exc.code}: {text!r}") from None
+        raise Refused(f"HTTP {exc.code}: {text!r}") from None
+    except (urllib.error.URLError, OSError) as exc:  # refused, unreachable, time-out
+        raise DeliveryError(str(getattr(exc, "reason", exc))) from None
+
+
+# --------------------------------------------------------------------------- targets
+
+
+class Target(threading.Thread):
+    """One receiver: a queue of notices and the thread that delivers them."""
+
+    def __init__(self, pager: Pager, name: str, url: str, kind: str) -> None:
+        super().__init__(name=f"paging-{kind}", daemon=True)
+        self.pager = pager
+        self.target_name = name
+        self.url = url
+        self.kind = kind
+        self.lock = threading.Lock()
+        self.pending: dict[str, Notice] = {}
+        self.wake = threading.Event()
+        #: the next attempt sends every open alert (start, resend due, after a failure)
+        self.resync = True
+        self.next_resend = 0.0
+        self.delivered = 0
+        self.dropped = 0
+        self.failures = 0
+
+    def enqueue(self, notices: Iterable[Notice]) -> None:
+        with self.lock:
+            for n in notices:
+                self.pending.pop(n.incident, None)  # re-insert: the order is the age of the latest word
+                self.pending[n.incident] = n
+            while len(self.pending) > MAX_PENDING:
+                victim = next((i for i, n in self.pending.items() if n.state == "OPEN"), None)
+                victim = victim if victim is not None else next(iter(self.pending))
+                gone = self.pending.pop(victim)
+                self.dropped += 1
+                if self.dropped == 1 or self.dropped % 1000 == 0:
+                    log.warning("paging: %s queue full (%d); dropped %s of %s (%d so far)",
+                                self.target_name, MAX_PENDING, gone.state, victim, self.dropped)  # fmt: skip
+                if gone.state == "RESOLVED":
+                    self.pager.done(self, [gone])
+        self.wake.set()
+
+    def run(self) -> None:
+        p = self.pager
+        while not p.stopping.is_set():
+            wait = max(0.0, self.next_resend - time.monotonic())
+            self.wake.wait(wait)
+            self.wake.clear()
+            if p.stopping.is_set():
+                break
+            if time.monotonic() >= self.next_resend:
+                self.resync = True
+            self.failures = 0
+            try:
+                retry_until_stopped(
+                    self._attempt, p.stopping, log=log, retry_on=DeliveryError, first_wait_s=0.5,
+                    max_wait_s=min(30.0, p.settings.resend_ms / 1000),
+                    problem=f"paging: {self.target_name} at {self.url} does not take alerts",
+                )  # fmt: skip
+            except Exception as exc:  # noqa: BLE001 - a bug must not end paging; the next round retries
+                log.exception("paging: delivery to %s failed unexpectedly: %r", self.target_name, exc)
+                p.stopping.wait(1.0)
+
+    def _attempt(self) -> None:
+        p = self.pager
+        with self.lock:
+            batch = dict(self.pending)
+            resync = self.resync
+        if resync:
+            for incident, n in p.open_notices().items():
+                batch.setdefault(incident, n)
+        if batch:
+            try:
+                self._send(list(batch.values()))
+            except DeliveryError:
+                self.failures += 1
+                with self.lock:
+                    self.resync = True  # the receiver may have restarted meanwhile: give it everything
+                raise
+        with self.lock:
+            for incident, n in batch.items():
+                if self.pending.get(incident) is n:
+                    del self.pending[incident]
+            if resync:
+                self.resync = False
+                self.next_resend = time.monotonic() + p.settings.resend_ms / 1000
+        if self.failures:
+            log.warning("paging: %s at %s takes alerts again (%d failed attempt(s))",
+                        self.target_name, self.url, self.failures)  # fmt: skip
+            self.failures = 0
+        self.delivered += len(batch)
+        p.done(self, [n for n in batch.values() if n.state == "RESOLVED"])
+
+    def _send(self, notices: list[Notice]) -> None:
+        for i in range(0, len(notices), MAX_BATCH):
+            chunk = notices[i : i + MAX_BATCH]
+            try:
+                self._post(chunk)
+            except Refused as exc:
+                if len(chunk) == 1:
+                    log.error("paging: %s refused %s (dropped): %s", self.target_name, chunk[0].incident, exc)
+                    continue
+                for one in chunk:  # find the one it refuses; the others go through
+                    self._send([one])
+
+    def _post(self, notices: list[Notice]) -> None:
+        p = self.pager
+        now, horizon = p.clock(), ENDS_AT_RESENDS * p.settings.resend_ms
+        if self.kind == "alertmanager":
+            payload: Any = [n.for_alertmanager(now, horizon, p.settings.generator_url) for n in notices]
+        else:
+            payload = {
+                "version": 1,
+                "monitor": p.settings.monitor,
+                "alerts": [n.for_webhook(now, horizon) for n in notices],
+            }
+        post_json(self.url, payload, p.settings.timeout_ms / 1000)
+
+
+# --------------------------------------------------------------------------- the pager
+
+
+class Pager:
+    """Every target, the open alerts they are sent again, and the outbox of resolutions."""
+
+    def __init__(
+        self, settings: PagingSettings, outbox: Outbox | None = None, clock: Callable[[], int] = wall_ms
+    ) -> None:
+        self.settings = settings
+        self.outbox = outbox
+        self.clock = clock
+        self.stopping = threading.Event()
+        self.lock = threading.Lock()
+        self._open: dict[str, Notice] = {}
+        #: resolution incident -> (the notice in the outbox, targets that do not have it yet)
+        self._outstanding: dict[str, tuple[Notice, set[str]]] = {}
+        self.targets = [
+            Target(self, f"alertmanager {u}", u.rstrip("/") + _API_PATH, "alertmanager")
+            for u in settings.alertmanager_urls
+        ]
+        if settings.webhook_url:
+            self.targets.append(Target(self, "webhook", settings.webhook_url, "webhook"))
+        self._started = False
+
+    # -- the batch's side (under the sink's lock; never blocks on a target)
+
+    def stage(self, alerts: Iterable[Alert]) -> list[Notice]:
+        """The notices for a batch's alerts (no state changes: :meth:`submit` them once written)."""
+        now = self.clock()
+        staged: dict[str, Notice] = {}
+        with self.lock:
+            for a in alerts:
+                opened = staged.get(a.incident) or self._open.get(a.incident)
+                if opened is not None and opened.state != "OPEN":
+                    opened = None
+                staged[a.incident] = notice_of(a, self.settings.monitor, now, opened)
+        return list(staged.values())
+
+    def outbox_entries(self, notices: Iterable[Notice]) -> dict[str, bytes]:
+        """What the batch's transaction writes to the outbox: its resolutions."""
+        return {n.incident: n.encode() for n in notices if n.state == "RESOLVED"} if self.outbox else {}
+
+    def submit(self, notices: list[Notice]) -> None:
+        """Queue ``notices`` at every target; returns at once."""
+        if not notices:
+            return
+        names = {t.target_name for t in self.targets}
+        with self.lock:
+            for n in notices:
+                if n.state == "OPEN":
+                    self._open[n.incident] = n
+                    self._outstanding.pop(n.incident, None)
+                else:
+                    self._open.pop(n.incident, None)
+                    if self.outbox is not None:
+                        self._outstanding[n.incident] = (n, set(names))
+        for t in self.targets:
+            t.enqueue(notices)
+
+    # -- the targets' side
+
+    def open_notices(self) -> dict[str, Notice]:
+        with self.lock:
+            return dict(self._open)
+
+    def done(self, target: Target, resolved: list[Notice]) -> None:
+        """``target`` has (or gave up on) these resolutions; one every target has leaves the outbox."""
+        if self.outbox is None or not resolved:
+            return
+        finished = []
+        with self.lock:
+            for n in resolved:
+                held = self._outstanding.get(n.incident)
+                if held is None or held[0] is not n:
+                    continue
+                held[1].discard(target.target_name)
+                if not held[1]:
+                    del self._outstanding[n.incident]
+                    finished.append(n)
+        for n in finished:
+            try:
+                self.outbox.remove(n)
+            except Exception as exc:  # noqa: BLE001 - Redis down: the entry is sent again after a restart
+                log.warning("paging: outbox entry %s not removed (%r)", n.incident, exc)
+
+    # -- life cycle
+
+    def start(self, open_alerts: Mapping[str, Alert]) -> None:
+        """Seed the open alerts (from Redis), re-queue the outbox's resolutions, start the threads."""
+        now = self.clock()
+        with self.lock:
+            self._open = {i: notice_of(a, self.settings.monitor, now) for i, a in open_alerts.items()}
+        pending: list[Notice] = []
+        if self.outbox is not None:
+            try:
+                for n in self.outbox.load():
+                    if n.incident in open_alerts:  # opened again since: the resolution is moot
+                        self.outbox.remove(n)
+                    else:
+                        pending.append(n)
+            except Exception as exc:  # noqa: BLE001 - Redis down must not stop the monitor
+                log.error("paging: cannot read the outbox (%r); undelivered resolutions wait for Redis", exc)
+        if pending:
+            log.info("paging: %d resolution(s) from the outbox to deliver", len(pending))
+            self.submit(pending)
+        if not self._started:
+            self._started = True
+            for t in self.targets:
+                t.start()
+        log.info(
+            "paging: %s; %d open alert(s) sent again every %d ms",
+            ", ".join(f"{t.target_name} ({t.url})" for t in self.targets), len(self._open), self.settings.resend_ms,
+        )  # fmt: skip
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self.stopping.set()
+        for t in self.targets:
+            t.wake.set()
+        for t in self.targets:
+            if t.is_alive():
+                t.join(timeout_s)
+
+
+def pager_for(cfg: StreamingConfig, store: RedisRouteStore | None) -> Pager | None:
+    """The job's pager, None when no target is configured (the shipped default)."""
+    settings = PagingSettings(
+        alertmanager_urls=cfg.alertmanager_urls,
+        webhook_url=cfg.webhook_url,
+        resend_ms=cfg.alerts_resend_interval_millis,
+        timeout_ms=cfg.alerts_send_timeout_millis,
+        generator_url=cfg.alerts_generator_url,
+        monitor=cfg.monitor_name,
+    )
+    if not settings.enabled:
+        return None
+    outbox = None if store is None else Outbox(store.client, store.keys.alerts_outbox)
+    return Pager(settings, outbox)
