@@ -33,7 +33,7 @@ from streaming.kafka_io import KafkaInputPartition, KafkaOptions, read_range
 from tests.support.brokers import register_broker
 from tests.support.kafka import EventReader, kafka_broker
 from tests.support.node import running_node
-from tests.support.pki import make_pki
+from tests.support.tls import make_certificates
 from tests.support.wait import wait_until
 
 EVENTS, ACTIONS, SOURCE = "namesrv-events", "namesrv-actions", "auth-source"
@@ -134,8 +134,8 @@ def test_job_source_and_publisher_read_and_write_over_sasl_plain(noida, sasl_exc
 def test_a_node_whose_security_the_broker_lacks_says_so_and_keeps_serving(noida, tmp_path, caplog, security):
     props = {"kafkaBootstrapServers": noida.bootstrap_servers, "eventsTopic": EVENTS, "actionsTopic": ACTIONS}
     if security == "SSL":
-        pki = make_pki(tmp_path / "pki")
-        props |= {"kafka.security.protocol": "SSL", "kafka.ssl.cafile": str(pki.ca_cert)}
+        pki = make_certificates(tmp_path / "pki")
+        props |= {"kafka.security.protocol": "SSL", "kafka.ssl.cafile": str(pki.ca)}
     else:
         props |= {
             "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": security,

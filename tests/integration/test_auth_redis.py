@@ -27,8 +27,8 @@ from namesrv.routes import RouteSettings
 from namesrv.routes.manager import RouteInfoManager
 from namesrv.warmstart import warm_start
 from streaming.routes import RedisRouteStore, RouteLookup, RouteModel
-from tests.support.pki import Pki, make_pki
 from tests.support.route_events import A0, A1, B0
+from tests.support.tls import Certificates, make_certificates
 
 #: characters a URL must escape (@ : / and a blank)
 PASSWORD = "p@ss:w/rd 1"
@@ -37,8 +37,8 @@ WRONG = "not-the-secret-42"
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    return make_certificates(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +50,9 @@ def password_redis(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="module")
-def tls_redis(tmp_path_factory: pytest.TempPathFactory, pki: Pki):
+def tls_redis(tmp_path_factory: pytest.TempPathFactory, pki: Certificates):
     tls = RedisServerTls(
-        pki.server_cert, pki.server_key, pki.ca_cert, auth_clients=True,
+        pki.server_cert, pki.server_key, pki.ca, auth_clients=True,
         client_cert_file=pki.client_cert, client_key_file=pki.client_key,
     )  # fmt: skip
     service = RedisService(port=free_port(), run_dir=tmp_path_factory.mktemp("redis-tls"), password=PASSWORD, tls=tls)
@@ -168,11 +168,11 @@ def test_namesrv_routes_reads_with_credentials_and_names_a_wrong_password(secure
     assert "refused the user or password" in refused.stderr and WRONG not in refused.stderr + refused.stdout
 
 
-def test_tls_needs_the_right_ca_the_client_certificate_and_rediss(tls_redis: RedisService, pki: Pki) -> None:
+def test_tls_needs_the_right_ca_the_client_certificate_and_rediss(tls_redis: RedisService, pki: Certificates) -> None:
     url = tls_redis.url
     assert url.startswith("rediss://")
     # a CA that did not sign the server's certificate
-    other = url.replace(quote(str(pki.ca_cert)), quote(str(pki.other_ca_cert)))
+    other = url.replace(quote(str(pki.ca)), quote(str(pki.other_ca)))
     with pytest.raises(redis.ConnectionError) as caught:
         connect(other, timeout_s=5, retries=False).ping()
     assert "TLS with Redis" in describe_error(caught.value, other)

@@ -1,5 +1,9 @@
 """Certificates for TLS tests, made at test time with the ``openssl`` command (the README's recipe),
-and the client contexts and raw bytes (a ClientHello, PROXY preambles) the tests send."""
+and the client contexts and raw bytes (a ClientHello, PROXY preambles) the tests send.
+
+One home for every test certificate: the node's remoting port, and the Redis and Kafka clients'
+TLS. Nothing is checked in; each session makes its own, valid for two days, in a directory it owns.
+"""
 
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ class Certificates:
     #: a client certificate from another CA, which the node must not trust
     stranger_cert: Path
     stranger_key: Path
+    #: that other CA: trusting only it must fail a handshake with ``server_cert``
+    other_ca: Path
 
 
 def _openssl(*args: str | Path) -> None:
@@ -65,7 +71,7 @@ def make_certificates(d: Path) -> Certificates:
     client = _signed(d, "client", ca, "extendedKeyUsage=clientAuth\n")
     other = _ca(d, "other-ca")
     stranger = _signed(d, "stranger", other, "extendedKeyUsage=clientAuth\n")
-    return Certificates(ca[0], *server, encrypted, *client, *stranger)
+    return Certificates(ca[0], *server, encrypted, *client, *stranger, other[0])
 
 
 def node_tls(certs: Certificates, **more: str) -> dict[str, str]:
