@@ -95,7 +95,11 @@ def _routes(args: argparse.Namespace) -> int:
 
     from streaming.routes import RouteLookup
 
-    lookup = RouteLookup(args.redis, prefix=args.prefix)
+    try:
+        lookup = RouteLookup(args.redis, prefix=args.prefix)
+    except ValueError as e:  # a cluster URL or prefix that cannot work (docs/redis-keys.md)
+        print(f"namesrv routes: {e}", file=sys.stderr)
+        return 2
     try:
         if args.routes_command == "get":
             raw = lookup.get_raw(args.topic)
@@ -222,7 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     routes = sub.add_parser("routes", help="routes, cluster info and alerts the streaming monitor keeps in Redis")
-    routes.add_argument("--redis", default="redis://127.0.0.1:16379/0", help="Redis URL (default: the local stack's)")
+    routes.add_argument(
+        "--redis",
+        default="redis://127.0.0.1:16379/0",
+        help="Redis URL; redis+cluster://host:port for a Redis Cluster (default: the local stack's)",
+    )
     routes.add_argument("--prefix", default="namesrv", help="key prefix (the job's redis.keyPrefix)")
     routes.set_defaults(func=_routes)
     routes_sub = routes.add_subparsers(dest="routes_command", required=True)

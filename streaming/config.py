@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from namesrv import options
+from namesrv import options, redis_clients
 from namesrv.config import parse_properties
 from namesrv.events.schema import MAX_NAME_CHARS
 from namesrv.kafka_clients import BOOTSTRAP
 from namesrv.options import ConfigError, Option
+from namesrv.routes.snapshot import RedisKeys
 
 DEFAULT_CONFIG_PATH = Path("conf/streaming.properties")
 #: what error messages call this configuration
@@ -166,8 +167,9 @@ OPTIONS: tuple[Option, ...] = (
            "a node whose ticks stop this long (event time) is silent"),
     Option("alerts.monitorLagMillis", "monitor_lag_millis", _MILLIS,
            "event time this far behind the wall clock means the monitor lags"),
-    Option("redis.url", "redis_url", options.text(expected="redis://host:port/db or empty"),
-           "where routes are materialised (empty: no Redis)"),
+    Option("redis.url", "redis_url",
+           options.text(expected="redis://host:port/db, redis+cluster://host:port or empty"),
+           "where routes are materialised (empty: no Redis; redis+cluster://: a Redis Cluster)"),
     Option("redis.keyPrefix", "redis_prefix", _TEXT, "first part of every key (docs/redis-keys.md)"),
     Option("routes.supportActingMaster", "support_acting_master", options.BOOLEAN, "as the nodes' supportActingMaster"),
     Option("routes.deleteTopicWithBrokerRegistration", "delete_topic_with_broker_registration", options.BOOLEAN,
@@ -220,6 +222,11 @@ def check_combinations(cfg: StreamingConfig) -> None:
             f"2 x monitor.maxClockSkewMillis = {2 * cfg.max_clock_skew_millis}: clock skew alone would expire "
             "live brokers"
         )
+    try:  # a Redis Cluster: database 0 only, and the prefix becomes the keys' hash tag
+        redis_clients.check_url(cfg.redis_url)
+        RedisKeys(cfg.redis_prefix, hash_tag=redis_clients.is_cluster(cfg.redis_url))
+    except ValueError as exc:
+        raise ConfigError(f"streaming config: redis.url / redis.keyPrefix={cfg.redis_prefix!r}: {exc}") from None
     if cfg.node_silent_millis <= cfg.trigger_interval_millis:
         raise ConfigError(
             f"streaming config: alerts.nodeSilentMillis={cfg.node_silent_millis} must exceed "
