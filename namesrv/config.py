@@ -429,7 +429,13 @@ class NamesrvConfig:
         "period (ms) of TICK events, which move the monitor's event time while brokers are silent",
         bounds=(1, 86_400_000),
     )
-    redis_url: str = _opt("", "redisUrl", "String", _O, "Redis holding materialised routes (redis+cluster://host:port: a Redis Cluster); empty = none")
+    redis_url: str = _opt(
+        "",
+        "redisUrl",
+        "String",
+        _O,
+        "Redis holding materialised routes (redis+cluster://host:port: a Redis Cluster); empty = none",
+    )
     redis_key_prefix: str = _opt(
         "namesrv",
         "redisKeyPrefix",

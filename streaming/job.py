@@ -140,15 +140,20 @@ def python_settings(
 
 def build_spark(cfg: StreamingConfig) -> SparkSession:
     """A session with the job's Spark settings and the Kafka data source registered."""
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder
-    python, conf = python_settings(cfg.spark, os.environ)
+    if cfg.spark.get("spark.master", "").startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # before the JVM starts, below
+        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    # what the launcher already set (spark-submit --conf, spark-defaults.conf) counts as given, as the job's own
+    # keys do: read from the JVM, which this starts (under spark-submit it runs already)
+    SparkContext._ensure_initialized()
+    given = {**dict(SparkConf(_jvm=SparkContext._jvm).getAll()), **cfg.spark}
+    python, conf = python_settings(given, os.environ)
     # read by PySpark when it creates the context (every Python function it ships names it)
     os.environ["PYSPARK_PYTHON"] = python
-    if cfg.spark.get("spark.master", "").startswith("local"):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
     for key, value in {**conf, **cfg.spark}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
