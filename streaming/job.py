@@ -125,7 +125,8 @@ def python_settings(
     PySpark: the executors' workers, and the Kafka source's runner that the driver's JVM starts
     (``python_streaming_source_runner.py``). PySpark runs ``$PYSPARK_PYTHON``, else ``python3``
     from PATH, which outside an activated venv has neither. So, whatever the master and launcher:
-    ``spark.pyspark.python`` if the job's settings give it, else ``$PYSPARK_PYTHON``, else this
+    ``spark.pyspark.python`` if given (``spark_conf``: the job's settings and the launcher's), else
+    ``$PYSPARK_PYTHON``, else this
     interpreter (on a cluster: install the project at the same path on every host, as the
     deployment's one image does). When the project is not installed for that interpreter but run
     from a source tree, the tree goes to the executors' ``PYTHONPATH`` too, unless the settings
