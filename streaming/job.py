@@ -186,7 +186,10 @@ class _JvmSignalHandler:
             previous = self.previous.get(name)
             if previous is not None and "NativeSignalHandler" not in previous.getClass().getName():
                 log.warning("second SIG%s to the JVM: stopping it now", name)
-                previous.handle(sig)
+                try:
+                    previous.handle(sig)  # the JVM's shutdown (exit 143): the call never returns an answer
+                except Exception:  # noqa: BLE001 - py4j's connection ends with the JVM
+                    pass
             return
         self.seen.add(name)
         self.on_signal(name)
