@@ -186,10 +186,6 @@ def actions_end(bootstrap: str) -> int:
         consumer.close()
 
 
-def expiries(tap: KafkaTap, addr: str) -> list[str]:
-    return tap.decisions(addr)
-
-
 def test_the_job_on_a_standalone_cluster_survives_a_lost_worker_a_sigterm_and_a_restart(
     cluster: SparkCluster, services, tmp_path: Path
 ) -> None:
@@ -203,7 +199,7 @@ def test_the_job_on_a_standalone_cluster_survives_a_lost_worker_a_sigterm_and_a_
     restarted: SubmittedJob | None = None
 
     def decided() -> dict[str, list[str]]:
-        return {addr: expiries(tap, addr) for _, addr, _ in BROKERS}
+        return {addr: tap.decisions(addr) for _, addr, _ in BROKERS}
 
     try:
         fleet.start()
@@ -219,7 +215,7 @@ def test_the_job_on_a_standalone_cluster_survives_a_lost_worker_a_sigterm_and_a_
         lost = [addr for _, addr, _ in BROKERS[:2]]
         fleet.silence(*lost)
         cluster.kill_worker(cluster.workers[0])
-        wait_until(lambda: job.running() and all(expiries(tap, a) for a in lost) and not any(
+        wait_until(lambda: job.running() and all(tap.decisions(a) for a in lost) and not any(
             lookup.get(t) for _, a, t in BROKERS if a in lost), DEADLINE,
             "EXPIRE of both silent brokers and their routes gone from Redis", interval=1.0,
             state=lambda: f"{decided()}; topics {lookup.topics()}; log:\n{log_tail(log, 30)}")  # fmt: skip
@@ -237,7 +233,7 @@ def test_the_job_on_a_standalone_cluster_survives_a_lost_worker_a_sigterm_and_a_
         late = BROKERS[2][1]
         fleet.silence(late)
         restarted = SubmittedJob(cluster.master_url, kafka.bootstrap_servers, redis.url, checkpoint, log)
-        wait_until(lambda: restarted.running() and expiries(tap, late) and not lookup.get(BROKERS[2][2]),
+        wait_until(lambda: restarted.running() and tap.decisions(late) and not lookup.get(BROKERS[2][2]),
                    DEADLINE, "the restarted job to expire the broker silenced while it was down", interval=1.0,
                    state=lambda: f"{decided()}; status {lookup.status()}; log:\n{log_tail(log, 30)}")  # fmt: skip
         status = lookup.status()
