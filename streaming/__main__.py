@@ -5,7 +5,7 @@
 ``local[*]``) overrides spark-submit's ``--master``.  SIGTERM (or Ctrl-C) to this process, the driver, or to
 the driver's JVM (under spark-submit, the PID spark-submit runs as: what a supervisor signals) stops the query
 and the session, and the process exits 0 (spark-submit's JVM with the driver's code); a second signal to the
-JVM stops it at once, with its own shutdown (exit 143). A query that fails is started
+JVM stops it at once, with its own shutdown (exit 143 after SIGTERM). A query that fails is started
 again from its checkpoint in this process, after 2 s doubling to 60 s; after more than five failures in
 ten minutes the process exits 1 and leaves the restart to its supervisor (``make run``'s stack).
 """
