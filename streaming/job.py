@@ -187,7 +187,9 @@ class _JvmSignalHandler:
             if previous is not None and "NativeSignalHandler" not in previous.getClass().getName():
                 log.warning("second SIG%s to the JVM: stopping it now", name)
                 try:
-                    previous.handle(sig)  # the JVM's shutdown (exit 128 + the signal's number): the call never returns an answer
+                    previous.handle(
+                        sig
+                    )  # the JVM's shutdown (exit 128 + the signal's number): the call never returns an answer
                 except Exception:  # noqa: BLE001 - py4j's connection ends with the JVM
                     pass
             return
