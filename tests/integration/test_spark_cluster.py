@@ -17,7 +17,10 @@ project's Python. The test plays a name-server node: it publishes REGISTERs of s
    the same query lineage, expires it exactly once and publishes no second EXPIRE for the first two.
 
 On this shared 2-core machine Spark takes one to two minutes to start and a batch up to a minute:
-the deadlines are generous, and the module takes several minutes.
+the deadlines are generous, and the module takes several minutes (about 4.5 at a load average of
+8-11). Past a load average of about 20, Spark's fixed 10 s for a new Python worker to connect back
+(``PythonWorkerFactory``) runs out again and again; the job then gives up after six failed queries
+in ten minutes (exit 1, left to its supervisor) and the test fails saying so.
 """
 
 from __future__ import annotations
