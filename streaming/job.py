@@ -148,12 +148,14 @@ def build_spark(cfg: StreamingConfig) -> SparkSession:
     if cfg.spark.get("spark.master", "").startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # before the JVM starts, below
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    # read by PySpark when it creates the context (every Python function it ships names it); set before
+    # the JVM starts too, so that it inherits it
+    os.environ["PYSPARK_PYTHON"] = python_settings(cfg.spark, os.environ)[0]
     # what the launcher already set (spark-submit --conf, spark-defaults.conf) counts as given, as the job's own
     # keys do: read from the JVM, which this starts (under spark-submit it runs already)
     SparkContext._ensure_initialized()
     given = {**dict(SparkConf(_jvm=SparkContext._jvm).getAll()), **cfg.spark}
     python, conf = python_settings(given, os.environ)
-    # read by PySpark when it creates the context (every Python function it ships names it)
     os.environ["PYSPARK_PYTHON"] = python
     for key, value in {**conf, **cfg.spark}.items():
         builder = builder.config(key, value)
