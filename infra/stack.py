@@ -167,9 +167,9 @@ class StreamingJob(ProcessService):
 
     Under ``python``, the tracked PID is the driver and the JVM is its child.  Under ``spark-submit``
     the script exec's the JVM (SparkSubmit), which runs ``__main__.py`` in a child Python, the driver;
-    the tracked PID is the JVM's.  A SIGTERM to that JVM kills the driver without its shutdown, so
-    ``stop`` SIGTERMs the driver instead: it stops the query and the session as under ``python``, and
-    the JVM exits with its code.  Either way, whatever is still in the job's session afterwards (the
+    the tracked PID is the JVM's.  ``stop`` SIGTERMs the driver: it stops the query and the session as
+    under ``python``, and the JVM exits with its code (a SIGTERM to the JVM does the same: the job has
+    the JVM pass its signals to the driver, ``streaming.job.forward_jvm_signals``).  Either way, whatever is still in the job's session afterwards (the
     JVM under ``python``, PySpark's worker daemons) is killed: the job was started as the leader of a
     session of its own, so that session holds exactly what it left behind.  ``stop`` recognises both
     launchers whichever one this object was built with, so ``down`` stops what ``up`` started.

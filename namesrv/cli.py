@@ -189,14 +189,13 @@ def _routes(args: argparse.Namespace) -> int:
     """Read what the streaming monitor materialised in Redis (docs/redis-keys.md)."""
     import redis
 
-    from namesrv.options import ConfigError
     from namesrv.redis_clients import describe_error, redact_url
     from streaming.routes import RouteLookup
 
     shown = redact_url(args.redis)  # the URL may carry a password: only this form is ever printed
     try:
         lookup = RouteLookup(args.redis, prefix=args.prefix)
-    except ConfigError as e:
+    except ValueError as e:  # ConfigError included; a cluster URL or prefix that cannot work
         print(f"namesrv routes: {e}", file=sys.stderr)
         return 2
     try:
@@ -350,7 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
     routes.add_argument(
         "--redis",
         default=os.environ.get(REDIS_URL_ENV) or "redis://127.0.0.1:16379/0",
-        help=f"Redis URL: redis://[[USER]:PASSWORD@]HOST:PORT/DB, rediss://... for TLS (?ssl_ca_certs=FILE), or "
+        help=f"Redis URL: redis://[[USER]:PASSWORD@]HOST:PORT/DB, rediss://... for TLS (?ssl_ca_certs=FILE), "
+        "redis+cluster://HOST:PORT for a Redis Cluster, or "
         f"${{env:NAME}} / ${{file:PATH}} (default: ${REDIS_URL_ENV}, else the local stack's; a password there stays "
         "off the command line)",
     )

@@ -20,6 +20,14 @@ timeouts) is decided in one place rather than at each call site.
   authority or a ``password=`` query parameter) becomes ``***``.  :func:`describe_error` turns
   redis-py's errors into a sentence naming the redacted URL and what to check (a wrong password,
   a server that wants one, TLS that failed).
+* ``redis+cluster://[user:password@]host:port[/0]`` (``rediss+cluster://`` with TLS) is a Redis Cluster:
+  redis-py's ``RedisCluster``, seeded by that one node, which finds the others itself. The keys of a
+  prefix then carry a hash tag (``{namesrv}:route:T``, :class:`namesrv.routes.snapshot.RedisKeys`),
+  so every key the job writes lives in one slot and each batch's MULTI/EXEC still holds;
+  ``docs/redis-keys.md`` has the trade-off. A cluster has database 0 only: another one is refused.
+  redis-py's cluster client asks the cluster for its slots when it is made and fails if no node
+  answers; this one is made at its first command instead, and an unreachable cluster is a
+  ``redis.ConnectionError`` there, as a single Redis's is: Redis down must not stop the job's start.
 * ``retries=False`` gives a client that fails at once: a node's warm start must not spend redis-py's
   default back-off before it falls back to another source.
 
@@ -29,18 +37,28 @@ redis-py is imported only when a client is built: a node that never uses Redis n
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from namesrv.options import ConfigError, is_secret_reference, parse_bool, resolve_secret
 
 if TYPE_CHECKING:
     import redis
+    import redis.cluster
 
-__all__ = ["RedisTls", "RedisUrlError", "check_url", "connect", "describe_error", "redact_url"]
+__all__ = [
+    "CLUSTER_SCHEMES", "Client", "RedisTls", "RedisUrlError", "check_url", "connect", "describe_error",
+    "is_cluster", "redact_url",
+]  # fmt: skip
 
-_SCHEMES = ("redis", "rediss", "unix")
+#: a client of either kind: what :func:`connect` returns
+Client: TypeAlias = "redis.Redis | redis.cluster.RedisCluster"
+#: URL schemes of a Redis Cluster -> the scheme redis-py reads for the same connection
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+_SCHEMES = ("redis", "rediss", "unix", *CLUSTER_SCHEMES)
+_TLS_SCHEMES = ("rediss", "rediss+cluster")
 #: query parameters that only mean something over TLS
 _TLS_PARAMS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname", "ssl_cert_reqs", "ssl_password")
 _FILE_PARAMS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
@@ -100,6 +118,27 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
+def is_cluster(url: str) -> bool:
+    """True when ``url`` names a Redis Cluster (``redis+cluster://``, ``rediss+cluster://``)."""
+    if is_secret_reference(url):
+        try:
+            url = resolve_secret(url, "Redis URL", "redis")
+        except ConfigError:
+            return False  # check_url names the problem
+    return urlsplit(url.strip()).scheme.lower() in CLUSTER_SCHEMES
+
+
+def _cluster_url(url: str) -> str:
+    """The redis-py URL of a cluster URL; ValueError naming the problem when it cannot be one."""
+    parts = urlsplit(url.strip())
+    if not parts.hostname:
+        # the URL itself is not quoted: it may hold a password
+        raise ValueError("a Redis Cluster URL names a node, e.g. redis+cluster://host:6379")
+    if parts.path.strip("/") not in ("", "0"):
+        raise ValueError(f"a Redis Cluster has database 0 only, not {parts.path.strip('/')[:20]!r}")
+    return urlunsplit(parts._replace(scheme=CLUSTER_SCHEMES[parts.scheme.lower()], path=""))
+
+
 def check_url(url: str, *, key: str = "Redis URL", tls: RedisTls | None = None) -> str:
     """The URL to connect to (a ``${env:...}``/``${file:...}`` reference resolved); :class:`RedisUrlError` if unusable."""
     resolved = resolve_secret(url, key, "redis").strip()
@@ -109,11 +148,19 @@ def check_url(url: str, *, key: str = "Redis URL", tls: RedisTls | None = None) 
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number
     except ValueError as exc:
         raise RedisUrlError(f"{key}: {shown} is not a valid URL ({exc})") from None
-    if parts.scheme not in _SCHEMES:
-        raise RedisUrlError(f"{key}: {shown} must start with redis://, rediss:// (TLS) or unix://")
+    if parts.scheme.lower() not in _SCHEMES:
+        raise RedisUrlError(
+            f"{key}: {shown} must start with redis://, rediss:// (TLS), unix://, or redis+cluster:// / "
+            "rediss+cluster:// for a Redis Cluster"
+        )
+    if is_cluster(resolved):
+        try:
+            _cluster_url(resolved)
+        except ValueError as exc:
+            raise RedisUrlError(f"{key}: {exc}") from None
     params = dict(parse_qsl(parts.query, keep_blank_values=True))
     tls_params = [p for p in _TLS_PARAMS if p in params]
-    if parts.scheme != "rediss" and (tls_params or (tls is not None and tls.kwargs())):
+    if parts.scheme.lower() not in _TLS_SCHEMES and (tls_params or (tls is not None and tls.kwargs())):
         what = tls_params[0] if tls_params else "TLS files"
         raise RedisUrlError(f"{key}: {shown} sets {what} but is not rediss://; write rediss:// for TLS")
     if "ssl_check_hostname" in params:
@@ -134,9 +181,37 @@ def check_url(url: str, *, key: str = "Redis URL", tls: RedisTls | None = None) 
     return resolved
 
 
+class _LazyCluster:
+    """A ``RedisCluster`` made at first use (see the module); every attribute is the client's."""
+
+    def __init__(self, url: str, kwargs: dict[str, Any]) -> None:
+        self._url, self._kwargs = url, kwargs
+        self._client: redis.cluster.RedisCluster | None = None
+        self._lock = threading.Lock()
+
+    def _made(self) -> redis.cluster.RedisCluster:
+        with self._lock:
+            if self._client is None:
+                from redis.cluster import RedisCluster
+                from redis.exceptions import ConnectionError, RedisClusterException
+
+                try:
+                    self._client = RedisCluster.from_url(self._url, **self._kwargs)
+                except RedisClusterException as exc:  # no node answered: an outage, as for a single Redis
+                    raise ConnectionError(f"Redis Cluster: {exc}") from exc
+            return self._client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._made(), name)
+
+    def close(self) -> None:
+        if self._client is not None:  # never connect only to close
+            self._client.close()
+
+
 def connect(
     url: str, *, timeout_s: float = 10.0, retries: bool = True, tls: RedisTls | None = None, key: str = "Redis URL"
-) -> redis.Redis:
+) -> Client:
     """A client for ``url`` whose connects and commands each give up after ``timeout_s``.
 
     ``key`` names where the URL came from in a :class:`RedisUrlError`.
@@ -152,6 +227,8 @@ def connect(
         kwargs["retry"] = Retry(NoBackoff(), 0)
     if tls is not None:
         kwargs.update(tls.kwargs())
+    if is_cluster(resolved):
+        return cast("redis.cluster.RedisCluster", _LazyCluster(_cluster_url(resolved), kwargs))
     return redis.Redis.from_url(resolved, **kwargs)
 
 

@@ -41,8 +41,6 @@ from namesrv.routes.manager import RouteInfoManager
 from namesrv.routes.snapshot import ModelSnapshot, RedisKeys, SnapshotError, decode_model
 
 if TYPE_CHECKING:
-    import redis
-
     from namesrv.config import NamesrvConfig
 
 __all__ = [
@@ -105,9 +103,12 @@ def parse_model(meta: Mapping[Any, Any], topic_entries: Mapping[Any, Any], broke
         raise WarmStartError(str(exc)) from None
 
 
-def read_model(client: redis.Redis, prefix: str) -> RedisModel:
-    """One MULTI/EXEC of the three keys, so they come from one batch of the job's writes."""
-    keys = RedisKeys(prefix)
+def read_model(client: redis_clients.Client, prefix: str, *, hash_tag: bool = False) -> RedisModel:
+    """One MULTI/EXEC of the three keys, so they come from one batch of the job's writes.
+
+    ``hash_tag``: the keys of a Redis Cluster (``{prefix}:…``, one slot, so the transaction holds).
+    """
+    keys = RedisKeys(prefix, hash_tag=hash_tag)
     with client.pipeline(transaction=True) as pipe:
         pipe.hgetall(keys.meta)
         pipe.hgetall(keys.model_topics)
@@ -116,7 +117,7 @@ def read_model(client: redis.Redis, prefix: str) -> RedisModel:
     return parse_model(meta, entries, brokers)
 
 
-def _client(url: str, timeout_s: float) -> redis.Redis:
+def _client(url: str, timeout_s: float) -> redis_clients.Client:
     # no retries: redis-py retries three times with backoff by default, too long for a start-up
     return redis_clients.connect(url, timeout_s=timeout_s, retries=False, key="redisUrl")
 
@@ -124,7 +125,7 @@ def _client(url: str, timeout_s: float) -> redis.Redis:
 def _read(url: str, prefix: str, timeout_s: float) -> RedisModel:
     client = _client(url, timeout_s)
     try:
-        return read_model(client, prefix)
+        return read_model(client, prefix, hash_tag=redis_clients.is_cluster(url))
     finally:
         client.close()
 

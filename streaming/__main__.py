@@ -2,8 +2,10 @@
 
 ``spark-submit streaming/__main__.py`` runs it too, from the activated venv or with
 ``PYSPARK_DRIVER_PYTHON`` set to its python; the job's ``spark.master`` (``-D spark.master=…``, default
-``local[*]``) overrides spark-submit's ``--master``.  SIGTERM (or Ctrl-C) to this process, the driver, stops
-the query and the session; spark-submit's JVM then exits with its code. A query that fails is started
+``local[*]``) overrides spark-submit's ``--master``.  SIGTERM (or Ctrl-C) to this process, the driver, or to
+the driver's JVM (under spark-submit, the PID spark-submit runs as: what a supervisor signals) stops the query
+and the session, and the process exits 0 (spark-submit's JVM with the driver's code); a second signal to the
+JVM stops it at once, with its own shutdown (exit 143 after SIGTERM). A query that fails is started
 again from its checkpoint in this process, after 2 s doubling to 60 s; after more than five failures in
 ten minutes the process exits 1 and leaves the restart to its supervisor (``make run``'s stack).
 """
@@ -70,6 +72,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, _stop)
     spark = job.build_spark(cfg)
     spark.sparkContext.setLogLevel("WARN")
+
+    def _jvm_stop(name: str) -> None:
+        logging.getLogger(__name__).warning("SIG%s to the JVM: stopping the monitor", name)
+        stopping.set()
+
+    # under spark-submit the JVM is what a supervisor signals: it must leave the stop to us
+    job.forward_jvm_signals(spark, _jvm_stop)
     failures: list[float] = []
     try:
         while True:

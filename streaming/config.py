@@ -32,6 +32,7 @@ from namesrv.config import parse_properties
 from namesrv.events.schema import MAX_NAME_CHARS
 from namesrv.kafka_clients import BOOTSTRAP, SECURITY_KEYS, KafkaSecurity
 from namesrv.options import ConfigError, Option
+from namesrv.routes.snapshot import RedisKeys
 
 DEFAULT_CONFIG_PATH = Path("conf/streaming.properties")
 #: what error messages call this configuration
@@ -225,9 +226,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("alerts.sendTimeoutMillis", "alerts_send_timeout_millis", _MILLIS, "longest wait for one POST"),
     Option("alerts.generatorUrl", "alerts_generator_url", _URL,
            "generatorURL of the alerts, e.g. the console's address (empty: none)"),
-    Option("redis.url", "redis_url", options.text(expected="redis://host:port/db or empty"),
+    Option("redis.url", "redis_url", options.text(expected="redis://host:port/db, redis+cluster://host:port or empty"),
            "where routes are materialised (empty: no Redis); redis://[[user]:password@]host:port/db, rediss:// for TLS "
-           "(?ssl_ca_certs=FILE&ssl_certfile=FILE&ssl_keyfile=FILE), or ${env:NAME} / ${file:PATH}"),
+           "(?ssl_ca_certs=FILE&ssl_certfile=FILE&ssl_keyfile=FILE), redis+cluster:// for a Redis Cluster, "
+           "or ${env:NAME} / ${file:PATH}"),
     Option("redis.keyPrefix", "redis_prefix", _TEXT, "first part of every key (docs/redis-keys.md)"),
     Option("routes.supportActingMaster", "support_acting_master", options.BOOLEAN, "as the nodes' supportActingMaster"),
     Option("routes.deleteTopicWithBrokerRegistration", "delete_topic_with_broker_registration", options.BOOLEAN,
@@ -303,7 +305,11 @@ def check_combinations(cfg: StreamingConfig) -> None:
     if cfg.kafka_format == "kafka":
         cfg.kafka_security.spark_options()  # raises naming the key Spark's connector cannot take
     if cfg.redis_url.strip():
-        redis_clients.check_url(cfg.redis_url, key="redis.url")
+        redis_clients.check_url(cfg.redis_url, key="redis.url")  # a Redis Cluster's URL included
+        try:  # a Redis Cluster: the prefix becomes the keys' hash tag
+            RedisKeys(cfg.redis_prefix, hash_tag=redis_clients.is_cluster(cfg.redis_url))
+        except ValueError as exc:
+            raise ConfigError(f"streaming config: redis.keyPrefix={cfg.redis_prefix!r}: {exc}") from None
     if cfg.node_silent_millis <= cfg.trigger_interval_millis:
         raise ConfigError(
             f"streaming config: alerts.nodeSilentMillis={cfg.node_silent_millis} must exceed "

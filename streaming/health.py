@@ -37,10 +37,11 @@ import enum
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import orjson
 
+from namesrv import redis_clients
 from namesrv.events.schema import (
     EPOCH_MILLIS,
     HEARTBEAT_TIMEOUT,
@@ -53,9 +54,6 @@ from namesrv.events.schema import (
 )
 from namesrv.routes.snapshot import RedisKeys
 from streaming.alerts import MAX_MESSAGE_CHARS, Alert, AlertKind, AlertState, cut, decode_alert
-
-if TYPE_CHECKING:
-    import redis
 
 log = logging.getLogger(__name__)
 
@@ -501,7 +499,7 @@ def _text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-def bounded_hash(client: redis.Redis, key: str, cap: int) -> tuple[dict[bytes, bytes], int]:
+def bounded_hash(client: redis_clients.Client, key: str, cap: int) -> tuple[dict[bytes, bytes], int]:
     """At most ``cap`` fields of hash ``key`` (all of them when it has no more), and how many were left."""
     total = int(client.hlen(key))
     if total <= cap:
@@ -532,9 +530,13 @@ def checked_meta(raw: Mapping[bytes | str, bytes | str]) -> dict[str, int | str]
 class HealthReader:
     """Reads the health keys under one prefix; re-reads the broker and node hashes only after a write."""
 
-    def __init__(self, client: redis.Redis, prefix: str = "namesrv", *, max_brokers: int = MAX_BROKERS) -> None:
+    def __init__(
+        self, client: redis_clients.Client, prefix: str = "namesrv", *, max_brokers: int = MAX_BROKERS,
+        hash_tag: bool = False,
+    ) -> None:  # fmt: skip
         self.client = client
-        self.keys = RedisKeys(prefix)
+        #: ``hash_tag``: the keys of a Redis Cluster (``namesrv.redis_clients.is_cluster``)
+        self.keys = RedisKeys(prefix, hash_tag=hash_tag)
         self.max_brokers = max_brokers
         self._stamp: tuple[Any, ...] | None = None
         self._cached: tuple[list[BrokerHealth], list[NodeHealth], list[str], int, dict[str, int]] | None = None
@@ -600,7 +602,7 @@ class _Entries:
     skipped: int = 0
     not_read: dict[str, int] = field(default_factory=dict)
 
-    def decode_all(self, client: redis.Redis, key: str, cap: int, decode: Callable[[bytes], E]) -> list[E]:
+    def decode_all(self, client: redis_clients.Client, key: str, cap: int, decode: Callable[[bytes], E]) -> list[E]:
         entries, left = bounded_hash(client, key, cap)
         if left:
             self.not_read[key] = left
@@ -616,7 +618,7 @@ class _Entries:
 
 
 def read_entries(
-    client: redis.Redis, keys: RedisKeys, max_brokers: int = MAX_BROKERS
+    client: redis_clients.Client, keys: RedisKeys, max_brokers: int = MAX_BROKERS
 ) -> tuple[list[BrokerHealth], list[NodeHealth], list[str], int, dict[str, int]]:
     """The broker and node entries, checked: (brokers, nodes, first problems, entries skipped, fields not read)."""
     found = _Entries()
@@ -625,7 +627,7 @@ def read_entries(
     return brokers, nodes, found.problems, found.skipped, found.not_read
 
 
-def load_entries(client: redis.Redis, keys: RedisKeys) -> tuple[list[BrokerHealth], list[NodeHealth]]:
+def load_entries(client: redis_clients.Client, keys: RedisKeys) -> tuple[list[BrokerHealth], list[NodeHealth]]:
     """The stored brokers and nodes for a job that resumes its query; malformed entries are logged and skipped."""
     brokers, nodes, problems, skipped, _ = read_entries(client, keys)
     if skipped:

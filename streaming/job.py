@@ -35,7 +35,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -105,22 +105,125 @@ now_ms = wall_ms
 # --------------------------------------------------------------------------- session
 
 
+#: the directory holding the namesrv and streaming packages this driver runs
+_PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _installed(root: Path) -> bool:
+    """True when ``root`` is a site-packages directory: the project is installed, not run from a tree."""
+    import site
+
+    installed = {Path(p).resolve() for p in (*site.getsitepackages(), site.getusersitepackages())}
+    return root in installed
+
+
+def python_settings(
+    spark_conf: Mapping[str, str],
+    environ: Mapping[str, str],
+    *,
+    executable: str = sys.executable,
+    root: Path = _PROJECT_ROOT,
+    installed: bool | None = None,
+) -> tuple[str, dict[str, str]]:
+    """The Python that Spark must run for this job, and the ``spark.*`` settings that say so.
+
+    Every Python process of the job must import ``namesrv`` and ``streaming`` and run the same
+    PySpark: the executors' workers, and the Kafka source's runner that the driver's JVM starts
+    (``python_streaming_source_runner.py``). PySpark runs ``$PYSPARK_PYTHON``, else ``python3``
+    from PATH, which outside an activated venv has neither. So, whatever the master and launcher:
+    ``spark.pyspark.python`` if given (``spark_conf``: the job's settings and the launcher's), else
+    ``$PYSPARK_PYTHON``, else this
+    interpreter (on a cluster: install the project at the same path on every host, as the
+    deployment's one image does). When the project is not installed for that interpreter but run
+    from a source tree, the tree goes to the executors' ``PYTHONPATH`` too, unless the settings
+    give ``spark.executorEnv.PYTHONPATH``.
+    """
+    python = spark_conf.get("spark.pyspark.python") or environ.get("PYSPARK_PYTHON") or executable
+    conf = {"spark.pyspark.python": python, "spark.pyspark.driver.python": executable}
+    if not (_installed(root) if installed is None else installed):
+        conf["spark.executorEnv.PYTHONPATH"] = str(root)
+    return python, {k: v for k, v in conf.items() if k not in spark_conf}
+
+
 def build_spark(cfg: StreamingConfig) -> SparkSession:
     """A session with the job's Spark settings and the Kafka data source registered."""
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder
-    local = cfg.spark.get("spark.master", "").startswith("local")
-    if local:
-        # workers must import namesrv and streaming: run them with this interpreter
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if cfg.spark.get("spark.master", "").startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # before the JVM starts, below
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-    for key, value in cfg.spark.items():
+    # read by PySpark when it creates the context (every Python function it ships names it); set before
+    # the JVM starts too, so that it inherits it
+    os.environ["PYSPARK_PYTHON"] = python_settings(cfg.spark, os.environ)[0]
+    # what the launcher already set (spark-submit --conf, spark-defaults.conf) counts as given, as the job's own
+    # keys do: read from the JVM, which this starts (under spark-submit it runs already)
+    SparkContext._ensure_initialized()
+    given = {**dict(SparkConf(_jvm=SparkContext._jvm).getAll()), **cfg.spark}
+    python, conf = python_settings(given, os.environ)
+    os.environ["PYSPARK_PYTHON"] = python
+    for key, value in {**conf, **cfg.spark}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     kafka_io.register(spark)
     return spark
+
+
+# --------------------------------------------------------------------------- stopping
+
+
+class _JvmSignalHandler:
+    """A ``sun.misc.SignalHandler`` of the driver's JVM, implemented here (py4j calls it back).
+
+    Under ``spark-submit`` the JVM is the process a supervisor signals, and its default SIGTERM
+    handling is a JVM shutdown: its hooks stop the SparkContext under the running query
+    (``NullPointerException: dagScheduler() is null``) and it exits 143. With this handler the
+    JVM only tells the Python driver, which stops the query, then the session, and returns; the
+    JVM then exits with the driver's code (0). A second signal gets the JVM's own handling.
+    """
+
+    def __init__(self, on_signal: Callable[[str], None]) -> None:
+        self.on_signal = on_signal
+        self.previous: dict[str, Any] = {}
+        self.seen: set[str] = set()
+
+    def handle(self, sig: Any) -> None:  # called by the JVM's signal dispatcher, through py4j
+        name = str(sig.getName())
+        if name in self.seen:
+            previous = self.previous.get(name)
+            if previous is not None and "NativeSignalHandler" not in previous.getClass().getName():
+                log.warning("second SIG%s to the JVM: stopping it now", name)
+                try:
+                    previous.handle(
+                        sig
+                    )  # the JVM's shutdown (exit 128 + the signal's number): the call never returns an answer
+                except Exception:  # noqa: BLE001 - py4j's connection ends with the JVM
+                    pass
+            return
+        self.seen.add(name)
+        self.on_signal(name)
+
+    class Java:
+        implements = ["sun.misc.SignalHandler"]
+
+
+def forward_jvm_signals(
+    spark: SparkSession, on_signal: Callable[[str], None], signals: Iterable[str] = ("TERM", "INT")
+) -> None:
+    """Have the driver's JVM pass ``signals`` to ``on_signal`` instead of shutting down (see _JvmSignalHandler).
+
+    A signal the JVM was started ignoring (PySpark starts its gateway JVM ignoring SIGINT) stays ignored.
+    """
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    sc = spark.sparkContext
+    ensure_callback_server_started(sc._gateway)
+    handler = _JvmSignalHandler(on_signal)
+    assert sc._jvm is not None  # a running session has its JVM
+    jvm_signal = sc._jvm.sun.misc.Signal
+    for name in signals:
+        handler.previous[name] = jvm_signal.handle(jvm_signal(name), handler)
 
 
 # --------------------------------------------------------------------------- the steps

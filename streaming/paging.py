@@ -63,8 +63,7 @@ from namesrv.retrying import retry_until_stopped
 from streaming.alerts import Alert, AlertState, cut, encode_alert
 
 if TYPE_CHECKING:
-    import redis
-
+    from namesrv import redis_clients
     from streaming.config import StreamingConfig
     from streaming.routes import RedisRouteStore
 
@@ -208,7 +207,7 @@ return 0
 class Outbox:
     """Resolutions not yet delivered everywhere, in a Redis hash (incident -> :meth:`Notice.encode`)."""
 
-    def __init__(self, client: redis.Redis, key: str) -> None:
+    def __init__(self, client: redis_clients.Client, key: str) -> None:
         self.client = client
         self.key = key
 

@@ -35,7 +35,7 @@ import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from namesrv import redis_clients
 from namesrv.events.schema import AdminOp, Event, EventType, SchemaError, wall_ms
@@ -52,9 +52,6 @@ from namesrv.routes.snapshot import (
 )
 from streaming.alerts import MAX_STORED_TOPICS, Alert, decode_alert, encode_alert
 from streaming.health import MAX_RESOLVED, BrokerHealth, HealthWrites, NodeHealth, load_entries
-
-if TYPE_CHECKING:
-    import redis
 
 log = logging.getLogger(__name__)
 
@@ -359,13 +356,14 @@ class StoredState:
 class RedisRouteStore:
     """Writes a batch's changes in one MULTI/EXEC; reads the model back after a restart."""
 
-    def __init__(self, client: redis.Redis, keys: RedisKeys) -> None:
+    def __init__(self, client: redis_clients.Client, keys: RedisKeys) -> None:
         self.client = client
         self.keys = keys
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "namesrv") -> RedisRouteStore:
-        return cls(redis_clients.connect(url), RedisKeys(prefix))
+        # on a Redis Cluster every key of the prefix shares one hash slot, so the batch's MULTI/EXEC holds
+        return cls(redis_clients.connect(url), RedisKeys(prefix, hash_tag=redis_clients.is_cluster(url)))
 
     def load(self, settings: RouteSettings | None = None, *, order_message_enable: bool = False) -> StoredState:
         """The stored model, alerts and batch; raises SnapshotError when the model is not the documented one."""
@@ -452,8 +450,10 @@ class RedisRouteStore:
             # redis-py asks for a Mapping keyed by its whole union of key types (Mapping is invariant in
             # its key), which no dict[str, ...] is
             pipe.hset(k.meta, mapping=encode_meta(lineage, batch_id, now, watermark))  # type: ignore[arg-type]
+            # on a cluster, SPUBLISH: a sharded channel lives in the keys' slot, so it joins the transaction
+            publish = "SPUBLISH" if k.hash_tag else "PUBLISH"
             for topic in changed:
-                pipe.publish(k.channel, topic)
+                pipe.execute_command(publish, k.channel, topic)
             pipe.execute()
         return changed
 
@@ -496,8 +496,8 @@ def _text(reply: bytes | str) -> str:
 class RouteLookup:
     """Read routes the job materialised: ``RouteLookup(url).get("TopicTest")``."""
 
-    def __init__(self, redis_url: str, prefix: str = "namesrv", client: redis.Redis | None = None) -> None:
-        self.keys = RedisKeys(prefix)
+    def __init__(self, redis_url: str, prefix: str = "namesrv", client: redis_clients.Client | None = None) -> None:
+        self.keys = RedisKeys(prefix, hash_tag=redis_clients.is_cluster(redis_url))
         self.client = client or redis_clients.connect(redis_url)
 
     def get_raw(self, topic: str) -> bytes | None:
@@ -533,13 +533,20 @@ class RouteLookup:
 
     def watch(self, timeout: float | None = None) -> Iterator[str]:
         """Names of topics whose route changes, as they change; stops after ``timeout`` s of silence."""
-        pubsub = self.client.pubsub(ignore_subscribe_messages=True)
-        pubsub.subscribe(self.keys.channel)
+        pubsub: Any = self.client.pubsub(ignore_subscribe_messages=True)
+        sharded = self.keys.hash_tag  # a cluster's channel is sharded (SPUBLISH): SSUBSCRIBE to it
+        if sharded:
+            pubsub.ssubscribe(self.keys.channel)
+        else:
+            pubsub.subscribe(self.keys.channel)
         quiet_until = None if timeout is None else time.monotonic() + timeout
         try:
             while quiet_until is None or time.monotonic() < quiet_until:
                 wait = 1.0 if quiet_until is None else max(0.0, min(1.0, quiet_until - time.monotonic()))
-                message = pubsub.get_message(timeout=wait)
+                if sharded:
+                    message = pubsub.get_sharded_message(ignore_subscribe_messages=True, timeout=wait)
+                else:
+                    message = pubsub.get_message(timeout=wait)
                 data = None if message is None else message.get("data")
                 if isinstance(data, bytes):
                     if timeout is not None:

@@ -34,18 +34,16 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jinja2
 import orjson
 from aiohttp import web
 
+from namesrv import redis_clients
 from namesrv.console import snapshot
 from namesrv.events.schema import MAX_NAME_CHARS
 from streaming.health import HealthReader
-
-if TYPE_CHECKING:
-    import redis
 
 log = logging.getLogger("namesrv.console")
 
@@ -149,10 +147,10 @@ def _check_topic(query: str) -> str | None:
 class RouteSearch:
     """A topic's route as Redis holds it (``streaming.routes.RouteLookup``), and topics whose name contains a text."""
 
-    def __init__(self, client: redis.Redis, prefix: str) -> None:
+    def __init__(self, client: redis_clients.Client, prefix: str, redis_url: str = "") -> None:
         from streaming.routes import RouteLookup
 
-        self.lookup = RouteLookup("", prefix, client=client)
+        self.lookup = RouteLookup(redis_url, prefix, client=client)  # the URL says whether keys are hash-tagged
         self.client = client
 
     def find(self, query: str) -> dict[str, Any]:
@@ -259,13 +257,13 @@ async def _no_content(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-def build_app(settings: ConsoleSettings, client: redis.Redis) -> web.Application:
+def build_app(settings: ConsoleSettings, client: redis_clients.Client) -> web.Application:
     """The application; it starts polling ``client`` when it starts and stops when it shuts down."""
-    reader = HealthReader(client, settings.prefix)
+    reader = HealthReader(client, settings.prefix, hash_tag=redis_clients.is_cluster(settings.redis_url))
     app = web.Application(middlewares=[_headers])
     app[SETTINGS] = settings
     app[POLLER] = Poller(lambda: snapshot.build(reader.read()), settings.poll_ms)
-    app[SEARCH] = RouteSearch(client, settings.prefix)
+    app[SEARCH] = RouteSearch(client, settings.prefix, settings.redis_url)
     app[STREAMS] = set()
     app[JINJA] = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"),

@@ -48,28 +48,46 @@ class SnapshotError(ValueError):
 
 @dataclass(frozen=True)
 class RedisKeys:
-    """Every key and channel the job writes under its prefix; ``docs/redis-keys.md`` explains each."""
+    """Every key and channel the job writes under its prefix; ``docs/redis-keys.md`` explains each.
+
+    ``hash_tag`` (a Redis Cluster) writes the prefix as a hash tag, ``{namesrv}:route:T``: Redis
+    Cluster places a key by the part in braces only, so every key of the prefix shares one slot and a
+    MULTI/EXEC over them is allowed. A prefix holding a brace cannot be a tag and is refused.
+    """
 
     prefix: str = "namesrv"
+    hash_tag: bool = False
+
+    def __post_init__(self) -> None:
+        if self.hash_tag and ("{" in self.prefix or "}" in self.prefix or not self.prefix):
+            raise ValueError(
+                f"Redis key prefix {self.prefix!r}: on a Redis Cluster the prefix is the keys' hash tag, "
+                "so it must be non-empty and hold no '{' or '}'"
+            )
+
+    @property
+    def base(self) -> str:
+        """What every key starts with: the prefix, in braces on a cluster."""
+        return f"{{{self.prefix}}}" if self.hash_tag else self.prefix
 
     def route(self, topic: str) -> str:
-        return f"{self.prefix}:route:{topic}"
+        return f"{self.base}:route:{topic}"
 
     @property
     def route_pattern(self) -> str:
-        return f"{self.prefix}:route:*"
+        return f"{self.base}:route:*"
 
     @property
     def topics(self) -> str:
-        return f"{self.prefix}:topics"
+        return f"{self.base}:topics"
 
     @property
     def cluster(self) -> str:
-        return f"{self.prefix}:cluster"
+        return f"{self.base}:cluster"
 
     @property
     def alerts(self) -> str:
-        return f"{self.prefix}:alerts"
+        return f"{self.base}:alerts"
 
     @property
     def alerts_outbox(self) -> str:
@@ -77,19 +95,19 @@ class RedisKeys:
 
     @property
     def meta(self) -> str:
-        return f"{self.prefix}:meta"
+        return f"{self.base}:meta"
 
     @property
     def model_topics(self) -> str:
-        return f"{self.prefix}:model:topics"
+        return f"{self.base}:model:topics"
 
     @property
     def model_brokers(self) -> str:
-        return f"{self.prefix}:model:brokers"
+        return f"{self.base}:model:brokers"
 
     @property
     def channel(self) -> str:
-        return f"{self.prefix}:routes:changed"
+        return f"{self.base}:routes:changed"
 
     @property
     def alerts_resolved(self) -> str:

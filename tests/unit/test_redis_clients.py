@@ -49,7 +49,7 @@ def test_tls_files_come_from_the_query_or_from_redis_tls(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("url", "message"),
     [
-        ("http://h:1/0", "must start with redis://, rediss:// (TLS) or unix://"),
+        ("http://h:1/0", "must start with redis://, rediss:// (TLS), unix://"),
         ("redis://h:1/0?ssl_ca_certs=/ca.pem", "sets ssl_ca_certs but is not rediss://"),
         ("rediss://h:1/0?ssl_ca_certs=/no/such.pem", "ssl_ca_certs=/no/such.pem is not a readable file"),
         ("rediss://h:1/0?ssl_check_hostname=maybe", "ssl_check_hostname='maybe' is not true or false"),
