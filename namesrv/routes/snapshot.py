@@ -91,7 +91,7 @@ class RedisKeys:
 
     @property
     def alerts_outbox(self) -> str:
-        return f"{self.prefix}:alerts:outbox"
+        return f"{self.base}:alerts:outbox"
 
     @property
     def meta(self) -> str:
@@ -111,19 +111,19 @@ class RedisKeys:
 
     @property
     def alerts_resolved(self) -> str:
-        return f"{self.prefix}:alerts:resolved"
+        return f"{self.base}:alerts:resolved"
 
     @property
     def health_brokers(self) -> str:
-        return f"{self.prefix}:health:brokers"
+        return f"{self.base}:health:brokers"
 
     @property
     def health_nodes(self) -> str:
-        return f"{self.prefix}:health:nodes"
+        return f"{self.base}:health:nodes"
 
     @property
     def health_monitor(self) -> str:
-        return f"{self.prefix}:health:monitor"
+        return f"{self.base}:health:monitor"
 
 
 # --------------------------------------------------------------------------- the model as values

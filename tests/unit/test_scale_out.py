@@ -131,3 +131,15 @@ def test_the_job_refuses_a_cluster_url_or_prefix_that_cannot_work_at_start_up():
         load_config(None, {"redis.url": "redis+cluster://h:7000", "redis.keyPrefix": "a{b}"})
     with pytest.raises(ConfigError, match="database 0 only"):
         load_config(None, {"redis.url": "redis+cluster://h:7000/1"})
+
+
+def test_every_key_of_a_cluster_prefix_carries_its_hash_tag():
+    # one slot for everything a batch writes, or its MULTI/EXEC is refused (CROSSSLOT)
+    from namesrv.routes.snapshot import RedisKeys
+
+    keys = RedisKeys("namesrv", hash_tag=True)
+    names = [n for n in dir(RedisKeys) if isinstance(getattr(RedisKeys, n), property)]
+    assert len(names) >= 10
+    for name in names:
+        assert getattr(keys, name).startswith("{namesrv}:"), name
+    assert keys.route("T").startswith("{namesrv}:")
