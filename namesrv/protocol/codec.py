@@ -13,6 +13,11 @@ frame by its first 8 bytes, before waiting for the rest, so a peer cannot make u
 the 16 MiB Java allows.  Anything that is not a frame raises :class:`RemoteProtocolError`; the server
 then closes the connection, exactly as Java's ``NettyDecoder`` does.
 
+A decoder may be given ``body_limits``, the most body bytes a request code may carry.  A frame over
+its code's limit is handed out as soon as its header is in, with no body and ``body_dropped`` set to
+the body's length; the rest of that body is counted off as it arrives and never kept.  So a peer
+sending an 11 MiB config update costs the receiver a counter, not 11 MiB and their copies.
+
 A peer sends the same header over and over with only the opaque changed (a broker's heartbeat, a
 client's route lookup), and we answer with the same few headers.  So both directions remember
 headers by *shape*, everything but the opaque: a header is parsed or written once per shape and
@@ -29,6 +34,7 @@ import json
 import re
 import struct
 import threading
+from collections.abc import Mapping
 from typing import Any, Final
 
 import orjson
@@ -232,12 +238,21 @@ class FrameDecoder:
     Call :meth:`feed` with each chunk, then :meth:`next_command` until it returns ``None``.  A short
     buffer returns ``None`` and changes nothing.  After a :class:`RemoteProtocolError` the stream is
     out of step for good: every later call raises the same error.
+
+    ``body_limits`` maps a request code to the most body bytes it may carry (see the module notes).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, body_limits: Mapping[int, int] | None = None) -> None:
         self._buf = bytearray()
         self._start = 0  # bytes before this offset are already handed out
         self._error: RemoteProtocolError | None = None
+        self._limits = body_limits or {}
+        #: no body is refused below this many bytes, so smaller frames are never looked at early
+        self._least_limit = min(self._limits.values(), default=0)
+        #: the unfinished frame at _start was looked at and its body is within its code's limit
+        self._vetted = False
+        #: bytes of a refused body still to come: dropped as they arrive
+        self._skip = 0
 
     @property
     def buffered(self) -> int:
@@ -245,6 +260,12 @@ class FrameDecoder:
         return len(self._buf) - self._start
 
     def feed(self, data: bytes) -> None:
+        if self._skip:
+            if len(data) <= self._skip:
+                self._skip -= len(data)
+                return
+            data = memoryview(data)[self._skip :]  # type: ignore[assignment]  # appended below, not kept
+            self._skip = 0
         if self._start:
             # drop consumed frames only now, so next_command never moves bytes it may not return
             del self._buf[: self._start]
@@ -272,9 +293,14 @@ class FrameDecoder:
             _check_length(length)
         stype, header_len = _check_type_word(word, length)
         end = start + 4 + length
+        header_end = start + 8 + header_len
+        if self._limits and not self._vetted and end - header_end > self._least_limit and size >= header_end:
+            refused = self._refuse_body(buf, start, header_end, end, stype)
+            if refused is not None:
+                return refused
         if size < end:
             return None
-        header_end = start + 8 + header_len
+        self._vetted = False
         cmd = _decode_header(buf, start + 8, header_end, stype)
         if header_end < end:
             with memoryview(buf) as view:  # one copy of a body of up to 16 MiB, not two
@@ -284,6 +310,24 @@ class FrameDecoder:
             self._start = 0
         else:
             self._start = end
+        return cmd
+
+    def _refuse_body(
+        self, buf: bytearray, start: int, header_end: int, end: int, stype: SerializeType
+    ) -> RemotingCommand | None:
+        """The frame at ``start`` without its body if that is over its code's limit, else None."""
+        cmd = _decode_header(buf, start + 8, header_end, stype)
+        limit = self._limits.get(cmd.code)
+        if limit is None or end - header_end <= limit or cmd.is_response:
+            self._vetted = True  # its header is not parsed again while the rest arrives
+            return None
+        cmd.body_dropped = end - header_end
+        if end <= len(buf):
+            self._start = end
+        else:  # everything from start on belongs to this frame
+            self._skip = end - len(buf)
+            buf.clear()
+            self._start = 0
         return cmd
 
 
