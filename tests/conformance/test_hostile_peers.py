@@ -116,6 +116,25 @@ def test_a_config_update_that_cannot_be_stored_changes_nothing(node, tmp_path, b
         assert c.get_config()["productEnvName"] == "prod"
 
 
+def test_an_oversized_config_body_is_refused_from_its_header_and_the_rest_dropped_unread(node):
+    body = b"productEnvName=" + b"x" * (11 * MiB) + b"\n"
+    header = {"code": int(RequestCode.UPDATE_NAMESRV_CONFIG), "flag": 0, "language": "JAVA", "opaque": 7}
+    frame = json_frame(header, body)
+    then = json_frame({**header, "code": int(RequestCode.GET_NAMESRV_CONFIG), "opaque": 8})
+    host, port = node.addr.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(frame[:MiB])  # the node answers before the body is all there
+        decoder = FrameDecoder()
+        while (refused := decoder.next_command()) is None:
+            decoder.feed(s.recv(65536))
+        assert refused.opaque == 7 and refused.code == ResponseCode.SYSTEM_ERROR
+        assert f"at most 65536 bytes, this one has {len(body)}" in refused.remark
+        s.sendall(frame[MiB:] + then)  # the rest is dropped; the connection stays in step
+        while (answer := decoder.next_command()) is None:
+            decoder.feed(s.recv(65536))
+        assert (answer.opaque, answer.code) == (8, ResponseCode.SUCCESS) and b"productEnvName" in answer.body
+
+
 # --- clean failures: one warning per malformed frame, never a traceback -------------------------
 
 
