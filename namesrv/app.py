@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import signal
 import time
@@ -187,11 +186,6 @@ async def _log_stats(running: RunningNode, interval_s: float) -> None:
 async def serve(config: NamesrvConfig) -> None:
     """Run a node in the foreground; the first SIGTERM/SIGINT stops it gracefully, a second one forces."""
     running = await start_node(config)
-    # what start-up built (modules, warm-started routes) lives as long as the process: out of the
-    # collector's sight, a full collection no longer walks it, which would hold every client up for
-    # milliseconds (the GIL is held throughout).  Only this process entry does it, not tests that
-    # start nodes in their own process.
-    gc.freeze()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
 

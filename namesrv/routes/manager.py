@@ -132,11 +132,20 @@ class RouteInfoManager:
         with self._lock:
             return unregister.on_channel_destroy(self._tables, channel)
 
-    def expire_inactive(self) -> UnregisterOutcome:
-        """Remove every broker silent past its timeout; the outcome's ``removed_channels`` are for the caller to close."""
-        with self._lock:
+    def expire_inactive(self, *, wait: bool = True) -> UnregisterOutcome | None:
+        """Remove every broker silent past its timeout; the outcome's ``removed_channels`` are for the caller to close.
+
+        Without ``wait``, None when the tables are busy (the worker thread applying a large
+        registration, which may take a second): the event loop's scan tries again shortly rather
+        than stall every client meanwhile.
+        """
+        if not self._lock.acquire(blocking=wait):
+            return None
+        try:
             t = self._tables
             return unregister.unregister_brokers(t, self.settings, unregister.scan_not_active_broker(t, self.now_ms()))
+        finally:
+            self._lock.release()
 
     # ------------------------------------------------------------------ provisional entries (warm start)
 
