@@ -259,12 +259,12 @@ class FrameDecoder:
         """Bytes received but not yet returned as a command."""
         return len(self._buf) - self._start
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | memoryview) -> None:
         if self._skip:
             if len(data) <= self._skip:
                 self._skip -= len(data)
                 return
-            data = memoryview(data)[self._skip :]  # type: ignore[assignment]  # appended below, not kept
+            data = memoryview(data)[self._skip :]  # the end of a refused body, dropped; the rest appended below
             self._skip = 0
         if self._start:
             # drop consumed frames only now, so next_command never moves bytes it may not return
