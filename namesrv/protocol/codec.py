@@ -294,7 +294,7 @@ class FrameDecoder:
         stype, header_len = _check_type_word(word, length)
         end = start + 4 + length
         header_end = start + 8 + header_len
-        if self._limits and not self._vetted and end - header_end > self._least_limit and size >= header_end:
+        if end - header_end > self._least_limit and self._limits and not self._vetted and size >= header_end:
             refused = self._refuse_body(buf, start, header_end, end, stype)
             if refused is not None:
                 return refused
