@@ -172,9 +172,10 @@ class Connection(asyncio.Protocol):
             self.drop(departure.read_failed(e))
             return
         self.server.account(self)
-        if self.decoder.buffered >= _LARGE_FRAME_BYTES and not self.throttled:
-            # libuv reads a ready socket up to 32 times in a row: a peer streaming a large frame would
-            # take the loop for milliseconds each turn.  One read per turn, like everyone else.
+        if (self.decoder.buffered >= _LARGE_FRAME_BYTES or self.decoder.skipping) and not self.throttled:
+            # libuv reads a ready socket up to 32 times in a row: a peer streaming a large frame (or a
+            # refused body we drop) would take the loop for milliseconds each turn.  One read per
+            # turn, like everyone else.
             self.throttled = True
             self._update_reading()
             assert self.server.loop is not None  # set before the server accepts a connection

@@ -13,6 +13,10 @@ frame by its first 8 bytes, before waiting for the rest, so a peer cannot make u
 the 16 MiB Java allows.  Anything that is not a frame raises :class:`RemoteProtocolError`; the server
 then closes the connection, exactly as Java's ``NettyDecoder`` does.
 
+A frame of :data:`CHUNKED_FRAME_BYTES` or more is kept, once its header is in, as the list of the
+chunks fed and joined once, when it is whole: a peer streaming 16 MiB, or never finishing, costs a
+list append per read rather than a copy of every read into a growing buffer.
+
 A decoder may be given ``body_limits``, the most body bytes a request code may carry.  A frame over
 its code's limit is handed out as soon as its header is in, with no body and ``body_dropped`` set to
 the body's length; the rest of that body is counted off as it arrives and never kept.  So a peer
@@ -243,6 +247,11 @@ class FrameDecoder:
     """
 
     def __init__(self, body_limits: Mapping[int, int] | None = None) -> None:
+        #: the frame in progress once it is known to be large: what was fed, in order (see the module notes)
+        self._chunks: list[bytes | bytearray] = []
+        #: bytes in _chunks, and the length of that frame, length word included (0: none in progress)
+        self._chunked = self._chunked_end = 0
+        self._chunked_header: tuple[SerializeType, int] = (SerializeType.JSON, 0)
         self._buf = bytearray()
         self._start = 0  # bytes before this offset are already handed out
         self._error: RemoteProtocolError | None = None
@@ -257,7 +266,12 @@ class FrameDecoder:
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as a command."""
-        return len(self._buf) - self._start
+        return len(self._buf) - self._start + self._chunked
+
+    @property
+    def skipping(self) -> int:
+        """Bytes of a refused body still to come (and to be dropped)."""
+        return self._skip
 
     def feed(self, data: bytes | memoryview) -> None:
         if self._skip:
@@ -266,11 +280,28 @@ class FrameDecoder:
                 return
             data = memoryview(data)[self._skip :]  # the end of a refused body, dropped; the rest appended below
             self._skip = 0
+        if self._chunked_end:
+            need = self._chunked_end - self._chunked
+            if len(data) <= need:
+                self._add_chunk(data)
+                return
+            self._add_chunk(memoryview(data)[:need])
+            data = memoryview(data)[need:]
         if self._start:
             # drop consumed frames only now, so next_command never moves bytes it may not return
             del self._buf[: self._start]
             self._start = 0
         self._buf += data
+
+    def _add_chunk(self, data: bytes | memoryview) -> None:
+        chunks = self._chunks
+        if len(data) >= _SMALL_FEED_BYTES:
+            chunks.append(data if type(data) is bytes else bytes(data))
+        elif type(chunks[-1]) is bytearray:  # small reads are gathered, so a trickle costs no more than before
+            chunks[-1] += data
+        else:
+            chunks.append(bytearray(data))
+        self._chunked += len(data)
 
     def next_command(self) -> RemotingCommand | None:
         if self._error is not None:
@@ -282,6 +313,8 @@ class FrameDecoder:
             raise
 
     def _next(self) -> RemotingCommand | None:
+        if self._chunked_end:
+            return self._whole_chunked() if self._chunked == self._chunked_end else None
         buf, start = self._buf, self._start
         size = len(buf)
         if size - start < 8:
@@ -299,6 +332,14 @@ class FrameDecoder:
             if refused is not None:
                 return refused
         if size < end:
+            if end - start >= CHUNKED_FRAME_BYTES and size >= header_end:
+                # everything from start on belongs to this frame: it goes on as a list of chunks
+                with memoryview(buf) as view:
+                    self._chunks = [bytes(view[start:])]
+                self._chunked, self._chunked_end = size - start, end - start
+                self._chunked_header = (stype, header_len)
+                buf.clear()
+                self._start = 0
             return None
         self._vetted = False
         cmd = _decode_header(buf, start + 8, header_end, stype)
@@ -310,6 +351,21 @@ class FrameDecoder:
             self._start = 0
         else:
             self._start = end
+        return cmd
+
+    def _whole_chunked(self) -> RemotingCommand:
+        """The large frame whose chunks are all in; its first chunk holds the whole header."""
+        chunks, self._chunks = self._chunks, []
+        self._chunked = self._chunked_end = 0
+        self._vetted = False
+        stype, header_len = self._chunked_header
+        header_end = 8 + header_len
+        first = chunks[0]
+        cmd = _decode_header(first, 8, header_end, stype)
+        with memoryview(first) as view:
+            body = b"".join((view[header_end:], *chunks[1:]))  # the one copy of the body
+        if body:
+            cmd.body = body
         return cmd
 
     def _refuse_body(
@@ -329,6 +385,12 @@ class FrameDecoder:
             buf.clear()
             self._start = 0
         return cmd
+
+
+#: frames at least this long are received as a list of chunks (see the module notes)
+CHUNKED_FRAME_BYTES = 256 * 1024
+#: fed data shorter than this is copied onto the previous chunk rather than kept as its own
+_SMALL_FEED_BYTES = 64 * 1024
 
 
 def decode_frame(frame: bytes) -> RemotingCommand:
@@ -363,7 +425,7 @@ def _check_type_word(word: int, length: int) -> tuple[SerializeType, int]:
     return stype, header_len
 
 
-def _decode_header(buf: bytearray, start: int, end: int, stype: SerializeType) -> RemotingCommand:
+def _decode_header(buf: bytes | bytearray, start: int, end: int, stype: SerializeType) -> RemotingCommand:
     if stype == SerializeType.JSON:
         return _decode_json_header(buf, start, end)
     return _decode_rocketmq_header(buf, start, end)
@@ -375,7 +437,7 @@ _MEMO_MAX_HEADER = 2048
 _JSON_OPAQUE = re.compile(rb'"opaque":(-?[0-9]{1,10})(?=[,}])')
 
 
-def _decode_json_header(buf: bytearray, start: int, end: int) -> RemotingCommand:
+def _decode_json_header(buf: bytes | bytearray, start: int, end: int) -> RemotingCommand:
     if end - start <= _MEMO_MAX_HEADER and (m := _JSON_OPAQUE.search(buf, start, end)) is not None:
         digits = m.group(1)
         opaque = int(digits)
@@ -528,7 +590,7 @@ def _decode_language(cmd: RemotingCommand, value: Any) -> LanguageCode:
     return lang
 
 
-def _decode_rocketmq_header(buf: bytearray, start: int, end: int) -> RemotingCommand:
+def _decode_rocketmq_header(buf: bytes | bytearray, start: int, end: int) -> RemotingCommand:
     if _RMQ_MIN_HEADER <= end - start <= _MEMO_MAX_HEADER:
         (opaque,) = _I32.unpack_from(buf, start + _RMQ_OPAQUE_AT)
         at = start + _RMQ_OPAQUE_AT

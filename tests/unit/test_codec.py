@@ -408,3 +408,27 @@ def test_bodies_within_limits_and_other_codes_are_untouched():
     response.flag = 1  # a response is never a request the limits are for
     decoder.feed(encode(response))
     assert len(decoder.next_command().body) == 5000
+
+
+# ---------------------------------------------------------------------------------------------
+# large frames: kept as the chunks fed, joined once
+
+
+@pytest.mark.parametrize("sizes", [(256 * 1024,), (1000, 70_000, 3, 300_000), (4096,)], ids=["reads", "mixed", "small"])
+def test_a_large_frame_fed_in_any_chunks_comes_out_whole_with_the_next_frame(sizes):
+    from namesrv.protocol.codec import CHUNKED_FRAME_BYTES
+
+    body = bytes(range(256)) * (4 * CHUNKED_FRAME_BYTES // 256)  # 1 MiB, every offset distinct mod 256
+    stream = encode(request(103, {"brokerName": "b"}, body, opaque=1)) + encode(request(105, {"topic": "T"}, opaque=2))
+    decoder, got, fed, i = FrameDecoder(), [], 0, 0
+    while fed < len(stream):
+        n = sizes[i % len(sizes)]
+        decoder.feed(stream[fed : fed + n])
+        fed, i = fed + n, i + 1
+        while (cmd := decoder.next_command()) is not None:
+            got.append(cmd)
+        assert decoder.buffered == min(fed, len(stream)) - sum(
+            len(encode(request(c.code, c.ext_fields, c.body, opaque=c.opaque))) for c in got
+        )
+    assert [(c.opaque, c.body) for c in got] == [(1, body), (2, None)]
+    assert got[0].ext_fields == {"brokerName": "b"}
