@@ -90,6 +90,8 @@ _LARGE_FRAME_BYTES = 256 * 1024
 _REASON_MAX_CHARS = 300
 #: a connection held back for the budget this long, with no broker registered on it, is closed
 HELD_BACK_LIMIT_S = 5.0
+#: how soon a closed connection's brokers are looked up again when the route tables were busy
+_TABLES_BUSY_RETRY_S = 0.01
 _drop_log = RateLimited(log, per_minute=_DROP_LOG_PER_MINUTE)
 
 
@@ -406,7 +408,12 @@ class NameServer:
         deadline = self.clock() - HELD_BACK_LIMIT_S
         for c in held_back:
             closing = c.transport is None or c.transport.is_closing()
-            if not closing and c.held_back_since < deadline and not self.node.routes.on_channel_destroy(c):
+            # a broker's connection, or tables too busy to tell (try again at the next check): left alone
+            if (
+                not closing
+                and c.held_back_since < deadline
+                and self.node.routes.on_channel_destroy(c, wait=False) == []
+            ):
                 c.drop(departure.stalled(HELD_BACK_LIMIT_S, c.decoder.buffered))
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
@@ -422,7 +429,13 @@ class NameServer:
             log.error("background task %s failed", task.get_name(), exc_info=task.exception())
 
     def channel_destroyed(self, connection: Connection, why: Departure) -> None:
-        requests = self.node.routes.on_channel_destroy(connection)
+        requests = self.node.routes.on_channel_destroy(connection, wait=self.loop is None or self._stopping)
+        if requests is None:
+            # the worker is applying a large registration, which may hold the tables for a second:
+            # look again shortly rather than stall every client meanwhile
+            assert self.loop is not None
+            self.loop.call_later(_TABLES_BUSY_RETRY_S, self.channel_destroyed, connection, why)
+            return
         if requests:
             log.info("%s from %s: unregistering %s", why, connection.peer, [r.broker_addr for r in requests])
             self.node.submit_unregister(requests)

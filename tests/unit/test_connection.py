@@ -272,6 +272,26 @@ def test_a_peer_that_closes_reports_connection_closed(harness):
     assert harness.observer.seen[BROKER].cause is Cause.PEER_CLOSED
 
 
+def test_a_close_while_the_tables_are_busy_is_reported_once_they_are_free(harness, monkeypatch):
+    routes = routes_of(harness)
+    broker, _ = harness.connect(5000)
+    broker.data_received(register_frame())
+    lookup = routes.on_channel_destroy
+    busy = [True]
+
+    def on_channel_destroy(channel, *, wait=True):
+        assert not wait  # the loop never waits for the worker thread's registration
+        return None if busy[0] else lookup(channel, wait=wait)
+
+    monkeypatch.setattr(routes, "on_channel_destroy", on_channel_destroy)
+    broker.connection_lost(None)
+    harness.loop.advance(server_mod._TABLES_BUSY_RETRY_S)
+    assert BROKER not in harness.observer.seen  # still busy: looked at again later
+    busy[0] = False
+    harness.loop.advance(server_mod._TABLES_BUSY_RETRY_S)
+    assert harness.observer.seen[BROKER].cause is Cause.PEER_CLOSED
+
+
 # --------------------------------------------------------------------------- back-pressure
 
 
