@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -108,7 +109,10 @@ class OffLoopWorker(ThreadPoolExecutor):
     :data:`_MANY_YOUNG_OBJECTS` behind has them moved to the oldest generation unwalked (freezing and
     unfreezing does that in constant time) rather than walked in one young collection: what is
     garbage among them (the decoded topics, once answered) goes by reference counting, and any
-    cycle among them waits for the next full collection, as an old object's would.
+    cycle among them waits for the next full collection, as an old object's would.  Objects moved so
+    do not count towards the collector's own trigger for a full collection, so a worker kept busy
+    by such jobs (one peer registering 100,000 topics back to back) could postpone it for good: a
+    job that moved objects ends with a full collection if none ran for :data:`_FULL_COLLECTION_S`.
     """
 
     def __init__(self) -> None:
@@ -120,6 +124,16 @@ class OffLoopWorker(ThreadPoolExecutor):
 
 #: young objects a job may leave to the next young collection (a few milliseconds' walk)
 _MANY_YOUNG_OBJECTS = 10_000
+#: at most this long between full collections while jobs move objects to the oldest generation
+_FULL_COLLECTION_S = 60.0
+
+
+class _Moved:
+    """Whether objects were moved unwalked since the last full collection (the worker thread's only)."""
+
+    since: float | None = None
+    #: full collections counted by the collector when we last looked
+    full_collections = 0
 
 
 def _collection_paused(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
@@ -129,9 +143,16 @@ def _collection_paused(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> 
     try:
         return fn(*args, **kwargs)
     finally:
+        full = gc.get_stats()[-1]["collections"]
+        if full != _Moved.full_collections:  # one ran (on either thread): what was moved has been walked
+            _Moved.full_collections, _Moved.since = full, None
         if gc.get_count()[0] > _MANY_YOUNG_OBJECTS:
             gc.freeze()
             gc.unfreeze()
+            _Moved.since = _Moved.since or time.monotonic()
+        if _Moved.since is not None and time.monotonic() - _Moved.since > _FULL_COLLECTION_S:
+            gc.collect()
+            _Moved.full_collections, _Moved.since = gc.get_stats()[-1]["collections"], None
         gc.enable()
 
 

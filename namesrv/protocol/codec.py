@@ -254,7 +254,9 @@ class FrameDecoder:
         self._chunked_header: tuple[SerializeType, int] = (SerializeType.JSON, 0)
         self._buf = bytearray()
         self._start = 0  # bytes before this offset are already handed out
-        self._error: RemoteProtocolError | None = None
+        #: why the stream is out of step; the message only (an exception would keep its traceback's
+        #: frames, which refer to this decoder: a cycle only the garbage collector could free)
+        self._error: str | None = None
         self._limits = body_limits or {}
         #: no body is refused below this many bytes, so smaller frames are never looked at early
         self._least_limit = min(self._limits.values(), default=0)
@@ -305,11 +307,11 @@ class FrameDecoder:
 
     def next_command(self) -> RemotingCommand | None:
         if self._error is not None:
-            raise self._error
+            raise RemoteProtocolError(self._error)
         try:
             return self._next()
         except RemoteProtocolError as e:
-            self._error = e
+            self._error = str(e)
             raise
 
     def _next(self) -> RemotingCommand | None:
@@ -389,8 +391,10 @@ class FrameDecoder:
 
 #: frames at least this long are received as a list of chunks (see the module notes)
 CHUNKED_FRAME_BYTES = 256 * 1024
-#: fed data shorter than this is copied onto the previous chunk rather than kept as its own
-_SMALL_FEED_BYTES = 64 * 1024
+#: fed data shorter than this is copied onto the previous chunk rather than kept as its own: a
+#: read this large has a memory mapping of its own (see server._map_large_buffers), returned to the
+#: system when freed, where many smaller ones kept for long would fragment the heap for good
+_SMALL_FEED_BYTES = 256 * 1024
 
 
 def decode_frame(frame: bytes) -> RemotingCommand:
