@@ -15,9 +15,7 @@ requests are still answered in order.
 
 from __future__ import annotations
 
-import gc
 import logging
-import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -98,64 +96,6 @@ class NodeObserver:
     def kv_config_changed(self, namespace: str, key: str, value: str | None) -> None: ...
 
 
-class OffLoopWorker(ThreadPoolExecutor):
-    """One thread for the work handlers move off the loop, run with automatic garbage collection paused.
-
-    A collection holds the GIL throughout, so no client is served while one runs, in either thread.
-    A 100,000-topic registration makes 100,000 decoded topics (freed once answered) and, the first
-    time, 200,000 table entries (kept).  Collected as usual, the decoded topics live long enough to
-    reach the oldest generation, and each registration then sets off a full collection (tens of
-    milliseconds); paused, nothing is walked while the job runs.  A job that leaves more than
-    :data:`_MANY_YOUNG_OBJECTS` behind has them moved to the oldest generation unwalked (freezing and
-    unfreezing does that in constant time) rather than walked in one young collection: what is
-    garbage among them (the decoded topics, once answered) goes by reference counting, and any
-    cycle among them waits for the next full collection, as an old object's would.  Objects moved so
-    do not count towards the collector's own trigger for a full collection, so a worker kept busy
-    by such jobs (one peer registering 100,000 topics back to back) could postpone it for good: a
-    job that moved objects ends with a full collection if none ran for :data:`_FULL_COLLECTION_S`.
-    """
-
-    def __init__(self) -> None:
-        super().__init__(1, thread_name_prefix="namesrv-worker")
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
-        return super().submit(_collection_paused, fn, *args, **kwargs)
-
-
-#: young objects a job may leave to the next young collection (a few milliseconds' walk)
-_MANY_YOUNG_OBJECTS = 10_000
-#: at most this long between full collections while jobs move objects to the oldest generation
-_FULL_COLLECTION_S = 60.0
-
-
-class _Moved:
-    """Whether objects were moved unwalked since the last full collection (the worker thread's only)."""
-
-    since: float | None = None
-    #: full collections counted by the collector when we last looked
-    full_collections = 0
-
-
-def _collection_paused(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-    if not gc.isenabled():  # someone else paused it and will resume it
-        return fn(*args, **kwargs)
-    gc.disable()
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        full = gc.get_stats()[-1]["collections"]
-        if full != _Moved.full_collections:  # one ran (on either thread): what was moved has been walked
-            _Moved.full_collections, _Moved.since = full, None
-        if gc.get_count()[0] > _MANY_YOUNG_OBJECTS:
-            gc.freeze()
-            gc.unfreeze()
-            _Moved.since = _Moved.since or time.monotonic()
-        if _Moved.since is not None and time.monotonic() - _Moved.since > _FULL_COLLECTION_S:
-            gc.collect()
-            _Moved.full_collections, _Moved.since = gc.get_stats()[-1]["collections"], None
-        gc.enable()
-
-
 @dataclass
 class NameServerNode:
     """Everything a handler may touch: the tables, the KV store, the settings, and the outlets."""
@@ -174,7 +114,7 @@ class NameServerNode:
     notify_brokers: Callable[[MinBrokerIdChange], None] | None = None
     #: runs blocking or large work off the event loop (config persistence, big registration bodies);
     #: one thread, so such work from any number of connections never takes more than one core
-    worker: Executor = field(default_factory=OffLoopWorker)
+    worker: Executor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="namesrv-worker"))
     #: signed-request checks (``aclEnable``); None: every request proceeds, as in Apache RocketMQ
     acl: Acl | None = None
     _cache: dict[Any, bytes] = field(default_factory=dict)

@@ -284,7 +284,7 @@ class Connection(asyncio.Protocol):
         # an unfinished frame of up to 16 MiB: freed now, whoever still refers to this connection
         self.decoder = FrameDecoder()
         # the transport refers to us too: without this cycle the connection goes by reference counting
-        # at once, not at the next full collection (which may be far off, see handlers.OffLoopWorker)
+        # at once, not at the next full collection (which may be far off)
         self.transport = None
         why = self.close_reason or (departure.PEER_CLOSED if exc is None else departure.connection_error(exc))
         self.server.channel_destroyed(self, why)
