@@ -13,9 +13,11 @@ frame by its first 8 bytes, before waiting for the rest, so a peer cannot make u
 the 16 MiB Java allows.  Anything that is not a frame raises :class:`RemoteProtocolError`; the server
 then closes the connection, exactly as Java's ``NettyDecoder`` does.
 
-A frame of :data:`CHUNKED_FRAME_BYTES` or more is kept, once its header is in, as the list of the
-chunks fed and joined once, when it is whole: a peer streaming 16 MiB, or never finishing, costs a
-list append per read rather than a copy of every read into a growing buffer.
+A frame of :data:`CHUNKED_FRAME_BYTES` or more is kept, once its header is in, as a list of chunks
+joined once, when it is whole: what is fed in pieces of that size or more is kept as it is, smaller
+pieces are gathered into one buffer (a 256 KiB piece has a memory mapping of its own, returned to
+the system when freed; many smaller ones kept for long would fragment the heap for good).  The body
+is copied once, not twice, and the bytes before it are never moved.
 
 A decoder may be given ``body_limits``, the most body bytes a request code may carry.  A frame over
 its code's limit is handed out as soon as its header is in, with no body and ``body_dropped`` set to
@@ -391,9 +393,8 @@ class FrameDecoder:
 
 #: frames at least this long are received as a list of chunks (see the module notes)
 CHUNKED_FRAME_BYTES = 256 * 1024
-#: fed data shorter than this is copied onto the previous chunk rather than kept as its own: a
-#: read this large has a memory mapping of its own (see server._map_large_buffers), returned to the
-#: system when freed, where many smaller ones kept for long would fragment the heap for good
+#: fed data shorter than this is copied onto the previous chunk rather than kept as its own (see the
+#: module notes; uvloop reads at most 256,000 bytes at a time, so its reads are all gathered)
 _SMALL_FEED_BYTES = 256 * 1024
 
 
