@@ -86,6 +86,7 @@ __all__ = [
     "Unparsable",
     "PersistFailed",
     "Refused",
+    "oversized_update",
     "MAX_UPDATE_BODY_BYTES",
     "MAX_UPDATE_KEYS",
     "MAX_UPDATE_VALUE_CHARS",
@@ -1004,6 +1005,11 @@ def _update_refusal(props: Mapping[str, str]) -> str | None:
     return None
 
 
+def oversized_update(size: int) -> Refused:
+    """The answer to an update body of ``size`` bytes, over :data:`MAX_UPDATE_BODY_BYTES`."""
+    return Refused(f"an update body may have at most {MAX_UPDATE_BODY_BYTES} bytes, this one has {size}")
+
+
 def apply_update(cfg: NamesrvConfig, properties: str | bytes) -> UpdateResult:
     """UPDATE_NAMESRV_CONFIG on ``cfg``: persist to ``cfg.config_store_path``, then change ``cfg`` in place.
 
@@ -1011,7 +1017,7 @@ def apply_update(cfg: NamesrvConfig, properties: str | bytes) -> UpdateResult:
     was written.  Blocking (three fsyncs): the server calls it off the event loop.
     """
     if len(properties) > MAX_UPDATE_BODY_BYTES:
-        return Refused(f"an update body may have at most {MAX_UPDATE_BODY_BYTES} bytes, this one has {len(properties)}")
+        return oversized_update(len(properties))
     if isinstance(properties, bytes):
         try:
             properties = properties.decode("utf-8")

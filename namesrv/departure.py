@@ -41,7 +41,8 @@ class Cause(enum.Enum):
     PEER_CLOSED = "PEER_CLOSED"
     #: the transport reported an error
     CONNECTION_ERROR = "CONNECTION_ERROR"
-    #: the node closed it: nothing came for serverChannelMaxIdleTimeSeconds
+    #: the node closed it: nothing came for serverChannelMaxIdleTimeSeconds, or nothing could (it was
+    #: held back for the buffer budget; never a connection a broker registered on)
     IDLE = "IDLE"
     #: the node closed it: the peer sent a frame the decoder refused
     MALFORMED_FRAME = "MALFORMED_FRAME"
@@ -93,6 +94,13 @@ def connection_error(error: BaseException) -> Departure:
 
 def idle(limit_s: float) -> Departure:
     return Departure(Cause.IDLE, f"idle for {limit_s} s (serverChannelMaxIdleTimeSeconds)")
+
+
+def stalled(held_back_s: float, unfinished: int) -> Departure:
+    return Departure(
+        Cause.IDLE,
+        f"held back for the buffer budget for {held_back_s} s with {unfinished} bytes of an unfinished frame",
+    )
 
 
 def malformed_frame(error: BaseException) -> Departure:

@@ -582,8 +582,16 @@ def get_system_topic_list_from_ns(node: NameServerNode, request: RemotingCommand
 # --- name-server settings -------------------------------------------------------------------
 
 
+#: the most body bytes a request code may carry, for the server's decoders: a larger body is refused
+#: as soon as its header is in and dropped unread as it arrives (``RemotingCommand.body_dropped``)
+BODY_LIMITS: dict[int, int] = {int(RequestCode.UPDATE_NAMESRV_CONFIG): config_mod.MAX_UPDATE_BODY_BYTES}
+
+
 @handles(RequestCode.UPDATE_NAMESRV_CONFIG)
 def update_namesrv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
+    if request.body_dropped:
+        refused = config_mod.oversized_update(request.body_dropped)
+        return request.response(refused.code, refused.remark)
     if not request.body:
         return request.response()
     future = node.worker.submit(config_mod.apply_update, node.config, request.body)

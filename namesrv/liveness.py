@@ -67,6 +67,10 @@ class BatchUnregistration:
             self.drain_now(await self.queue.get())
 
 
+#: how soon the expiry scan tries again when the tables were busy
+_BUSY_RETRY_S = 0.01
+
+
 class ExpiryScan:
     """Every ``interval_ms``, expire brokers whose last heartbeat is older than their timeout.
 
@@ -89,8 +93,11 @@ class ExpiryScan:
         #: False while the streaming monitor decides expiry for every node
         self.enabled = True
 
-    def scan_once(self) -> list[UnregisterRequest]:
-        outcome = self.routes.expire_inactive()
+    def scan_once(self, *, wait: bool = True) -> list[UnregisterRequest] | None:
+        """Expire the silent brokers now; without ``wait``, None if the tables are busy (nothing done)."""
+        outcome = self.routes.expire_inactive(wait=wait)
+        if outcome is None:
+            return None
         if outcome.applied:
             log.warning("expired silent brokers: %s", [f"{r.cluster_name}/{r.broker_addr}" for r in outcome.applied])
         for channel in outcome.removed_channels:
@@ -107,5 +114,6 @@ class ExpiryScan:
         # Java waits one interval before the first scan (apache/rocketmq PR #9683 fixed a 5 ms slip)
         while True:
             await asyncio.sleep(self.interval_ms / 1000)
-            if self.enabled:
-                self.scan_once()
+            # the loop never waits for the tables: a large registration may hold them for a second
+            while self.enabled and self.scan_once(wait=False) is None:
+                await asyncio.sleep(_BUSY_RETRY_S)

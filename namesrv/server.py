@@ -27,8 +27,10 @@ not yet taken by the peer.  Past it the node stops reading from every connection
 share (:data:`BUDGET_OFFENDER_BYTES` or more; a well-formed client holds a few KiB), so the memory
 stops growing while small requests keep being served; reading resumes once the total is back under
 three quarters of the budget.  A connection held back this way cannot even see its peer leave (the
-peer's FIN waits behind the bytes we do not read), so it is the idle limit that closes it and frees
-what it holds.
+peer's FIN waits behind the bytes we do not read), and its unfinished frame cannot grow: one held
+back for :data:`HELD_BACK_LIMIT_S` is closed, unless a broker registered on it (that would unregister
+the broker; the idle limit still applies to it), so the memory an attack held comes back within
+seconds of its end, not at the idle limit.
 
 A request whose work runs off the loop (:class:`namesrv.handlers.Pending`: KV and config writes,
 large registration bodies) holds its connection: nothing more is read or answered there until its
@@ -65,7 +67,7 @@ from typing import Any, cast
 from namesrv import departure
 from namesrv.client import parse_addr
 from namesrv.departure import Departure
-from namesrv.handlers import NameServerNode, Pending, dispatch, min_broker_id_change_request
+from namesrv.handlers import BODY_LIMITS, NameServerNode, Pending, dispatch, min_broker_id_change_request
 from namesrv.handshake import Acceptor, TransportSecurity
 from namesrv.logs import RateLimited
 from namesrv.protocol.codec import FrameDecoder, LocalProtocolError, RemoteProtocolError, encode
@@ -92,6 +94,12 @@ _GIL_SWITCH_S = 0.0005
 #: a connection holding this much of an unfinished frame reads once per turn of the loop
 _LARGE_FRAME_BYTES = 256 * 1024
 _REASON_MAX_CHARS = 300
+#: while dropping a refused body, a connection is read once per this many seconds
+_SKIP_READ_S = 0.01
+#: a connection held back for the budget this long, with no broker registered on it, is closed
+HELD_BACK_LIMIT_S = 5.0
+#: how soon a closed connection's brokers are looked up again when the route tables were busy
+_TABLES_BUSY_RETRY_S = 0.01
 _drop_log = RateLimited(log, per_minute=_DROP_LOG_PER_MINUTE)
 
 
@@ -130,12 +138,13 @@ class Connection(asyncio.Protocol):
         "reading",
         "held",
         "throttled",
+        "held_back_since",
     )
 
     def __init__(self, server: NameServer, peer: str | None = None) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
-        self.decoder = FrameDecoder()
+        self.decoder = FrameDecoder(BODY_LIMITS)
         #: host:port of the peer; given when set-up learned it (the client's, from a PROXY preamble)
         self.peer = peer or "?"
         self.last_active = server.clock()
@@ -153,6 +162,8 @@ class Connection(asyncio.Protocol):
         self.held = 0
         #: receiving a large frame: one read per turn of the loop (see data_received)
         self.throttled = False
+        #: when the node last stopped reading it for the budget (server clock)
+        self.held_back_since = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # a stream server's transport: typeshed's Protocol says BaseTransport, and uvloop's transports are
@@ -173,13 +184,19 @@ class Connection(asyncio.Protocol):
             self.drop(departure.read_failed(e))
             return
         self.server.account(self)
-        if self.decoder.buffered >= _LARGE_FRAME_BYTES and not self.throttled:
-            # libuv reads a ready socket up to 32 times in a row: a peer streaming a large frame would
-            # take the loop for milliseconds each turn.  One read per turn, like everyone else.
+        if (self.decoder.buffered >= _LARGE_FRAME_BYTES or self.decoder.skipping) and not self.throttled:
+            # libuv reads a ready socket up to 32 times in a row: a peer streaming a large frame (or a
+            # refused body we drop) would take the loop for milliseconds each turn.  One read per
+            # turn, like everyone else.
             self.throttled = True
             self._update_reading()
             assert self.server.loop is not None  # set before the server accepts a connection
-            self.server.loop.call_soon(self._unthrottle)
+            if self.decoder.skipping:
+                # a refused body is already answered: it drains at one read per _SKIP_READ_S (about
+                # 25 MB/s), so a peer sending them back to back cannot keep the node's CPU busy
+                self.server.loop.call_later(_SKIP_READ_S, self._unthrottle)
+            else:
+                self.server.loop.call_soon(self._unthrottle)
 
     def _unthrottle(self) -> None:
         self.throttled = False
@@ -251,6 +268,8 @@ class Connection(asyncio.Protocol):
 
     def hold_back(self, held_back: bool) -> None:
         """Stop (or resume) reading for the node's buffer budget."""
+        if held_back and not self.held_back:
+            self.held_back_since = self.server.clock()
         self.held_back = held_back
         self._update_reading()
 
@@ -277,6 +296,11 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
         self.server.release(self)
+        # an unfinished frame of up to 16 MiB: freed now, whoever still refers to this connection
+        self.decoder = FrameDecoder()
+        # the transport refers to us too: without this cycle the connection goes by reference counting
+        # at once, not at the next full collection (which may be far off)
+        self.transport = None
         why = self.close_reason or (departure.PEER_CLOSED if exc is None else departure.connection_error(exc))
         self.server.channel_destroyed(self, why)
 
@@ -387,12 +411,32 @@ class NameServer:
         held_back = [c for c in self.connections if c.held_back]
         if not held_back:
             return
+        self._close_stalled(held_back)
         if self._recount() <= BUFFER_BUDGET_BYTES * 3 // 4:
             for c in held_back:
                 c.hold_back(False)
             return
         assert self.loop is not None  # this runs on the loop, scheduled by call_later
         self._budget_check = self.loop.call_later(_BUDGET_CHECK_S, self._check_budget)
+
+    def _close_stalled(self, held_back: list[Connection]) -> None:
+        """Close the connections held back for longer than HELD_BACK_LIMIT_S that carry no broker.
+
+        Such a connection makes no progress and holds memory: an unfinished frame that cannot grow.
+        Its peer may even be gone, unseen (its FIN waits behind the bytes we do not read).  Closing
+        frees the memory now rather than at the idle limit.  A broker's connection is left alone:
+        closing it would unregister the broker, which a peer filling the budget must not achieve.
+        """
+        deadline = self.clock() - HELD_BACK_LIMIT_S
+        for c in held_back:
+            closing = c.transport is None or c.transport.is_closing()
+            # a broker's connection, or tables too busy to tell (try again at the next check): left alone
+            if (
+                not closing
+                and c.held_back_since < deadline
+                and self.node.routes.on_channel_destroy(c, wait=False) == []
+            ):
+                c.drop(departure.stalled(HELD_BACK_LIMIT_S, c.decoder.buffered))
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         """Every background task goes through here, so shutdown can find and cancel it."""
@@ -407,7 +451,13 @@ class NameServer:
             log.error("background task %s failed", task.get_name(), exc_info=task.exception())
 
     def channel_destroyed(self, connection: Connection, why: Departure) -> None:
-        requests = self.node.routes.on_channel_destroy(connection)
+        requests = self.node.routes.on_channel_destroy(connection, wait=self.loop is None or self._stopping)
+        if requests is None:
+            # the worker is applying a large registration, which may hold the tables for a second:
+            # look again shortly rather than stall every client meanwhile
+            assert self.loop is not None
+            self.loop.call_later(_TABLES_BUSY_RETRY_S, self.channel_destroyed, connection, why)
+            return
         if requests:
             log.info("%s from %s: unregistering %s", why, connection.peer, [r.broker_addr for r in requests])
             self.node.submit_unregister(requests)

@@ -13,6 +13,17 @@ frame by its first 8 bytes, before waiting for the rest, so a peer cannot make u
 the 16 MiB Java allows.  Anything that is not a frame raises :class:`RemoteProtocolError`; the server
 then closes the connection, exactly as Java's ``NettyDecoder`` does.
 
+A frame of :data:`CHUNKED_FRAME_BYTES` or more is kept, once its header is in, as a list of chunks
+joined once, when it is whole: what is fed in pieces of that size or more is kept as it is, smaller
+pieces are gathered into one buffer (a 256 KiB piece has a memory mapping of its own, returned to
+the system when freed; many smaller ones kept for long would fragment the heap for good).  The body
+is copied once, not twice, and the bytes before it are never moved.
+
+A decoder may be given ``body_limits``, the most body bytes a request code may carry.  A frame over
+its code's limit is handed out as soon as its header is in, with no body and ``body_dropped`` set to
+the body's length; the rest of that body is counted off as it arrives and never kept.  So a peer
+sending an 11 MiB config update costs the receiver a counter, not 11 MiB and their copies.
+
 A peer sends the same header over and over with only the opaque changed (a broker's heartbeat, a
 client's route lookup), and we answer with the same few headers.  So both directions remember
 headers by *shape*, everything but the opaque: a header is parsed or written once per shape and
@@ -29,6 +40,7 @@ import json
 import re
 import struct
 import threading
+from collections.abc import Mapping
 from typing import Any, Final
 
 import orjson
@@ -232,35 +244,81 @@ class FrameDecoder:
     Call :meth:`feed` with each chunk, then :meth:`next_command` until it returns ``None``.  A short
     buffer returns ``None`` and changes nothing.  After a :class:`RemoteProtocolError` the stream is
     out of step for good: every later call raises the same error.
+
+    ``body_limits`` maps a request code to the most body bytes it may carry (see the module notes).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, body_limits: Mapping[int, int] | None = None) -> None:
+        #: the frame in progress once it is known to be large: what was fed, in order (see the module notes)
+        self._chunks: list[bytes | bytearray] = []
+        #: bytes in _chunks, and the length of that frame, length word included (0: none in progress)
+        self._chunked = self._chunked_end = 0
+        self._chunked_header: tuple[SerializeType, int] = (SerializeType.JSON, 0)
         self._buf = bytearray()
         self._start = 0  # bytes before this offset are already handed out
-        self._error: RemoteProtocolError | None = None
+        #: why the stream is out of step; the message only (an exception would keep its traceback's
+        #: frames, which refer to this decoder: a cycle only the garbage collector could free)
+        self._error: str | None = None
+        self._limits = body_limits or {}
+        #: no body is refused below this many bytes, so smaller frames are never looked at early
+        self._least_limit = min(self._limits.values(), default=0)
+        #: the unfinished frame at _start was looked at and its body is within its code's limit
+        self._vetted = False
+        #: bytes of a refused body still to come: dropped as they arrive
+        self._skip = 0
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as a command."""
-        return len(self._buf) - self._start
+        return len(self._buf) - self._start + self._chunked
 
-    def feed(self, data: bytes) -> None:
+    @property
+    def skipping(self) -> int:
+        """Bytes of a refused body still to come (and to be dropped)."""
+        return self._skip
+
+    def feed(self, data: bytes | memoryview) -> None:
+        if self._skip:
+            if len(data) <= self._skip:
+                self._skip -= len(data)
+                return
+            data = memoryview(data)[self._skip :]  # the end of a refused body, dropped; the rest appended below
+            self._skip = 0
+        if self._chunked_end:
+            need = self._chunked_end - self._chunked
+            if len(data) <= need:
+                self._add_chunk(data)
+                return
+            self._add_chunk(memoryview(data)[:need])
+            data = memoryview(data)[need:]
         if self._start:
             # drop consumed frames only now, so next_command never moves bytes it may not return
             del self._buf[: self._start]
             self._start = 0
         self._buf += data
 
+    def _add_chunk(self, data: bytes | memoryview) -> None:
+        chunks = self._chunks
+        if len(data) >= _SMALL_FEED_BYTES:
+            chunks.append(data if type(data) is bytes else bytes(data))
+        elif type(chunks[-1]) is bytearray:  # small reads are gathered, so a trickle costs no more than before
+            chunks[-1] += data
+        else:
+            chunks.append(bytearray(data))
+        self._chunked += len(data)
+
     def next_command(self) -> RemotingCommand | None:
         if self._error is not None:
-            raise self._error
+            raise RemoteProtocolError(self._error)
         try:
             return self._next()
         except RemoteProtocolError as e:
-            self._error = e
+            self._error = str(e)
             raise
 
     def _next(self) -> RemotingCommand | None:
+        if self._chunked_end:
+            return self._whole_chunked() if self._chunked == self._chunked_end else None
         buf, start = self._buf, self._start
         size = len(buf)
         if size - start < 8:
@@ -272,9 +330,22 @@ class FrameDecoder:
             _check_length(length)
         stype, header_len = _check_type_word(word, length)
         end = start + 4 + length
-        if size < end:
-            return None
         header_end = start + 8 + header_len
+        if end - header_end > self._least_limit and self._limits and not self._vetted and size >= header_end:
+            refused = self._refuse_body(buf, start, header_end, end, stype)
+            if refused is not None:
+                return refused
+        if size < end:
+            if end - start >= CHUNKED_FRAME_BYTES and size >= header_end:
+                # everything from start on belongs to this frame: it goes on as a list of chunks
+                with memoryview(buf) as view:
+                    self._chunks = [bytes(view[start:])]
+                self._chunked, self._chunked_end = size - start, end - start
+                self._chunked_header = (stype, header_len)
+                buf.clear()
+                self._start = 0
+            return None
+        self._vetted = False
         cmd = _decode_header(buf, start + 8, header_end, stype)
         if header_end < end:
             with memoryview(buf) as view:  # one copy of a body of up to 16 MiB, not two
@@ -285,6 +356,46 @@ class FrameDecoder:
         else:
             self._start = end
         return cmd
+
+    def _whole_chunked(self) -> RemotingCommand:
+        """The large frame whose chunks are all in; its first chunk holds the whole header."""
+        chunks, self._chunks = self._chunks, []
+        self._chunked = self._chunked_end = 0
+        self._vetted = False
+        stype, header_len = self._chunked_header
+        header_end = 8 + header_len
+        first = chunks[0]
+        cmd = _decode_header(first, 8, header_end, stype)
+        with memoryview(first) as view:
+            body = b"".join((view[header_end:], *chunks[1:]))  # the one copy of the body
+        if body:
+            cmd.body = body
+        return cmd
+
+    def _refuse_body(
+        self, buf: bytearray, start: int, header_end: int, end: int, stype: SerializeType
+    ) -> RemotingCommand | None:
+        """The frame at ``start`` without its body if that is over its code's limit, else None."""
+        cmd = _decode_header(buf, start + 8, header_end, stype)
+        limit = self._limits.get(cmd.code)
+        if limit is None or end - header_end <= limit or cmd.is_response:
+            self._vetted = True  # its header is not parsed again while the rest arrives
+            return None
+        cmd.body_dropped = end - header_end
+        if end <= len(buf):
+            self._start = end
+        else:  # everything from start on belongs to this frame
+            self._skip = end - len(buf)
+            buf.clear()
+            self._start = 0
+        return cmd
+
+
+#: frames at least this long are received as a list of chunks (see the module notes)
+CHUNKED_FRAME_BYTES = 256 * 1024
+#: fed data shorter than this is copied onto the previous chunk rather than kept as its own (see the
+#: module notes; uvloop reads at most 256,000 bytes at a time, so its reads are all gathered)
+_SMALL_FEED_BYTES = 256 * 1024
 
 
 def decode_frame(frame: bytes) -> RemotingCommand:
@@ -319,7 +430,7 @@ def _check_type_word(word: int, length: int) -> tuple[SerializeType, int]:
     return stype, header_len
 
 
-def _decode_header(buf: bytearray, start: int, end: int, stype: SerializeType) -> RemotingCommand:
+def _decode_header(buf: bytes | bytearray, start: int, end: int, stype: SerializeType) -> RemotingCommand:
     if stype == SerializeType.JSON:
         return _decode_json_header(buf, start, end)
     return _decode_rocketmq_header(buf, start, end)
@@ -331,7 +442,7 @@ _MEMO_MAX_HEADER = 2048
 _JSON_OPAQUE = re.compile(rb'"opaque":(-?[0-9]{1,10})(?=[,}])')
 
 
-def _decode_json_header(buf: bytearray, start: int, end: int) -> RemotingCommand:
+def _decode_json_header(buf: bytes | bytearray, start: int, end: int) -> RemotingCommand:
     if end - start <= _MEMO_MAX_HEADER and (m := _JSON_OPAQUE.search(buf, start, end)) is not None:
         digits = m.group(1)
         opaque = int(digits)
@@ -484,7 +595,7 @@ def _decode_language(cmd: RemotingCommand, value: Any) -> LanguageCode:
     return lang
 
 
-def _decode_rocketmq_header(buf: bytearray, start: int, end: int) -> RemotingCommand:
+def _decode_rocketmq_header(buf: bytes | bytearray, start: int, end: int) -> RemotingCommand:
     if _RMQ_MIN_HEADER <= end - start <= _MEMO_MAX_HEADER:
         (opaque,) = _I32.unpack_from(buf, start + _RMQ_OPAQUE_AT)
         at = start + _RMQ_OPAQUE_AT

@@ -28,6 +28,8 @@ class RemotingCommand:
     serialize_type: SerializeType = SerializeType.JSON
     #: header keys we did not recognise, kept so a proxy or a test can see them
     unknown: dict[str, object] = field(default_factory=dict, repr=False, compare=False)
+    #: bytes of body a decoder discarded unread, over what it accepts for this code (``body`` is None)
+    body_dropped: int = field(default=0, compare=False)
 
     # plain ints: IntFlag arithmetic costs more than the rest of a heartbeat's header handling
     @property

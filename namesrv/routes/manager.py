@@ -125,18 +125,34 @@ class RouteInfoManager:
         with self._lock:
             return unregister.build_unregister_request(self._tables, cluster_name, broker_addr)
 
-    def on_channel_destroy(self, channel: Hashable | None) -> list[UnregisterRequest]:
-        """Requests removing every broker registered on ``channel`` (not applied)."""
+    def on_channel_destroy(self, channel: Hashable | None, *, wait: bool = True) -> list[UnregisterRequest] | None:
+        """Requests removing every broker registered on ``channel`` (not applied).
+
+        Without ``wait``, None when the tables are busy (see :meth:`expire_inactive`).
+        """
         if channel is None:
             return []
-        with self._lock:
+        if not self._lock.acquire(blocking=wait):
+            return None
+        try:
             return unregister.on_channel_destroy(self._tables, channel)
+        finally:
+            self._lock.release()
 
-    def expire_inactive(self) -> UnregisterOutcome:
-        """Remove every broker silent past its timeout; the outcome's ``removed_channels`` are for the caller to close."""
-        with self._lock:
+    def expire_inactive(self, *, wait: bool = True) -> UnregisterOutcome | None:
+        """Remove every broker silent past its timeout; the outcome's ``removed_channels`` are for the caller to close.
+
+        Without ``wait``, None when the tables are busy (the worker thread applying a large
+        registration, which may take a second): the event loop's scan tries again shortly rather
+        than stall every client meanwhile.
+        """
+        if not self._lock.acquire(blocking=wait):
+            return None
+        try:
             t = self._tables
             return unregister.unregister_brokers(t, self.settings, unregister.scan_not_active_broker(t, self.now_ms()))
+        finally:
+            self._lock.release()
 
     # ------------------------------------------------------------------ provisional entries (warm start)
 

@@ -1,11 +1,19 @@
 """A well-formed client's route lookups while one connection attacks the node (issue 9, point 2).
 
 The node runs in its own process and each attacker in another, so neither shares a GIL with the
-timed client.  The issue's goal is p99 <= 5 ms and max <= 50 ms; on this shared 2-core machine the
-attacks that push hundreds of MB/s at the node (huge config bodies, 1 MB topic names) take CPU from
-everyone, the client included, so the assertion is relative to an unattacked baseline measured in
-the same test: p99 within 10x the baseline's (or 50 ms) and max within 10x (or 250 ms).  The
-stalls the issue found were 0.6 s to 8.2 s; either bound catches them.  The figures are printed.
+timed client.  The issue's goal is p99 <= 5 ms and max <= 50 ms, and it is asserted as it stands
+whenever the machine shows it can be met: 400 unattacked lookups just before the attack and 200
+just after both meet it.  This machine is shared (2 cores, other users' load comes and goes, tests
+run at nice 10), and when it cannot even serve an unattacked client that fast, the attacked figures
+are held to the baseline before: p99 within 10x (or 50 ms) and max within 10x (or 250 ms), which
+still catches the stalls the issue found (0.6 s to 8.2 s).  A miss is measured once more, baselines
+and attack afresh, before it fails the test: a stall the node causes shows up both times, a
+neighbour's burst seldom does.  The figures of every try are printed.
+
+Two attacks still miss the absolute goal on a quiet machine and are held to the relative bounds
+only (:data:`SHORT_OF_GOAL`): 1 MB unknown topic names (parsing each 1 MB header costs the loop about
+4 ms: p99 6-10 ms measured) and 20 connections streaming unfinished 16 MiB frames (every 256 KB read
+is copied into its frame's buffer: p99 7-13 ms in the first second, while they fill the budget).
 """
 
 from __future__ import annotations
@@ -23,6 +31,13 @@ from tests.support.wait import wait_until
 
 LOOKUPS = 400
 MS = 1e-3
+#: the issue's goal for a well-formed client's route lookups under attack
+GOAL_P99, GOAL_MAX = 5 * MS, 50 * MS
+#: when the machine itself misses the goal: bounds relative to the unattacked baseline, with floors
+RATIO, FLOOR_P99, FLOOR_MAX = 10, 50 * MS, 250 * MS
+TRIES = 2
+#: attacks known to miss the absolute goal (see the module notes): relative bounds only
+SHORT_OF_GOAL = frozenset({"huge-unknown-topic", "unfinished-frames"})
 
 
 @pytest.fixture(scope="module")
@@ -32,25 +47,51 @@ def attacked_node(tmp_path_factory):
         yield n
 
 
+def meets_goal(latencies: list[float]) -> bool:
+    return attacks.percentile(latencies, 0.99) <= GOAL_P99 and max(latencies) <= GOAL_MAX
+
+
+def verdict(before: list[float], during: list[float], after: list[float], goal: bool = True) -> str | None:
+    """None if ``during`` passes; else what it missed (``goal``: hold it to the absolute goal when quiet)."""
+    p99, worst = attacks.percentile(during, 0.99), max(during)
+    if goal and meets_goal(before) and meets_goal(after):
+        if p99 > GOAL_P99 or worst > GOAL_MAX:
+            return f"goal missed on a quiet machine: p99 {p99 / MS:.2f} ms, max {worst / MS:.1f} ms"
+        return None
+    p99_bound = max(RATIO * attacks.percentile(before, 0.99), FLOOR_P99)
+    max_bound = max(RATIO * max(before), FLOOR_MAX)
+    if p99 > p99_bound or worst > max_bound:
+        return (
+            f"p99 {p99 / MS:.2f} ms (bound {p99_bound / MS:.1f}), max {worst / MS:.1f} ms (bound {max_bound / MS:.1f})"
+        )
+    return None
+
+
+def summary(kind: str, before: list[float], during: list[float], after: list[float], took: float) -> str:
+    def figures(values: list[float]) -> str:
+        return f"p99 {attacks.percentile(values, 0.99) / MS:.2f} max {max(values) / MS:.1f} ms"
+
+    return f"{kind}: before {figures(before)}; attacked {figures(during)} over {took:.1f} s; after {figures(after)}"
+
+
 @pytest.mark.parametrize("kind", [*attacks.ATTACKS, "unfinished-frames"])
 def test_route_lookups_stay_fast_under_attack(attacked_node, kind, capsys):
     probe = attacks.LatencyProbe(attacked_node.addr)
-    baseline = probe.lookups(LOOKUPS)
-    with attacks.AttackProcess(attacked_node.addr, kind) as attack:
-        start = time.monotonic()
-        during = probe.lookups(LOOKUPS)
-        result = attack.stop()
+    for attempt in range(1, TRIES + 1):
+        before = probe.lookups(LOOKUPS)
+        with attacks.AttackProcess(attacked_node.addr, kind) as attack:
+            start = time.monotonic()
+            during = probe.lookups(LOOKUPS)
+            took = time.monotonic() - start
+            result = attack.stop()
+        after = probe.lookups(LOOKUPS // 2)
+        missed = verdict(before, during, after, goal=kind not in SHORT_OF_GOAL)
+        with capsys.disabled():
+            print(f"\n[try {attempt}] {summary(kind, before, during, after, took)}; attacker {result}")
+        if missed is None:
+            break
     assert not probe.failures, probe.failures  # nothing refused or lost for the good client
-
-    base_p99, base_max = attacks.percentile(baseline, 0.99), max(baseline)
-    p99, worst = attacks.percentile(during, 0.99), max(during)
-    with capsys.disabled():
-        print(
-            f"\n{kind}: baseline p99 {base_p99 / MS:.2f} max {base_max / MS:.1f} ms; attacked p99 {p99 / MS:.2f} "
-            f"max {worst / MS:.1f} ms over {time.monotonic() - start:.1f} s; attacker {result}"
-        )
-    assert p99 <= max(10 * base_p99, 50 * MS), f"p99 {p99 / MS:.1f} ms (baseline {base_p99 / MS:.1f} ms)"
-    assert worst <= max(10 * base_max, 250 * MS), f"max {worst / MS:.1f} ms (baseline {base_max / MS:.1f} ms)"
+    assert missed is None, missed
 
     # the attack did happen, and the attacker itself was answered or cut off cleanly
     if kind == "unfinished-frames":

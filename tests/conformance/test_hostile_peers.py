@@ -116,6 +116,25 @@ def test_a_config_update_that_cannot_be_stored_changes_nothing(node, tmp_path, b
         assert c.get_config()["productEnvName"] == "prod"
 
 
+def test_an_oversized_config_body_is_refused_from_its_header_and_the_rest_dropped_unread(node):
+    body = b"productEnvName=" + b"x" * (11 * MiB) + b"\n"
+    header = {"code": int(RequestCode.UPDATE_NAMESRV_CONFIG), "flag": 0, "language": "JAVA", "opaque": 7}
+    frame = json_frame(header, body)
+    then = json_frame({**header, "code": int(RequestCode.GET_NAMESRV_CONFIG), "opaque": 8})
+    host, port = node.addr.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(frame[:MiB])  # the node answers before the body is all there
+        decoder = FrameDecoder()
+        while (refused := decoder.next_command()) is None:
+            decoder.feed(s.recv(65536))
+        assert refused.opaque == 7 and refused.code == ResponseCode.SYSTEM_ERROR
+        assert f"at most 65536 bytes, this one has {len(body)}" in refused.remark
+        s.sendall(frame[MiB:] + then)  # the rest is dropped; the connection stays in step
+        while (answer := decoder.next_command()) is None:
+            decoder.feed(s.recv(65536))
+        assert (answer.opaque, answer.code) == (8, ResponseCode.SUCCESS) and b"productEnvName" in answer.body
+
+
 # --- clean failures: one warning per malformed frame, never a traceback -------------------------
 
 
@@ -198,8 +217,9 @@ def _stream_unfinished_frames(addr: str, connections: int, size: int, stop: thre
 
 
 def test_unfinished_frames_on_many_connections_stay_within_the_node_budget(tmp_path):
-    # a connection the node no longer reads cannot be seen to close: the idle limit frees it
-    with node_process(tmp_path, serverChannelMaxIdleTimeSeconds="4") as n, NameServerClient(n.addr) as good:
+    # the idle limit (120 s) is far away: connections held back for the budget are closed after
+    # server.HELD_BACK_LIMIT_S, so the memory comes back within seconds of the attack's end
+    with node_process(tmp_path, log_level="INFO") as n, NameServerClient(n.addr) as good:
         baseline = n.rss()
         stop = threading.Event()
         result: list[list[int]] = []
@@ -225,5 +245,8 @@ def test_unfinished_frames_on_many_connections_stay_within_the_node_budget(tmp_p
             stop.set()
             attacker.join(30)
         assert "over the budget" in n.log_text()
-        wait_until(lambda: n.rss() < baseline + 48 * MiB, 15, "the node's memory to come back down")
-    # (the good client itself went idle for the limit too, so it is not asked again here)
+        wait_until(
+            lambda: n.rss() < baseline + 48 * MiB, 2 * server_mod.HELD_BACK_LIMIT_S + 5, "memory to come back down"
+        )
+        assert "held back for the buffer budget" in n.log_text()
+        assert good.call(RequestCode.GET_BROKER_CLUSTER_INFO).code == ResponseCode.SUCCESS

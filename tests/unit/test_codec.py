@@ -348,3 +348,87 @@ def test_codec_module_does_no_io():
 
     source = open(codec.__file__, encoding="utf-8").read()
     assert "import socket" not in source and "import asyncio" not in source
+
+
+# ---------------------------------------------------------------------------------------------
+# body limits: an oversized body is refused from its header and dropped as it arrives
+
+
+LIMITS = {200: 1000}
+
+
+def test_body_over_its_codes_limit_is_handed_out_at_its_header_and_dropped():
+    big = encode(request(200, {"k": "v"}, b"x" * 5000, opaque=7))
+    after = encode(request(105, {"topic": "T"}, opaque=8))
+    header_end = len(big) - 5000
+    decoder = FrameDecoder(LIMITS)
+    decoder.feed(big[: header_end - 1])
+    assert decoder.next_command() is None  # the header is not all in yet
+    decoder.feed(big[header_end - 1 : header_end + 10])
+    cmd = decoder.next_command()
+    assert (cmd.code, cmd.opaque, cmd.ext_fields, cmd.body, cmd.body_dropped) == (200, 7, {"k": "v"}, None, 5000)
+    assert decoder.buffered == 0
+    for i in range(header_end + 10, len(big), 700):  # the rest of the body is counted off, never kept
+        decoder.feed(big[i : i + 700])
+        assert decoder.buffered == 0
+        assert decoder.next_command() is None
+    decoder.feed(after)
+    assert decoder.next_command().opaque == 8
+
+
+def test_body_limit_applies_to_whole_frames_and_the_tail_of_a_chunk_is_kept():
+    big = encode(request(200, None, b"x" * 5000, opaque=1))
+    after = encode(request(105, {"topic": "T"}, opaque=2))
+    decoder = FrameDecoder(LIMITS)
+    decoder.feed(big + after)
+    first = decoder.next_command()
+    assert (first.body, first.body_dropped) == (None, 5000)
+    assert decoder.next_command().opaque == 2
+    decoder = FrameDecoder(LIMITS)
+    cut = len(big) - 4900  # the header and 100 bytes of the body
+    decoder.feed(big[:cut])
+    assert decoder.next_command().body_dropped == 5000
+    decoder.feed(big[cut:] + after[:10])  # the end of the dropped body and the start of the next frame
+    assert decoder.buffered == 10
+    decoder.feed(after[10:])
+    assert decoder.next_command().opaque == 2
+
+
+def test_bodies_within_limits_and_other_codes_are_untouched():
+    decoder = FrameDecoder(LIMITS)
+    for frame in (
+        encode(request(200, None, b"y" * 1000, opaque=1)),  # at the limit
+        encode(request(105, None, b"z" * 5000, opaque=2)),  # no limit for this code
+    ):
+        for i in range(0, len(frame), 300):
+            decoder.feed(frame[i : i + 300])
+            cmd = decoder.next_command()
+        assert cmd is not None and cmd.body_dropped == 0 and len(cmd.body) in (1000, 5000)
+    response = request(200, None, b"r" * 5000, opaque=3)
+    response.flag = 1  # a response is never a request the limits are for
+    decoder.feed(encode(response))
+    assert len(decoder.next_command().body) == 5000
+
+
+# ---------------------------------------------------------------------------------------------
+# large frames: kept as the chunks fed, joined once
+
+
+@pytest.mark.parametrize("sizes", [(256 * 1024,), (1000, 70_000, 3, 300_000), (4096,)], ids=["reads", "mixed", "small"])
+def test_a_large_frame_fed_in_any_chunks_comes_out_whole_with_the_next_frame(sizes):
+    from namesrv.protocol.codec import CHUNKED_FRAME_BYTES
+
+    body = bytes(range(256)) * (4 * CHUNKED_FRAME_BYTES // 256)  # 1 MiB, every offset distinct mod 256
+    stream = encode(request(103, {"brokerName": "b"}, body, opaque=1)) + encode(request(105, {"topic": "T"}, opaque=2))
+    decoder, got, fed, i = FrameDecoder(), [], 0, 0
+    while fed < len(stream):
+        n = sizes[i % len(sizes)]
+        decoder.feed(stream[fed : fed + n])
+        fed, i = fed + n, i + 1
+        while (cmd := decoder.next_command()) is not None:
+            got.append(cmd)
+        assert decoder.buffered == min(fed, len(stream)) - sum(
+            len(encode(request(c.code, c.ext_fields, c.body, opaque=c.opaque))) for c in got
+        )
+    assert [(c.opaque, c.body) for c in got] == [(1, body), (2, None)]
+    assert got[0].ext_fields == {"brokerName": "b"}

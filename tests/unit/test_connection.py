@@ -272,6 +272,26 @@ def test_a_peer_that_closes_reports_connection_closed(harness):
     assert harness.observer.seen[BROKER].cause is Cause.PEER_CLOSED
 
 
+def test_a_close_while_the_tables_are_busy_is_reported_once_they_are_free(harness, monkeypatch):
+    routes = routes_of(harness)
+    broker, _ = harness.connect(5000)
+    broker.data_received(register_frame())
+    lookup = routes.on_channel_destroy
+    busy = [True]
+
+    def on_channel_destroy(channel, *, wait=True):
+        assert not wait  # the loop never waits for the worker thread's registration
+        return None if busy[0] else lookup(channel, wait=wait)
+
+    monkeypatch.setattr(routes, "on_channel_destroy", on_channel_destroy)
+    broker.connection_lost(None)
+    harness.loop.advance(server_mod._TABLES_BUSY_RETRY_S)
+    assert BROKER not in harness.observer.seen  # still busy: looked at again later
+    busy[0] = False
+    harness.loop.advance(server_mod._TABLES_BUSY_RETRY_S)
+    assert harness.observer.seen[BROKER].cause is Cause.PEER_CLOSED
+
+
 # --------------------------------------------------------------------------- back-pressure
 
 
@@ -373,3 +393,24 @@ def test_past_the_budget_the_large_holders_stop_being_read_until_the_total_is_ba
     assert not large.held_back and large_t.reading
     assert harness.server.held_total == 400 * KiB
     assert not [t for t in harness.loop.timers if not t.cancelled]  # nothing held back: no more checks
+
+
+def test_a_connection_held_back_past_the_limit_is_closed_unless_a_broker_registered_on_it(harness, monkeypatch):
+    monkeypatch.setattr(server_mod, "BUFFER_BUDGET_BYTES", 1024 * KiB)
+    broker, broker_t = harness.connect(7000)
+    broker.data_received(register_frame())
+    assert [a.code for a in broker_t.peer_reads()] == [ResponseCode.SUCCESS]
+    attacker, attacker_t = harness.connect(7001)
+    broker.data_received(unfinished_frame(600 * KiB))
+    attacker.data_received(unfinished_frame(600 * KiB))
+    harness.loop.run_ready()
+    assert broker.held_back and attacker.held_back
+    harness.loop.advance(server_mod.HELD_BACK_LIMIT_S - 0.1)
+    assert not attacker_t.closing
+    harness.loop.advance(0.2)
+    assert attacker_t.closing and attacker.close_reason.cause is Cause.IDLE
+    assert "held back for the buffer budget" in attacker.close_reason.reason
+    assert not broker_t.closing and broker.held_back  # 600 KiB: over 3/4 of the budget still
+    harness.loop.run_ready()
+    assert attacker.decoder.buffered == 0 and harness.server.held_total == 600 * KiB  # freed at once
+    assert harness.observer.seen == {}  # no broker was unregistered

@@ -114,3 +114,33 @@ def test_a_full_unregistration_queue_answers_system_error(tmp_path):
     ident = {"clusterName": "c", "brokerAddr": "a:1", "brokerName": "b", "brokerId": "0"}
     codes = [dispatch(node, request(RequestCode.UNREGISTER_BROKER, ident), None).code for _ in range(3)]
     assert codes == [0, 0, ResponseCode.SYSTEM_ERROR]
+
+
+def test_the_scan_on_the_loop_does_not_wait_for_tables_another_thread_is_changing(tmp_path):
+    import threading
+
+    inside, leave = threading.Event(), threading.Event()
+
+    class SlowClock(Clock):
+        """Read under the tables' lock: blocks a registration on another thread halfway."""
+
+        def __call__(self) -> int:
+            if threading.current_thread() is not threading.main_thread():
+                inside.set()
+                assert leave.wait(10)
+            return self.ms
+
+    clock, channel = SlowClock(), Channel()
+    node, _, scan = make_node(tmp_path, clock)
+    register(node, channel)
+    clock.ms += 120_001
+    worker = threading.Thread(target=register, args=(node, Channel()), kwargs={"brokerAddr": "127.0.0.1:10921"})
+    worker.start()
+    try:
+        assert inside.wait(10)
+        assert scan.scan_once(wait=False) is None  # busy: nothing done, nothing waited for
+        assert not channel.closed
+    finally:
+        leave.set()
+        worker.join(10)
+    assert [r.broker_addr for r in scan.scan_once(wait=False)] == ["127.0.0.1:10911"] and channel.closed
