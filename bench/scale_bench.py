@@ -51,6 +51,7 @@ sys.path.insert(0, str(REPO))  # tests.integration.backends and tests.support.lo
 
 from infra import procfs  # noqa: E402
 from infra.stack import StreamingJob  # noqa: E402
+from namesrv import redis_clients  # noqa: E402
 from namesrv.client import NameServerClient  # noqa: E402
 from namesrv.protocol.codes import RequestCode, ResponseCode  # noqa: E402
 from tests.integration import backends  # noqa: E402
@@ -105,6 +106,8 @@ class Result:
     missed: list[str] = field(default_factory=list)
     job_rss: float = 0.0
     loads: list[float] = field(default_factory=list)
+    redis_used: float = 0.0
+    redis_keys: int = 0
     notes: list[str] = field(default_factory=list)
 
 
@@ -252,6 +255,12 @@ def run(args: argparse.Namespace, res: Result, tmp: Path) -> None:
         say(f"{args.probes} probes with heartbeatTimeoutMillis={args.probe_timeout_ms} fall silent, one a second")
         expiry(system, res, args.probes, args.probe_timeout_ms)
         res.rss_end = [rss_mib(p) for p in pids]
+        redis = redis_clients.connect(system.redis_url)
+        try:
+            res.redis_used = int(redis.info("memory")["used_memory"]) / MIB
+            res.redis_keys = int(redis.dbsize())
+        finally:
+            redis.close()
         job_pid = system.streaming_pid
         res.job_rss = rss_mib(job_pid) + sum(rss_mib(s.pid) for s in procfs.descendants(job_pid)) if job_pid else 0.0
         tap.close()
@@ -304,6 +313,8 @@ def report(args: argparse.Namespace, res: Result, command: str, wall_s: float) -
         ("node RSS with the fleet registered (MiB)", ", ".join(f"{x:.0f}" for x in res.rss_loaded)),
         ("node RSS at the end (MiB)", ", ".join(f"{x:.0f}" for x in res.rss_end)),
         ("the job's RSS, driver + JVM + workers (MiB)", f"{res.job_rss:,.0f}"),
+        ("Redis used_memory at the end (MiB; keys)", f"{res.redis_used:,.1f} ({res.redis_keys:,} keys)"),
+        ("Redis memory per 1,000 topics (MiB)", f"{res.redis_used * 1000 / (b * t):,.2f}" if b * t else "–"),
     ]
     return "\n".join(
         [
