@@ -137,10 +137,14 @@ def test_cluster_info_and_brokers_are_written_again_after_a_lost_write_even_with
     model.apply_event(A0)
     written = model.changes()
     assert model.changes().empty
-    model.forget_written()  # a failed Redis write: the next one carries everything
-    again = model.changes()
-    assert (again.cluster, again.model_brokers) == (written.cluster, written.model_brokers)
-    assert model.changes(full=True).empty
+    model.forget_written()  # a failed Redis write: the next one (full, as the job asks) carries everything
+    again = model.changes(full=True)
+    assert (again.cluster, again.model_brokers, again.routes) == (
+        written.cluster,
+        written.model_brokers,
+        written.routes,
+    )
+    assert model.changes().empty and model.changes(full=True).empty
 
 
 def test_a_clean_unregistration_loses_no_topic():
