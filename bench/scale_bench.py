@@ -37,6 +37,7 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -127,6 +128,15 @@ class LogTail:
             text = f.read().decode(errors="replace")
         batches = [(int(a), int(b), float(c), float(d), int(e)) for a, b, c, d, e in _BATCH.findall(text)]
         return batches, [float(ms) for _, ms in _REDIS.findall(text)]
+
+
+def first_error(log: Path) -> str:
+    """The first line of the log that names an error or exception (a JVM trace's tail names none)."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    for line in text.splitlines():
+        if re.search(r"Error|Exception|level=error", line) and not line.lstrip().startswith("at "):
+            return f"{line.strip()[:500]} (log: {log})"
+    return f"no error line in {log}: {backends.log_tail(log, 5)}"
 
 
 def topic_gone(addr: str, topic: str) -> bool:
@@ -237,7 +247,7 @@ def run(args: argparse.Namespace, res: Result, tmp: Path) -> None:
 
         def decided() -> bool:
             if system.streaming is None or system.streaming.status().pid is None:
-                raise RuntimeError(f"the streaming job exited: {backends.log_tail(system.streaming.log_file)}")
+                raise RuntimeError(f"the streaming job exited: {first_error(system.streaming.log_file)}")
             return any(a.type == "MONITOR_HEARTBEAT" and a.decided_at >= since_ms for a in tap.actions())
 
         try:
@@ -349,6 +359,7 @@ def main() -> int:
     parser.add_argument("--probes", type=int, default=5)
     parser.add_argument("--probe-timeout-ms", type=int, default=10_000)
     parser.add_argument("--first-decision-timeout", type=float, default=900)
+    parser.add_argument("--keep", action="store_true", help="keep the run directory (logs, data) afterwards")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "SCALE_RESULTS.md")
     args = parser.parse_args()
     args.brokers = args.brokers or (1_000 if args.quick else 10_000)
@@ -359,12 +370,17 @@ def main() -> int:
     res = Result(args.brokers, args.topics_per_broker)
     res.loads = [os.getloadavg()[0]]
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
-        try:
-            run(args, res, Path(tmp))
-        except Exception as e:  # say how far it got, and why
-            res.notes.append(f"**stopped early**: {type(e).__name__}: {str(e)[:600]}")
-            say(f"stopped early: {e!r}")
+    tmp = Path(tempfile.mkdtemp(prefix="scale-bench-"))
+    try:
+        run(args, res, tmp)
+    except Exception as e:  # say how far it got, and why
+        res.notes.append(f"**stopped early**: {type(e).__name__}: {str(e)[:600]}")
+        say(f"stopped early: {e!r}")
+    finally:
+        if args.keep:
+            say(f"logs and data stay in {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     res.loads.append(os.getloadavg()[0])
     res.notes.append(
         f"machine: {platform.machine()}, {os.cpu_count()} cores shared with other users, "
