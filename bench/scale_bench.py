@@ -169,10 +169,9 @@ def expiry(system: System, res: Result, probes: int, timeout_ms: int) -> None:
         time.sleep(3)  # a few heartbeat rounds, so the job has seen each probe heartbeat since registering
         deadlines: dict[str, float] = {}
         for name in names:
-            fleet = runner.fleets[name]
-            with runner._lock:  # the runner's own lock: no tick runs between reading the links and silencing
-                last = max(link.heartbeat_at for link in fleet.members[0].links.values()) - timing.broker_heartbeat_s
-                runner.silence(name)
+            runner.silence(name)  # no tick touches the fleet after this returns: its links show its last heartbeat
+            links = runner.fleets[name].members[0].links.values()
+            last = max(link.heartbeat_at for link in links) - timing.broker_heartbeat_s
             deadlines[name] = last + timeout_ms / 1000
             time.sleep(1.0)
         gone: dict[tuple[str, str], float] = {}
