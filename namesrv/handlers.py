@@ -117,6 +117,8 @@ class NameServerNode:
     worker: Executor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="namesrv-worker"))
     #: signed-request checks (``aclEnable``); None: every request proceeds, as in Apache RocketMQ
     acl: Acl | None = None
+    #: the topic tables brokers registered last, so an unchanged one is not parsed again
+    register_bodies: bodies.RegisterBodyCache = field(default_factory=bodies.RegisterBodyCache)
     _cache: dict[Any, bytes] = field(default_factory=dict)
     _cache_key: Any = None
     _cache_bytes: int = 0
@@ -330,17 +332,27 @@ def get_kvlist_by_namespace(node: NameServerNode, request: RemotingCommand, chan
 #: 100,000 topics take about a second of CPU, which on the loop would stall every other client.  The
 #: route tables have their own lock; route answers served from the cache meanwhile need no lock.
 OFF_LOOP_BODY_BYTES = 64 * 1024
+#: ... unless it is the topic table its broker registered last (the common case: every 30 s) and at
+#: most this large: then nothing is parsed, and the rows of ~2,000 topics are checked in about a
+#: millisecond, less than the hop to the worker thread and back costs the loop
+REUSED_ON_LOOP_BODY_BYTES = 256 * 1024
 
 
 @handles(RequestCode.REGISTER_BROKER)
 def register_broker(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
     h = decode_header(RegisterBrokerHeader, request.ext_fields)
 
-    def register() -> Any:
+    key = (h.cluster_name, h.broker_addr)
+
+    def register(reused: RegisterBrokerBody | None = None) -> Any:
         """The refusal, or the body and what registering it did (thread-safe: the tables lock)."""
         if h.body_crc32 and h.body_crc32 != bodies.body_crc32(request.body):
             return request.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
-        body = bodies.decode_register_broker_body(request.body, compressed=bool(h.compressed), version=request.version)
+        body = (
+            reused
+            if reused is not None
+            else node.register_bodies.decode(key, request.body, compressed=bool(h.compressed), version=request.version)
+        )
         result = node.routes.register_broker(
             h.cluster_name,
             h.broker_addr,
@@ -377,9 +389,15 @@ def register_broker(node: NameServerNode, request: RemotingCommand, channel: obj
             ext_fields=ext, body=bodies.encode_kv_table(order_table) if order_table is not None else None
         )
 
-    if request.body is not None and len(request.body) > OFF_LOOP_BODY_BYTES:
-        return Pending(request, node.worker.submit(register), answer)
-    return answer(register())
+    size = 0 if request.body is None else len(request.body)
+    if size <= OFF_LOOP_BODY_BYTES:
+        return answer(register())
+    if size <= REUSED_ON_LOOP_BODY_BYTES:
+        # the broker's periodic re-registration of an unchanged table: no parse, a short walk of the rows
+        reused = node.register_bodies.reuse(key, request.body, compressed=bool(h.compressed), version=request.version)
+        if reused is not None:
+            return answer(register(reused))
+    return Pending(request, node.worker.submit(register), answer)
 
 
 @handles(RequestCode.UNREGISTER_BROKER)

@@ -9,9 +9,12 @@ fastjson's legacy dialect unless a caller asks for the standard one (route answe
 from __future__ import annotations
 
 import functools
+import hashlib
+import re
 import struct
+import threading
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 import orjson
@@ -22,6 +25,7 @@ from namesrv.protocol.types import BodyError, BrokerData, DataVersion, RegisterB
 
 __all__ = [
     "TopicList",
+    "RegisterBodyCache",
     "body_crc32",
     "decode_register_broker_body",
     "encode_register_broker_body",
@@ -101,6 +105,120 @@ def _from_wrapper(wrapper: Any, *, filter_server_list: list[str] | None) -> Regi
         topic_config_table={str(name): TopicConfig.from_wire(tc, str(name)) for name, tc in table.items()},
         filter_server_list=filter_server_list,
         topic_queue_mapping_info_map={str(k): v for k, v in mappings.items()},
+    )
+
+
+#: what a broker without filter servers sends first (fastjson sorts keys), up to the DataVersion's value
+_PLAIN_PREFIX = b'{"filterServerList":[],"topicConfigSerializeWrapper":{"dataVersion":'
+#: that DataVersion as fastjson writes it: no strings, no nesting, so its end is where the match ends
+_PLAIN_DATA_VERSION = re.compile(rb'\{"counter":(\d{1,19}),"stateVersion":(\d{1,19}),"timestamp":(\d{1,19})\}')
+#: a tail holding any of these is never remembered: an escape could spell either key, and either key
+#: could give the document another DataVersion than the one the prefix led to
+_REDEFINES = (b"\\", b'"dataVersion"', b'"topicConfigSerializeWrapper"')
+
+
+class RegisterBodyCache:
+    """The topic tables brokers registered last, so an unchanged one is not parsed again.
+
+    Theory of operation: a broker re-registers its whole topic table every 30 s, and with it a
+    DataVersion that changes whenever any topic does; parsing 1,000 topics into TopicConfig objects
+    costs milliseconds, most of a registration.  A plain body (no filter servers: the common shape,
+    ``_PLAIN_PREFIX``) is cut after its DataVersion, whose strict form (digits only) cannot hide a
+    quote or brace; everything after it, the tail, is hashed (SHA-256).  Same broker, same tail
+    digest: the same document but for the DataVersion, so the parse of the last registration is
+    reused with the new DataVersion.  A tail that could redefine the DataVersion (a later
+    ``"dataVersion"`` key, or any escape, which could spell one) is never cached, so the reuse is
+    exact.  Any other shape (compressed, filter servers, old versions) is parsed as before.
+
+    Bounded: at most :data:`MAX_TAIL_BYTES` of bodies are remembered (oldest out first), one entry
+    per (cluster, address); a parsed body is read-only once returned (nothing mutates a decoded
+    table), so entries are shared between registrations.  Thread-safe: the worker thread and the
+    loop both decode.
+    """
+
+    #: sum of the tails of the remembered bodies (~120,000 topics of a usual shape); what stays in memory is
+    #: about 1.7x the text (236 bytes a topic, ~180 beyond the route tables: they share the names)
+    MAX_TAIL_BYTES = 16 * 1024 * 1024
+
+    def __init__(self, max_tail_bytes: int = MAX_TAIL_BYTES) -> None:
+        self.max_tail_bytes = max_tail_bytes
+        self._entries: dict[Hashable, tuple[bytes, int, RegisterBrokerBody]] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+        #: registrations answered from the cache / parsed in full while cacheable (for tests and stats)
+        self.hits = self.misses = 0
+
+    def decode(self, key: Hashable, body: bytes | None, *, compressed: bool, version: int) -> RegisterBrokerBody:
+        """:func:`decode_register_broker_body`, reusing ``key``'s last parse when only its DataVersion changed."""
+        split = self._split(body, compressed, version)
+        if split is None:
+            return decode_register_broker_body(body, compressed=compressed, version=version)
+        data_version, tail_at, digest = split
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] == digest:
+            self.hits += 1
+            return _with_data_version(entry[2], data_version)
+        assert body is not None
+        decoded = decode_register_broker_body(body, compressed=False, version=version)
+        self.misses += 1
+        # no escape, no second DataVersion or wrapper in the tail: nothing there can redefine the DataVersion
+        exact = all(body.find(word, tail_at) < 0 for word in _REDEFINES)
+        if exact and decoded.data_version == data_version:
+            self._remember(key, (digest, len(body) - tail_at, decoded))
+        return decoded
+
+    def reuse(self, key: Hashable, body: bytes | None, *, compressed: bool, version: int) -> RegisterBrokerBody | None:
+        """``key``'s last parse with this body's DataVersion if only that changed, else None (nothing parsed)."""
+        split = self._split(body, compressed, version)
+        if split is None:
+            return None
+        entry = self._entries.get(key)
+        if entry is None or entry[0] != split[2]:
+            return None
+        self.hits += 1
+        return _with_data_version(entry[2], split[0])
+
+    @staticmethod
+    def _split(body: bytes | None, compressed: bool, version: int) -> tuple[DataVersion, int, bytes] | None:
+        """(DataVersion, where the tail starts, the tail's digest) of a plain body; None for any other shape."""
+        if compressed or not body or version < Version.V3_0_11 or not body.startswith(_PLAIN_PREFIX):
+            return None
+        m = _PLAIN_DATA_VERSION.match(body, len(_PLAIN_PREFIX))
+        if m is None:
+            return None
+        tail_at = m.end()
+        return (
+            DataVersion(int(m[1]), int(m[2]), int(m[3])),
+            tail_at,
+            hashlib.sha256(memoryview(body)[tail_at:]).digest(),
+        )
+
+    def forget(self, key: Hashable) -> None:
+        with self._lock:
+            entry = self._entries.pop(key, None)
+            if entry is not None:
+                self._bytes -= entry[1]
+
+    def _remember(self, key: Hashable, entry: tuple[bytes, int, RegisterBrokerBody]) -> None:
+        if entry[1] > self.max_tail_bytes:
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            while self._entries and self._bytes + entry[1] > self.max_tail_bytes:
+                evicted = self._entries.pop(next(iter(self._entries)))
+                self._bytes -= evicted[1]
+            self._entries[key] = entry
+            self._bytes += entry[1]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def _with_data_version(cached: RegisterBrokerBody, data_version: DataVersion) -> RegisterBrokerBody:
+    return RegisterBrokerBody(
+        data_version, cached.topic_config_table, cached.filter_server_list, cached.topic_queue_mapping_info_map
     )
 
 

@@ -58,6 +58,11 @@ class DataVersion:
         return cls(_int(d.get("counter")), _int(d.get("stateVersion")), _int(d.get("timestamp")))
 
 
+#: the attributes of every decoded topic that has none: shared (64 bytes a topic otherwise), so never
+#: mutated; nothing mutates a decoded TopicConfig (RegisterBodyCache keeps and shares them)
+_NO_ATTRIBUTES: dict[str, str] = {}
+
+
 @dataclass(slots=True)  # not frozen: a frozen __init__ costs 3x, and brokers send thousands of these
 class TopicConfig:
     topic_name: str
@@ -86,6 +91,8 @@ class TopicConfig:
         if type(d) is dict:
             # the shape every broker sends; anything else takes the checked path below
             topic, r, w, p = d.get("topicName") or name, d.get("readQueueNums"), d.get("writeQueueNums"), d.get("perm")
+            if topic == name:  # one string for the table's key and the name: bodies are kept (RegisterBodyCache)
+                topic = name
             flag, attrs = d.get("topicSysFlag", d.get("topicSynFlag", 0)), d.get("attributes")
             if (
                 type(topic) is str
@@ -104,7 +111,7 @@ class TopicConfig:
                     d.get("topicFilterType") or "SINGLE_TAG",
                     flag,
                     bool(d.get("order", False)),
-                    dict(attrs) if attrs else {},
+                    dict(attrs) if attrs else _NO_ATTRIBUTES,
                 )
         d = _obj(d, "topicConfig")
         topic = d.get("topicName") or name

@@ -25,7 +25,7 @@ An id held only provisionally (warm start) counts as unregistered: see
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS, MASTER_ID, Perm
 from namesrv.protocol.types import BrokerData, DataVersion, QueueData, RegisterBrokerBody, TopicConfig
@@ -42,6 +42,8 @@ from namesrv.routes.tables import RouteTables, drop_live, drop_rows_missing_from
 log = logging.getLogger(__name__)
 
 _NOT_WRITE = ~int(Perm.WRITE)
+#: QueueData's fields without NamedTuple's Python-level __new__
+_new_tuple = tuple.__new__
 _EMPTY_BODY = RegisterBrokerBody()
 
 
@@ -217,10 +219,9 @@ def _apply_topic_configs(
     if settings.delete_topic_with_broker_registration and not mappings:
         changed = drop_rows_missing_from(t, broker_name, tct)
 
-    for tc in tct.values():
-        if rewrite_all:
-            changed |= _create_and_update_queue_data(t, broker_name, tc, wipe_write)
-            continue
+    if rewrite_all:
+        changed |= _rewrite_rows(tqt, broker_name, tct.values(), wipe_write)
+    for tc in () if rewrite_all else tct.values():
         # change detection is per broker: an unchanged DataVersion only fills missing entries,
         # so a name-server-side perm wipe survives periodic re-registration (issue #313)
         qmap = tqt.get(tc.topic_name)
@@ -229,6 +230,42 @@ def _apply_topic_configs(
 
     if rewrite_all:
         changed |= _apply_mappings(t, broker_name, mappings)
+    return changed
+
+
+def _rewrite_rows(
+    tqt: dict[str, dict[str, QueueData]], broker_name: str, configs: Iterable[TopicConfig], wipe_write: bool
+) -> bool:
+    """Every row of ``configs`` for ``broker_name``; True if any changed.
+
+    The loop every re-registration with a new DataVersion runs once per topic, so it is
+    :func:`_create_and_update_queue_data` inlined: a row that is already right costs two dict
+    lookups and five field reads, no call and no new tuple (building a QueueData through its
+    NamedTuple constructor costs more than the rest of the loop together).
+    """
+    changed = False
+    mask = _NOT_WRITE if wipe_write else -1
+    get = tqt.get
+    for tc in configs:
+        perm = tc.perm & mask
+        qmap = get(tc.topic_name)
+        if qmap is not None:
+            held = qmap.get(broker_name)
+            if (
+                held is not None
+                and held.perm == perm
+                and held.read_queue_nums == tc.read_queue_nums
+                and held.write_queue_nums == tc.write_queue_nums
+                and held.topic_sys_flag == tc.topic_sys_flag
+                and held.broker_name == broker_name
+            ):
+                continue
+        qd = _new_tuple(QueueData, (broker_name, tc.read_queue_nums, tc.write_queue_nums, perm, tc.topic_sys_flag))
+        if qmap is None:
+            tqt[tc.topic_name] = {broker_name: qd}
+        else:
+            qmap[broker_name] = qd
+        changed = True
     return changed
 
 

@@ -64,6 +64,19 @@ def big_registration(topics: int = 100_000, compressed: bool = True) -> bytes:
     return _registration({}, bodies.encode_register_broker_body(body, compressed=compressed), compressed)
 
 
+def reused_registrations(topics: int = 1_800) -> Callable[[int], bytes]:
+    """The same topic table (~245 KB, just within what a node applies on its loop when it is the
+    broker's last one) with a new DataVersion each time: every request takes the full row rewrite."""
+    body = bodies.encode_register_broker_body(
+        RegisterBrokerBody(
+            DataVersion(1, 0, 1_700_000_000_000),
+            {f"AttackTopic{i}": TopicConfig(f"AttackTopic{i}", 8, 8) for i in range(topics)},
+            [],
+        )
+    )
+    return lambda i: _registration({}, body.replace(b'"counter":1,', b'"counter":%d,' % (i + 2), 1), False)
+
+
 def huge_config_update(keys: int = 900_000) -> bytes:
     text = "".join(f"k{i}=v\n" for i in range(keys)).encode()
     return encode(request(RequestCode.UPDATE_NAMESRV_CONFIG, None, text, opaque=1))
@@ -252,6 +265,7 @@ ATTACKS: dict[str, Callable[[], Callable[[int], bytes]]] = {
     "kv-puts": lambda: kv_put,
     "huge-unknown-topic": lambda: (lambda frame: lambda i: frame)(unknown_topic_lookup()),
     "garbage": lambda: garbage,
+    "reused-registrations": reused_registrations,
 }
 
 

@@ -277,3 +277,89 @@ def test_topic_list():
     assert decode_topic_list(None) == TopicList([])
     with pytest.raises(BodyError):
         decode_topic_list(b'{"topicList":"x"}')
+
+
+# --- RegisterBodyCache: an unchanged topic table is not parsed again
+
+
+def _plain_body(counter: int, topics: dict[str, int]) -> bytes:
+    """A body as a Java broker without filter servers writes it (fastjson, keys sorted)."""
+    rb = RegisterBrokerBody(
+        DataVersion(counter, 0, 1_700_000_000_000),
+        {name: TopicConfig(name, 8, 8, perm) for name, perm in topics.items()},
+        filter_server_list=[],
+    )
+    body = encode_register_broker_body(rb)
+    assert body.startswith(bodies._PLAIN_PREFIX)  # the shape the cache takes
+    return body
+
+
+def _decode(cache: bodies.RegisterBodyCache, body: bytes, key=("C", "a:1")) -> RegisterBrokerBody:
+    return cache.decode(key, body, compressed=False, version=409)
+
+
+def test_a_re_registration_with_only_a_new_data_version_reuses_the_parse():
+    cache = bodies.RegisterBodyCache()
+    first = _decode(cache, _plain_body(1, {"T1": 6, "T2": 6}))
+    again = _decode(cache, _plain_body(2, {"T1": 6, "T2": 6}))
+    assert (cache.hits, cache.misses) == (1, 1)
+    assert again.data_version == DataVersion(2, 0, 1_700_000_000_000)
+    assert again.topic_config_table is first.topic_config_table
+    assert again == decode_register_broker_body(_plain_body(2, {"T1": 6, "T2": 6}), compressed=False, version=409)
+    assert cache.reuse(("C", "a:1"), _plain_body(3, {"T1": 6, "T2": 6}), compressed=False, version=409) is not None
+
+
+def test_a_changed_table_or_another_broker_is_parsed_in_full():
+    cache = bodies.RegisterBodyCache()
+    _decode(cache, _plain_body(1, {"T1": 6}))
+    changed = _decode(cache, _plain_body(2, {"T1": 4}))
+    assert changed.topic_config_table["T1"].perm == 4
+    other = _decode(cache, _plain_body(2, {"T1": 4}), key=("C", "b:1"))
+    assert other.topic_config_table["T1"].perm == 4
+    assert cache.hits == 0
+    assert cache.reuse(("C", "a:1"), _plain_body(3, {"T1": 6}), compressed=False, version=409) is None
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        # a second DataVersion later in the wrapper: JSON's last key wins, so the prefix's is not the one
+        b',"topicConfigTable":{},"dataVersion":{"counter":9,"stateVersion":0,"timestamp":1}}}',
+        # the same key spelled with an escape
+        b',"topicConfigTable":{},"d\\u0061taVersion":{"counter":9,"stateVersion":0,"timestamp":1}}}',
+        # a second wrapper replaces the whole first one
+        b',"topicConfigTable":{}},"topicConfigSerializeWrapper":{"topicConfigTable":{}}}',
+    ],
+)
+def test_a_tail_that_can_redefine_the_data_version_is_never_reused(tail):
+    cache = bodies.RegisterBodyCache()
+    for counter in (1, 2):
+        body = bodies._PLAIN_PREFIX + b'{"counter":%d,"stateVersion":0,"timestamp":5}' % counter + tail
+        assert _decode(cache, body) == decode_register_broker_body(body, compressed=False, version=409)
+    assert cache.hits == 0 and len(cache) == 0
+
+
+def test_other_shapes_are_parsed_as_before_and_not_remembered():
+    cache = bodies.RegisterBodyCache()
+    rb = RegisterBrokerBody(DV, {"T": TopicConfig("T")}, filter_server_list=["f:1"])
+    for body, compressed in (
+        (encode_register_broker_body(rb), False),
+        (encode_register_broker_body(rb, compressed=True), True),
+    ):
+        assert cache.decode(("C", "a"), body, compressed=compressed, version=409) == decode_register_broker_body(
+            body, compressed=compressed, version=409
+        )
+    assert len(cache) == 0
+
+
+def test_the_cache_is_bounded_in_bytes_oldest_out_first():
+    body = _plain_body(1, {f"T{i}": 6 for i in range(20)})
+    tail = len(body) - body.index(b',"topicConfigTable"')
+    cache = bodies.RegisterBodyCache(max_tail_bytes=3 * tail)
+    for i in range(5):
+        _decode(cache, body, key=("C", f"b{i}"))
+    assert len(cache) == 3
+    assert cache.reuse(("C", "b0"), body, compressed=False, version=409) is None
+    assert cache.reuse(("C", "b4"), body, compressed=False, version=409) is not None
+    cache.forget(("C", "b4"))
+    assert len(cache) == 2

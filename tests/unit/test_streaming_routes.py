@@ -132,6 +132,21 @@ def test_changes_cover_exactly_what_moved_and_topics_lost_with_their_last_broker
     assert ch.routes["T1"] is not None  # still served by "a"
 
 
+def test_cluster_info_and_brokers_are_written_again_after_a_lost_write_even_with_nothing_applied():
+    model = RouteModel()
+    model.apply_event(A0)
+    written = model.changes()
+    assert model.changes().empty
+    model.forget_written()  # a failed Redis write: the next one (full, as the job asks) carries everything
+    again = model.changes(full=True)
+    assert (again.cluster, again.model_brokers, again.routes) == (
+        written.cluster,
+        written.model_brokers,
+        written.routes,
+    )
+    assert model.changes().empty and model.changes(full=True).empty
+
+
 def test_a_clean_unregistration_loses_no_topic():
     model = RouteModel()
     model.apply_event(B0)
