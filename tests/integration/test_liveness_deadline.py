@@ -46,11 +46,11 @@ from tests.support.wait import wait_until
 pytestmark = pytest.mark.timeout(900)
 
 BROKER_TIMEOUT_MS = 10_000
-#: Deadline -> gone at every node and in Redis. Issue 8 asks for a 2 s median and a 3 s max; the job
-#: needs two micro-batches after event time passes a deadline (Spark applies a batch's watermark in
-#: the next one), about 1.1-1.5 s each on this 2-core machine, so it measures about 4 s: these bounds
-#: hold that (the figures are printed), and the gap is the open part of the issue.
-EXPIRY_MEDIAN_S, EXPIRY_MAX_S = 6.0, 9.0
+#: Deadline -> gone at every node and in Redis. Issue 8 asks for a 2 s median and a 3 s max. A node's
+#: SILENT report (the first tick past the deadline) is decided in the batch that reads it: the wait
+#: for the running batch to end, then one batch (about 1.1 s each on a quiet 2-core machine), as for a
+#: close. The bounds leave room for a loaded CI machine; the figures are printed.
+EXPIRY_MEDIAN_S, EXPIRY_MAX_S = 4.5, 6.0
 #: last close -> gone in Redis: one micro-batch after the last CHANNEL_CLOSED (issue 8: 2 s)
 CLOSE_MEDIAN_S = 4.5
 SHIPPED = Timing(broker_timeout_ms=BROKER_TIMEOUT_MS, monitor_heartbeat_ms=None, monitor_fallback_ms=None)
