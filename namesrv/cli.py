@@ -26,7 +26,11 @@ def _start(args: argparse.Namespace) -> int:
         sys.stdout.write(render_properties(config))
         return 0
     setup_logging(args.log_level or config.log_level)
-    app.run(config)
+    try:
+        app.run(config)
+    except ConfigError as e:  # found once the node starts: a name too long, a metrics port taken
+        print(f"namesrv: bad configuration: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -451,6 +451,14 @@ class NamesrvConfig:
         _O,
         "period (ms) of the node's `stats` log line (INFO level); 0 = never",
     )
+    metrics_port: int = _opt(
+        0,
+        "metricsPort",
+        "int",
+        _O,
+        "TCP port of the Prometheus metrics endpoint (http://bindAddress:port/metrics); 0 = off",
+        bounds=(0, 65535),
+    )
 
     #: keys of the -c file we do not know, echoed back as Java does
     extras: dict[str, str] = field(default_factory=dict, metadata={"internal": True})
