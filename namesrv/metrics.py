@@ -33,7 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from namesrv.protocol.codes import RequestCode, ResponseCode
-from namesrv.request_stats import ONEWAY, OTHER, RPC_LATENCY_BUCKETS_MS, RequestStats
+from namesrv.request_stats import ONEWAY, OTHER, RPC_LATENCY_BUCKETS_MS, SAMPLE_EVERY, RequestStats
 
 if TYPE_CHECKING:
     from namesrv.events import KafkaLink
@@ -63,7 +63,8 @@ def request_metrics(stats: RequestStats) -> Iterator[Metric]:
     """rocketmq_rpc_latency and rocketmq_namesrv_requests_total from the request path's counts."""
     latency = HistogramMetricFamily(
         "rocketmq_rpc_latency",
-        "Time the node spent on a request, in milliseconds (as RocketMQ 5's rocketmq_rpc_latency)",
+        f"Time the node spent on a request, in milliseconds (as RocketMQ 5's rocketmq_rpc_latency); one request"
+        f" in {SAMPLE_EVERY} is timed, so count the requests with rocketmq_namesrv_requests_total",
         labels=["node_type", "protocol_type", "request_code", "response_code", "result"],
     )
     requests = CounterMetricFamily(
@@ -71,7 +72,7 @@ def request_metrics(stats: RequestStats) -> Iterator[Metric]:
         "Requests answered (or, oneway, handled) by request code and response code",
         labels=["request_code", "response_code"],
     )
-    for code, rc, counts, seconds in stats.snapshot():
+    for code, rc, requests_seen, counts, seconds in stats.snapshot():
         request_name = "other" if code == OTHER else _code_name(RequestCode, code)
         response_name = "" if rc == ONEWAY else _code_name(ResponseCode, rc)
         result = "oneway" if rc == ONEWAY else "success"
@@ -80,7 +81,7 @@ def request_metrics(stats: RequestStats) -> Iterator[Metric]:
             histogram_buckets(RPC_LATENCY_BUCKETS_MS, counts),
             seconds * 1000,
         )
-        requests.add_metric([request_name, response_name], sum(counts))
+        requests.add_metric([request_name, response_name], requests_seen)
     yield latency
     yield requests
 

@@ -27,7 +27,7 @@ def test_prometheus_scrapes_a_node_s_requests_latency_and_tables(tmp_path):
         with running_prometheus(tmp_path, {"namesrv": f"127.0.0.1:{metrics_port}"}) as prom:
             with NameServerClient(node.addr) as client:
                 register_broker(client, broker_addr="127.0.0.1:10911", topics=["T1", "T2"])
-                for _ in range(5):
+                for _ in range(40):  # one in SAMPLE_EVERY (16) is timed: a few timed ones
                     client.topic_route("T1")
                 client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoSuchTopic"})
                 client.call(4242, {})  # a code the node does not know: counted as "other"
@@ -36,7 +36,8 @@ def test_prometheus_scrapes_a_node_s_requests_latency_and_tables(tmp_path):
                 prom.wait_for("rocketmq_namesrv_connections", lambda v: v and v[0] >= 1)
                 prom.wait_for("rocketmq_namesrv_broker_registrations_total", lambda v: v == [1])
                 route_ok = 'request_code="get_routeinfo_by_topic",response_code="success"'
-                prom.wait_for(f"rocketmq_rpc_latency_count{{{route_ok}}}", lambda v: v == [5])
+                prom.wait_for(f"rocketmq_namesrv_requests_total{{{route_ok}}}", lambda v: v == [40])
+                prom.wait_for(f"rocketmq_rpc_latency_count{{{route_ok}}}", lambda v: v and v[0] >= 1)
                 prom.wait_for(
                     'rocketmq_namesrv_requests_total{request_code="get_routeinfo_by_topic",'
                     'response_code="topic_not_exist"}',

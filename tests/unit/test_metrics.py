@@ -20,7 +20,7 @@ from namesrv.handlers import HANDLERS, dispatch
 from namesrv.metrics import NodeCollector, histogram_buckets
 from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.command import request
-from namesrv.request_stats import ONEWAY, OTHER, RPC_LATENCY_BUCKETS_MS, Buckets, RequestStats
+from namesrv.request_stats import ONEWAY, OTHER, RPC_LATENCY_BUCKETS_MS, SAMPLE_EVERY, Buckets, RequestStats
 from tests.support.brokers import registration
 
 ROUTE, REGISTER = RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.REGISTER_BROKER
@@ -64,28 +64,31 @@ def test_buckets_count_each_value_in_the_first_bucket_whose_bound_it_does_not_ex
     assert histogram_buckets(b.bounds, [2, 2, 1], scale=1000) == [("1000.0", 2), ("5000.0", 4), ("+Inf", 5)]
 
 
-def test_request_stats_chain_each_request_from_the_end_of_the_one_before():
+def test_every_request_is_counted_and_one_in_sample_every_timed_from_the_end_of_the_one_before():
     clock = Clock()
     stats = RequestStats(HANDLERS, clock=clock)
-    started = clock()
-    clock.now += 0.00002  # 20 us: the first bucket (50 us)
+    started = 0.0
+    for _ in range(SAMPLE_EVERY - 1):  # counted, not timed: no clock read at all
+        clock.now = float("nan")  # a read would poison the sums below
+        started = stats.record(ROUTE, ResponseCode.SUCCESS, started)
+        assert started == 0.0
+    clock.now = 100.0
     started = stats.record(ROUTE, ResponseCode.SUCCESS, started)
+    assert started == 100.0  # the next request is timed from here
     clock.now += 0.002  # 2 ms: the 3 ms bucket
-    assert stats.record(ROUTE, ResponseCode.SUCCESS, started) == clock.now
-    clock.now += 5.0  # past every bound
-    stats.record(REGISTER, ResponseCode.SUCCESS, clock.now - 5.0)
-    ((code, rc, counts, seconds), (code2, _, counts2, _)) = stats.snapshot()
-    assert (code, rc) == (ROUTE, ResponseCode.SUCCESS) and seconds == pytest.approx(0.00202)
-    assert counts[0] == 1 and counts[RPC_LATENCY_BUCKETS_MS.index(3)] == 1 and sum(counts) == 2
-    assert code2 == REGISTER and counts2[-1] == 1
-    assert stats.count(ROUTE) == 2 and stats.count(ROUTE, ResponseCode.TOPIC_NOT_EXIST) == 0
+    assert stats.record(REGISTER, ResponseCode.SUCCESS, started) == 0.0
+    ((code, rc, n, counts, seconds), (code2, _, n2, counts2, seconds2)) = stats.snapshot()
+    assert (code, rc, n, sum(counts), seconds) == (ROUTE, ResponseCode.SUCCESS, SAMPLE_EVERY, 0, 0.0)
+    assert (code2, n2, seconds2) == (REGISTER, 1, pytest.approx(0.002))
+    assert counts2[RPC_LATENCY_BUCKETS_MS.index(3)] == 1 and sum(counts2) == 1
+    assert stats.count(ROUTE) == SAMPLE_EVERY and stats.count(ROUTE, ResponseCode.TOPIC_NOT_EXIST) == 0
 
 
 def test_codes_the_node_does_not_handle_share_one_key_so_a_peer_cannot_grow_the_label_set():
     stats = RequestStats(HANDLERS, clock=Clock())
     for code in range(5000, 6000):
         stats.record(code, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, 100.0)
-    assert [(c, rc, sum(n)) for c, rc, n, _ in stats.snapshot()] == [
+    assert [(c, rc, n) for c, rc, n, _, _ in stats.snapshot()] == [
         (OTHER, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, 1000)
     ]
 
@@ -97,9 +100,9 @@ def test_rpc_latency_is_rocketmqs_histogram_in_milliseconds_with_its_labels(tmp_
     clock = Clock()
     stats = RequestStats(HANDLERS, clock=clock)
     clock.now += 0.004
-    stats.record(ROUTE, ResponseCode.TOPIC_NOT_EXIST, 100.0)
-    stats.record(RequestCode.BROKER_HEARTBEAT, ONEWAY, clock.now)
-    stats.record(4242, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, clock.now)
+    stats.record(ROUTE, ResponseCode.TOPIC_NOT_EXIST, 100.0)  # a timed one: 4 ms
+    stats.record(RequestCode.BROKER_HEARTBEAT, ONEWAY)
+    stats.record(4242, ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
     node, _, expiry = _node(tmp_path)
     got = scrape(NodeCollector(node.routes, lambda: 0, expiry, stats))
     route = {"request_code": "get_routeinfo_by_topic", "response_code": "topic_not_exist"}
@@ -107,7 +110,8 @@ def test_rpc_latency_is_rocketmqs_histogram_in_milliseconds_with_its_labels(tmp_
     assert one(got, "rocketmq_rpc_latency_bucket", le="5.0", **route) == 1
     assert one(got, "rocketmq_rpc_latency_sum", **route) == pytest.approx(4.0)
     assert one(got, "rocketmq_rpc_latency_count", protocol_type="remoting", node_type="namesrv", **route) == 1
-    assert one(got, "rocketmq_rpc_latency_count", request_code="broker_heartbeat", result="oneway") == 1
+    assert one(got, "rocketmq_rpc_latency_count", request_code="broker_heartbeat", result="oneway") == 0  # not timed
+    assert one(got, "rocketmq_namesrv_requests_total", request_code="broker_heartbeat") == 1
     assert one(got, "rocketmq_namesrv_requests_total", request_code="other") == 1
     assert one(got, "rocketmq_namesrv_broker_heartbeats_total", request_code="broker_heartbeat") == 1
 
