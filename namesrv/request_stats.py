@@ -65,13 +65,14 @@ SAMPLE_EVERY = 16
 class RequestStats:
     """Requests per (request code, response code), every one counted, one in :data:`SAMPLE_EVERY` timed.
 
-    The connection calls :meth:`record` once per request with ``started``, the clock time the
-    request started if it is being timed, else 0.0; it returns what to pass for the next request:
-    every :data:`SAMPLE_EVERY` th call it reads the clock, so the next request is timed from the
-    end of this one.
+    The connection calls :meth:`start` before the first request it answers in a turn and
+    :meth:`record` once per request with ``started``, the clock time the request started if it is
+    being timed, else 0.0; ``record`` returns what to pass for the next request: every
+    :data:`SAMPLE_EVERY` th call it reads the clock, so the next request is timed from the end of
+    this one (or, on whichever connection answers next, from :meth:`start`).
     """
 
-    __slots__ = ("clock", "known", "_bounds", "_first", "_cells", "_countdown")
+    __slots__ = ("clock", "known", "armed", "_bounds", "_first", "_cells", "_countdown")
 
     def __init__(self, known_codes: Collection[int], clock: Callable[[], float] = time.perf_counter) -> None:
         self.clock = clock
@@ -81,6 +82,9 @@ class RequestStats:
         #: (request code, response code) -> [requests, then the timed ones per bucket, then their seconds]
         self._cells: dict[tuple[int, int], list[Any]] = {}
         self._countdown = SAMPLE_EVERY
+        #: the next request is to be timed: a connection that starts answering reads the clock first
+        #: (the one that armed it may have had no further request to chain to)
+        self.armed = False
 
     def record(self, code: int, response_code: int, started: float = 0.0) -> float:
         """Count one request (timed from ``started`` unless it is 0.0); returns the next one's ``started``."""
@@ -95,10 +99,16 @@ class RequestStats:
                 elapsed = now - started
                 cell[1 + bisect_left(self._bounds, elapsed)] += 1
                 cell[-1] += elapsed
+                self.armed = False
             if not self._countdown:
                 self._countdown = SAMPLE_EVERY
+                self.armed = True
                 return now
         return 0.0
+
+    def start(self) -> float:
+        """``started`` for the first request a connection answers now: the clock if one is due."""
+        return self.clock() if self.armed else 0.0
 
     def _cell(self, code: int, response_code: int) -> list[Any]:
         if code not in self.known:  # a peer's made-up code: not a key of its own

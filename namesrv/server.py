@@ -191,7 +191,7 @@ class Connection(asyncio.Protocol):
         # metrics (namesrv.request_stats): every request counted; one in SAMPLE_EVERY timed, from the
         # end of the one before (started > 0: the current request is being timed)
         stats = server.request_stats
-        started = 0.0
+        started = 0.0 if stats is None else stats.start()
         try:
             while not self.paused and self.pending is None and (request := self.decoder.next_command()) is not None:
                 response = dispatch(server.node, request, self, wait=False)

@@ -84,6 +84,22 @@ def test_every_request_is_counted_and_one_in_sample_every_timed_from_the_end_of_
     assert stats.count(ROUTE) == SAMPLE_EVERY and stats.count(ROUTE, ResponseCode.TOPIC_NOT_EXIST) == 0
 
 
+def test_a_timing_due_when_a_connection_had_no_next_request_starts_on_the_next_one_answered():
+    clock = Clock()
+    stats = RequestStats(HANDLERS, clock=clock)
+    assert stats.start() == 0.0  # nothing due: no clock read
+    for _ in range(SAMPLE_EVERY):
+        stats.record(ROUTE, ResponseCode.SUCCESS, 0.0)  # a client that sends one request at a time
+    clock.now = 200.0
+    started = stats.start()
+    assert started == 200.0
+    clock.now += 0.0004
+    stats.record(ROUTE, ResponseCode.SUCCESS, started)
+    assert stats.start() == 0.0  # taken
+    ((_, _, n, counts, seconds),) = stats.snapshot()
+    assert n == SAMPLE_EVERY + 1 and sum(counts) == 1 and seconds == pytest.approx(0.0004)
+
+
 def test_codes_the_node_does_not_handle_share_one_key_so_a_peer_cannot_grow_the_label_set():
     stats = RequestStats(HANDLERS, clock=Clock())
     for code in range(5000, 6000):
