@@ -96,8 +96,10 @@ class Process:
                 self.proc.wait()
 
 
-def start_node(workdir: Path) -> tuple[Process, int]:
+def start_node(workdir: Path, metrics: bool = False) -> tuple[Process, int]:
     port = free_port()
+    # with --metrics the node counts every request for its Prometheus endpoint (nothing scrapes it)
+    extra = ["--set", f"metricsPort={free_port()}"] if metrics else []
     workdir.mkdir(parents=True, exist_ok=True)
     node = Process(
         [
@@ -111,6 +113,7 @@ def start_node(workdir: Path) -> tuple[Process, int]:
             f"kvConfigPath={workdir / 'kvConfig.json'}",
             "--set",
             f"configStorePath={workdir / 'namesrv.properties'}",
+            *extra,
         ],
         workdir / "namesrv.log",
     )
@@ -162,6 +165,7 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=6.0)
     parser.add_argument("--only", help="run only workloads whose name contains this text")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "RESULTS.md")
+    parser.add_argument("--metrics", action="store_true", help="run the node with its metrics endpoint on")
     args = parser.parse_args()
     if not LOADGEN.exists():
         raise SystemExit(f"{LOADGEN} is missing: run `bash tests/peers/install.sh` (or `make setup`) first")
@@ -177,7 +181,7 @@ def main() -> int:
                 print(f"[bench] {w.name}: {args.runs} run(s) of {args.warmup}+{args.duration}s", file=sys.stderr)
                 ours, ceiling = [], []
                 for i in range(args.runs):
-                    node, port = start_node(Path(tmp) / f"{w.name.replace(' ', '-')}-{i}")
+                    node, port = start_node(Path(tmp) / f"{w.name.replace(' ', '-')}-{i}", args.metrics)
                     setup = None
                     try:
                         if w.needs_setup:  # 10 brokers x 100 topics registered and heartbeating for the whole run

@@ -530,7 +530,8 @@ def build_stack(args: argparse.Namespace) -> list[ProcessService]:
     services = load_config(args.services_conf)
     run_dir = services.run_dir
     stack: list[ProcessService] = [KafkaService.from_config(services), RedisService.from_config(services)]
-    for port in args.node_ports:
+    monitor_metrics, node_metrics = metrics_ports(args.metrics_base, len(args.node_ports))
+    for port, metrics_port in zip(args.node_ports, node_metrics, strict=True):
         stack.append(
             NamesrvNode(
                 port=port,
@@ -544,6 +545,7 @@ def build_stack(args: argparse.Namespace) -> list[ProcessService]:
                     "redisUrl": services.redis_url,
                     "kvConfigPath": str(run_dir / f"namesrv-{port}" / "kvConfig.json"),
                     "configStorePath": str(run_dir / f"namesrv-{port}" / "namesrv.properties"),
+                    "metricsPort": str(metrics_port),
                 },
             )
         )
@@ -558,11 +560,35 @@ def build_stack(args: argparse.Namespace) -> list[ProcessService]:
                     "kafka.bootstrap": services.kafka_bootstrap,
                     "redis.url": services.redis_url,
                     "monitor.checkpointDir": str(run_dir / "streaming" / "checkpoint"),
+                    "monitor.metricsPort": str(monitor_metrics),
+                    "monitor.metricsBindAddress": args.bind,
                 },
                 launcher=args.streaming_launcher,
             )
         )
     return stack
+
+
+def metrics_ports(base: int, nodes: int) -> tuple[int, list[int]]:
+    """The monitor's metrics port and each node's: ``base``, then ``base + 1`` ... (all 0 when ``base`` is 0)."""
+    if base == 0:
+        return 0, [0] * nodes
+    return base, [base + 1 + i for i in range(nodes)]
+
+
+def metrics_urls(stack: list[ProcessService], host: str = LOOPBACK) -> list[tuple[str, str]]:
+    """``(service name, URL)`` of every Prometheus endpoint the stack serves."""
+    urls = []
+    for service in stack:
+        if isinstance(service, NamesrvNode):
+            port = int(service.properties.get("metricsPort", "0"))
+        elif isinstance(service, StreamingJob):
+            port = int(service.overrides.get("monitor.metricsPort", "0"))
+        else:
+            continue
+        if port:
+            urls.append((service.name, f"http://{host}:{port}/metrics"))
+    return urls
 
 
 def banner(stack: list[ProcessService], node_ports: list[int]) -> str:
@@ -582,6 +608,12 @@ def banner(stack: list[ProcessService], node_ports: list[int]) -> str:
         "--silent 1 --silent-after 30",
         f"  Routes in Redis:     .venv/bin/namesrv routes --redis {redis.url} get T0   (or: routes watch)",
         "  Alerts:              in the streaming log, and on the Kafka topic namesrv-alerts",
+    ]
+    urls = metrics_urls(stack)
+    lines += [f"  {'Metrics:' if i == 0 else '':<20} {url}   ({name})" for i, (name, url) in enumerate(urls)] or [
+        "  Metrics:             off (--metrics-base 0)"
+    ]
+    lines += [
         "",
         "  Whatever dies is restarted here (after 1 s, doubling to 60 s), the rest keeps running;",
         "  the Spark job restarts from its checkpoint, and meanwhile the nodes expire brokers themselves.",
@@ -701,6 +733,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=18080,
         help="port of the live cluster-health console (namesrv console) on 127.0.0.1; 0 = no console",
+    )
+    parser.add_argument(
+        "--metrics-base",
+        type=int,
+        default=9470,
+        metavar="PORT",
+        help="Prometheus endpoints: the job's on PORT, the nodes' on PORT+1, PORT+2, ... (default 9470; 0 = off)",
     )
     parser.add_argument(
         "--streaming-launcher",

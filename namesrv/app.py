@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from namesrv.acl import Acl, AclFileError, load_acl_file
-from namesrv.config import NamesrvConfig
+from namesrv.config import ConfigError, NamesrvConfig
 from namesrv.handlers import NameServerNode
 from namesrv.kvconfig import KVConfigManager
 from namesrv.liveness import BatchUnregistration, ExpiryScan
@@ -21,6 +21,7 @@ from namesrv.warmstart import WarmStartReport, drop_unconfirmed, warm_start
 
 if TYPE_CHECKING:
     from namesrv.events import KafkaLink
+    from namesrv.metrics import MetricsServer
 
 log = logging.getLogger("namesrv")
 
@@ -37,6 +38,8 @@ class RunningNode:
     kafka: KafkaLink | None = None
     #: what warm start loaded from Redis; None when it is off or found nothing usable
     warm_start: WarmStartReport | None = None
+    #: the Prometheus endpoint; None when metricsPort is 0
+    metrics: MetricsServer | None = None
 
     @property
     def port(self) -> int:
@@ -46,6 +49,8 @@ class RunningNode:
         await self.server.stop()
         if self.kafka is not None:  # after the server, so closed connections are still published
             await self.kafka.stop()
+        if self.metrics is not None:
+            await asyncio.to_thread(self.metrics.stop)
 
 
 def build_node(config: NamesrvConfig) -> tuple[NameServerNode, BatchUnregistration, ExpiryScan]:
@@ -109,13 +114,36 @@ async def start_node(config: NamesrvConfig) -> RunningNode:
     running = RunningNode(server, node, unregistration, expiry, kafka, warm)
     if config.stats_interval_millis > 0:
         server.spawn(_log_stats(running, config.stats_interval_millis / 1000), "stats")
+    if config.metrics_port > 0:
+        try:
+            running.metrics = _serve_metrics(running, config)
+        except BaseException:
+            await running.stop()  # the node already listens: do not leave it half started
+            raise
     log.warning(
-        "The Name Server boot success. serializeType=%s, address %s:%d",
+        "The Name Server boot success. serializeType=%s, address %s:%d, metrics %s",
         config.response_serialize_type,
         config.bind_address,
         server.port,
+        running.metrics.url if running.metrics is not None else "off",
     )
     return running
+
+
+def _serve_metrics(running: RunningNode, config: NamesrvConfig) -> MetricsServer:
+    """Count requests from now on and serve them, with the node's tables and Kafka traffic, over HTTP."""
+    from namesrv.handlers import HANDLERS
+    from namesrv.metrics import NodeCollector, serve
+    from namesrv.request_stats import RequestStats
+
+    requests = running.server.request_stats = RequestStats(HANDLERS)
+    collector = NodeCollector(
+        running.node.routes, lambda: len(running.server.connections), running.expiry, requests, running.kafka
+    )
+    try:
+        return serve([collector], config.bind_address, config.metrics_port)
+    except OSError as e:
+        raise ConfigError(f"metricsPort={config.metrics_port}: cannot listen on {config.bind_address}: {e}") from e
 
 
 def node_stats(running: RunningNode) -> dict[str, object]:

@@ -36,7 +36,7 @@ def _start(args: argparse.Namespace) -> int:
         app.run(config)
     except AclFileError as e:  # aclEnable with an accounts file that cannot be used
         print(f"namesrv: bad configuration: aclFile: {e}", file=sys.stderr)
-    except ConfigError as e:  # what only start-up can find: a key that does not decrypt, a certificate openssl refused
+    except ConfigError as e:  # found once the node starts: a key that does not decrypt, a metrics port taken
         print(f"namesrv: bad configuration: {e}", file=sys.stderr)
         return 2
     return 0
@@ -103,6 +103,10 @@ def tls_context_from_args(args: argparse.Namespace) -> ssl.SSLContext | None:
     )
 
 
+class NotFound(Exception):
+    """An admin command found nothing where the user expected something (exit 1, message on stderr)."""
+
+
 def _admin(args: argparse.Namespace) -> int:
     from namesrv.client import NameServerClient, RemoteError
 
@@ -115,7 +119,7 @@ def _admin(args: argparse.Namespace) -> int:
     try:
         with NameServerClient(args.namesrv, timeout=args.timeout, credentials=credentials, tls=tls) as client:
             result = ADMIN_COMMANDS[args.admin_command][1](client, args)
-    except RemoteError as e:
+    except (RemoteError, NotFound) as e:
         print(f"namesrv admin {args.admin_command}: {e}", file=sys.stderr)
         return 1
     except ssl.SSLError as e:
@@ -304,6 +308,8 @@ def _topic_route(client, args) -> Any:
 
 def _kv_get(client, args) -> Any:
     value = client.get_kv(args.namespace, args.key)
+    if value is None:  # QUERY_NOT_FOUND: a script must be able to tell it from a value
+        raise NotFound(f"no value for key {args.key!r} in namespace {args.namespace!r}")
     return {"namespace": args.namespace, "key": args.key, "value": value}
 
 
@@ -339,6 +345,15 @@ ADMIN_COMMANDS: dict[str, tuple[str, Any, list[tuple[str, str]]]] = {
         [("-k", "key"), ("-v", "value")],
     ),
 }
+
+
+def _admin_options(parser: argparse.ArgumentParser) -> None:
+    """The options every admin command takes, before or after the command.  Neither parser has a
+    default for them (argparse would let the command's default overwrite what was given before it):
+    the admin parser's set_defaults puts them in once."""
+    parser.add_argument("-n", "--namesrv", default=argparse.SUPPRESS, help="host:port (default 127.0.0.1:9876)")
+    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
+    parser.add_argument("--timeout", type=float, default=argparse.SUPPRESS, help="seconds per request (default 5)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -388,15 +403,15 @@ def build_parser() -> argparse.ArgumentParser:
     start.set_defaults(func=_start)
 
     admin = sub.add_parser("admin", help="mqadmin's name-server commands against any name server")
-    admin.add_argument("-n", "--namesrv", default="127.0.0.1:9876", help="host:port (default 127.0.0.1:9876)")
-    admin.add_argument("--json", action="store_true", help="machine-readable output")
-    admin.add_argument("--timeout", type=float, default=5.0)
+    _admin_options(admin)
     _add_credential_options(admin)
     add_tls_arguments(admin)
-    admin.set_defaults(func=_admin)
+    admin.set_defaults(func=_admin, namesrv="127.0.0.1:9876", json=False, timeout=5.0)
     admin_sub = admin.add_subparsers(dest="admin_command", required=True)
     for name, (help_text, _fn, options) in ADMIN_COMMANDS.items():
         p = admin_sub.add_parser(name, help=help_text)
+        # before or after the command, as mqadmin users type them (`clusterList -n H --json`)
+        _admin_options(p)
         for flag, dest in options:
             optional = dest.endswith("?")
             dest = dest.rstrip("?")

@@ -652,6 +652,14 @@ class NamesrvConfig:
         " invalid one is logged and the old accounts stay; 0 = never",
         bounds=(0, 86_400_000),
     )
+    metrics_port: int = _opt(
+        0,
+        "metricsPort",
+        "int",
+        _O,
+        "TCP port of the Prometheus metrics endpoint (http://bindAddress:port/metrics); 0 = off",
+        bounds=(0, 65535),
+    )
 
     #: keys of the -c file we do not know, echoed back as Java does
     extras: dict[str, str] = field(default_factory=dict, metadata={"internal": True})

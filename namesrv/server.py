@@ -73,6 +73,7 @@ from namesrv.logs import RateLimited
 from namesrv.protocol.codec import FrameDecoder, LocalProtocolError, RemoteProtocolError, encode
 from namesrv.protocol.codes import ResponseCode, SerializeType
 from namesrv.protocol.command import RemotingCommand
+from namesrv.request_stats import ONEWAY, RequestStats
 from namesrv.routes.model import MinBrokerIdChange
 
 log = logging.getLogger("namesrv.server")
@@ -139,6 +140,7 @@ class Connection(asyncio.Protocol):
         "held",
         "throttled",
         "held_back_since",
+        "pending_started",
     )
 
     def __init__(self, server: NameServer, peer: str | None = None) -> None:
@@ -164,6 +166,8 @@ class Connection(asyncio.Protocol):
         self.throttled = False
         #: when the node last stopped reading it for the budget (server clock)
         self.held_back_since = 0.0
+        #: the request stats' clock when the pending request started (metrics on)
+        self.pending_started = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # a stream server's transport: typeshed's Protocol says BaseTransport, and uvloop's transports are
@@ -209,17 +213,26 @@ class Connection(asyncio.Protocol):
         out: list[bytes] = []
         size = 0
         server = self.server
+        # metrics (namesrv.request_stats): every request counted; one in SAMPLE_EVERY timed, from the
+        # end of the one before (started > 0: the current request is being timed)
+        stats = server.request_stats
+        started = 0.0 if stats is None else stats.start()
         try:
             while not self.paused and self.pending is None and (request := self.decoder.next_command()) is not None:
                 response = dispatch(server.node, request, self, wait=False)
                 if response is None:
+                    if stats is not None and not request.is_response:
+                        started = stats.record(request.code, ONEWAY, started)
                     continue
                 if isinstance(response, Pending):
                     self.pending = response
+                    self.pending_started = started
                     self._update_reading()
                     response.future.add_done_callback(self._work_done)
                     break
                 out.append(answer := server.encode_response(request, response))
+                if stats is not None:
+                    started = stats.record(request.code, response.code, started)
                 size += len(answer)
                 if size >= _WRITE_BATCH_BYTES:  # may call pause_writing, which ends the loop
                     self._write(out)
@@ -244,6 +257,8 @@ class Connection(asyncio.Protocol):
             response = pending.resolve()
             if response is not None:
                 self._write([self.server.encode_response(pending.request, response)])
+            if (stats := self.server.request_stats) is not None:
+                stats.record(pending.request.code, ONEWAY if response is None else response.code, self.pending_started)
             self._update_reading()
             self._answer_buffered()  # frames that arrived before or with that request
         except Exception as e:
@@ -342,6 +357,8 @@ class NameServer:
         self._socket_buffers: tuple[tuple[int, int], ...] = ()
         #: (high, low) write-buffer marks for each transport; None = the transport's defaults
         self._water_marks: tuple[int, int] | None = None
+        #: requests counted for the metrics endpoint (namesrv.metrics); None: not counted (metricsPort=0)
+        self.request_stats: RequestStats | None = None
 
     @property
     def port(self) -> int:

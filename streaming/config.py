@@ -87,6 +87,8 @@ class StreamingConfig:
     monitor_id: str = ""
     remove_on_channel_close: bool = False
     forget_after_millis: int = 86_400_000
+    metrics_port: int = 0
+    metrics_bind_address: str = "0.0.0.0"
 
     flap_threshold: int = 3
     flap_window_millis: int = 600_000
@@ -211,6 +213,9 @@ OPTIONS: tuple[Option, ...] = (
            "a broker whose connection closes at any node is removed at every node"),
     Option("monitor.forgetAfterMillis", "forget_after_millis", _MILLIS,
            "a broker gone this long (event time) is forgotten and its incidents resolved"),
+    Option("monitor.metricsPort", "metrics_port", options.integer(0, 65535),
+           "port of the driver's Prometheus endpoint, http://metricsBindAddress:port/metrics (0: off)"),
+    Option("monitor.metricsBindAddress", "metrics_bind_address", _TEXT, "address the metrics endpoint listens on"),
     Option("alerts.flapThreshold", "flap_threshold", _COUNT,
            "a broker expiring or re-registering more than this many times ..."),
     Option("alerts.flapWindowMillis", "flap_window_millis", _MILLIS, "... within this window flaps"),

@@ -57,6 +57,7 @@ from namesrv.events.schema import (
     wall_ms,
 )
 from namesrv.redis_clients import redact_url
+from namesrv.request_stats import Buckets
 from namesrv.retrying import retry_until_stopped
 from namesrv.routes import RouteSettings
 from namesrv.routes.snapshot import SnapshotError
@@ -87,6 +88,7 @@ from streaming.liveness import (
     LivenessSettings,
     state_layout,
 )
+from streaming.metrics import batch_buckets, redis_buckets, serve_monitor_metrics
 from streaming.paging import Pager, pager_for
 from streaming.routes import RedisRouteStore, RouteModel
 
@@ -94,6 +96,8 @@ if TYPE_CHECKING:
     from kafka import KafkaProducer
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
+
+    from namesrv.metrics import MetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -424,6 +428,17 @@ class MonitorStatus:
     bad_actions: int = 0
     #: node -> (wall time last seen ahead, events refused, furthest claim)
     ahead_nodes: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    # -- for the metrics endpoint (streaming.metrics), each written by one thread
+    #: events per second the last batch read
+    input_rate: float = 0.0
+    batch_seconds: Buckets = field(default_factory=batch_buckets)
+    #: action type -> actions sent to the actions topic by this run
+    actions_published: dict[str, int] = field(default_factory=dict)
+    redis_seconds: Buckets = field(default_factory=redis_buckets)
+    redis_failures: int = 0
+
+    def published(self, action: Action) -> None:
+        self.actions_published[action.type.value] = self.actions_published.get(action.type.value, 0) + 1
 
     def note_ahead(self, nodes: Iterable[str], refused: int, furthest: int, at: int) -> None:
         self.ahead_events += refused
@@ -577,6 +592,7 @@ class BatchSink:
                     continue
                 log.info("%s %s %s (%s)", action.type, action.cluster_name, action.broker_addr, action.reason)
                 self.publisher.send(self.cfg.actions_topic, action_key(action), encode_action(action))
+                self.status.published(action)
 
     def _apply_routes(self, rows: Iterable[dict[str, Any]]) -> None:
         for row in rows:
@@ -624,14 +640,27 @@ class BatchSink:
                 outbox=outbox,
             )  # fmt: skip
         except RedisError as exc:  # a cache outage must not stop the liveness decisions
+            self.status.redis_seconds.observe(time.perf_counter() - started)
+            self.status.redis_failures += 1
             log.error("redis: batch %d not written (%r); the next write replaces everything", batch_id, exc)
             self._rewrite = True
             self.model.forget_written()
             return
         # bench/scale_bench.py reads this line: the Redis share of a batch, which grows with the topics changed
         log.info("redis: batch %d written in %.1f ms", batch_id, (time.perf_counter() - started) * 1000)
+        self.status.redis_seconds.observe(time.perf_counter() - started)
         self._stored_batch = batch_id
         self._rewrite = False
+
+    # -- read-only, for the metrics endpoint (any thread; see streaming.metrics)
+
+    def brokers_alive(self) -> int:
+        """Brokers in the route model: registered and neither expired nor removed."""
+        return self.model.manager.counts().brokers
+
+    def open_alert_kinds(self) -> list[tuple[str, str]]:
+        """``(kind, severity)`` of every open incident."""
+        return [(a.kind.value, a.severity.value) for a in list(self.book.open.values())]
 
     def close(self) -> None:
         if self.pager is not None:
@@ -658,6 +687,7 @@ class BatchSink:
                     reason=f"batches={st.batches} events={st.events} bad={st.bad_events} " f"ahead={st.ahead_events}",
                 )
                 self.publisher.send(cfg.actions_topic, action_key(beat), encode_action(beat))
+                st.published(beat)
             current = lag_incident(wm, cfg.watermark_delay_millis, at, cfg.monitor_lag_millis)
             current |= clock_incidents(dict(st.ahead_nodes), at, _CLOCK_QUIET_MS, cfg.max_clock_skew_millis)
             changed = self.book.reconcile((AlertKind.MONITOR_LAGGING, AlertKind.NODE_CLOCK_AHEAD), current, at)
@@ -726,6 +756,8 @@ def _make_listener_class() -> type:
             s.events += int(p.numInputRows)
             s.bad_events += bad
             s.batch_durations_ms.append(int(p.batchDuration))
+            s.batch_seconds.observe(p.batchDuration / 1000)
+            s.input_rate = float(p.inputRowsPerSecond or 0.0)
             del s.batch_durations_ms[:-1000]
             if wm:
                 s.watermark_ms = wm
@@ -776,6 +808,8 @@ class MonitorJob:
     status: MonitorStatus
     listener: Any
     heartbeat: MonitorHeartbeat
+    #: the Prometheus endpoint; None when monitor.metricsPort is 0
+    metrics: MetricsServer | None = None
 
     def process_all_available(self) -> None:
         self.query.processAllAvailable()
@@ -787,6 +821,8 @@ class MonitorJob:
         finally:
             self.spark.streams.removeListener(self.listener)
             self.sink.close()
+            if self.metrics is not None:  # a restarted query (streaming.__main__) serves on the same port again
+                self.metrics.stop()
 
 
 def checkpoint_location(checkpoint_dir: Path) -> Path:
@@ -842,12 +878,22 @@ def start(
     sink.set_lineage(str(query.id))
     heartbeat = MonitorHeartbeat(sink, cfg.monitor_heartbeat_interval_millis / 1000)
     heartbeat.start()
-    log.info(
-        "monitor %s started: events %s on %s, checkpoint %s, redis %s",
+    monitor = MonitorJob(spark, query, sink, status, listener, heartbeat)
+    if cfg.metrics_port > 0:
+        try:
+            monitor.metrics = serve_monitor_metrics(cfg, sink, status)
+        except OSError as exc:  # a port taken is the operator's to fix; the monitor decides on without it
+            log.error(
+                "monitor.metricsPort=%d: cannot listen on %s (%s); running without metrics",
+                cfg.metrics_port, cfg.metrics_bind_address, exc,
+            )  # fmt: skip
+    log.warning(
+        "monitor %s started: events %s on %s, checkpoint %s, redis %s, metrics %s",
         cfg.monitor_name,
         cfg.events_topic,
         cfg.kafka_bootstrap,
         checkpoint,
         redact_url(cfg.redis_url) if cfg.redis_url else "-",
+        monitor.metrics.url if monitor.metrics is not None else "off",
     )
-    return MonitorJob(spark, query, sink, status, listener, heartbeat)
+    return monitor

@@ -179,6 +179,11 @@ class MonitorWatchdog:
     def monitor_alive(self) -> bool:
         return self.last_heard is not None and (self.now() - self.last_heard) * 1000 < self.silence_ms
 
+    def silence_s(self) -> float | None:
+        """Seconds since the monitor was last heard; None if it never was (read by the metrics)."""
+        last = self.last_heard
+        return None if last is None else max(0.0, self.now() - last)
+
     def heard(self, monitor: str) -> None:
         handing_back = self.last_heard is not None  # the scan is on because the monitor fell silent
         self.last_heard = self.now()

@@ -70,6 +70,56 @@ def test_admin_reports_errors_with_what_to_do(served):
     assert down.returncode == 1 and "Is a name server listening there?" in down.stderr
 
 
+def test_admin_options_are_accepted_after_the_command_as_mqadmin_users_type_them(served):
+    addr, _, _ = served
+    with NameServerClient(addr) as broker:
+        register_broker(broker, broker_addr="127.0.0.1:10911", topics=["T"])
+        done = subprocess.run(
+            [*NAMESRV, "admin", "clusterList", "-n", addr, "--json", "--timeout", "3"],
+            capture_output=True, text=True, timeout=30, cwd=REPO,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert [row["addr"] for row in json.loads(done.stdout)] == ["127.0.0.1:10911"]
+        # given on both sides, the one after the command wins, as argparse reads left to right
+        both = admin(f"127.0.0.1:{free_port()}", "--json", "clusterList", "-n", addr)
+        assert both.returncode == 0 and json.loads(both.stdout)[0]["brokerName"] == "broker-a"
+
+
+def test_get_kv_config_of_a_missing_key_says_so_and_exits_non_zero(served):
+    addr, _, _ = served
+    for extra in ([], ["--json"]):
+        done = admin(addr, "getKvConfig", "-s", "ns", "-k", "nothing-here", *extra)
+        assert done.returncode == 1 and done.stdout == ""
+        assert "no value for key 'nothing-here' in namespace 'ns'" in done.stderr
+
+
+SLOW_KAFKA_STEP = """
+import logging, sys, time
+logging.basicConfig(level=sys.argv[1], format="%(levelname)s %(name)s: %(message)s")  # as `make run`'s console
+import infra.services  # what `make run` imports before its Kafka probes
+from kafka.net.selector import NetworkSelector
+
+async def step():
+    time.sleep(0.02)  # one step of kafka-python's I/O loop that takes long on the wall clock
+
+NetworkSelector(slow_task_threshold_secs=0.001).run(step)
+logging.getLogger("kafka.net.selector").warning("a real kafka-python warning")
+"""
+
+
+def test_kafka_pythons_wall_clock_slow_step_warning_stays_off_the_console_unless_debugging():
+    def run(level: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", SLOW_KAFKA_STEP, level], capture_output=True, text=True, timeout=60, cwd=REPO
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stderr
+
+    console = run("WARNING")
+    assert "blocking the event loop" not in console and "WARNING kafka.net.selector: a real" in console
+    assert "DEBUG kafka.net.selector: Task" in run("DEBUG")
+
+
 def test_sigterm_stops_the_node_cleanly(served):
     _, proc, _ = served
     proc.send_signal(signal.SIGTERM)

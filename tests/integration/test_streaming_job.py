@@ -34,6 +34,7 @@ from streaming.alerts import decode_alert
 from streaming.config import load_config
 from streaming.routes import RouteLookup
 from tests.support import alertmanager
+from tests.support.prometheus import running_prometheus
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -319,6 +320,32 @@ def test_a_restart_from_the_checkpoint_keeps_offsets_state_and_pending_expiries(
         settle(monitor, 1.0)
         assert w.decisions() == [("EXPIRE", B[1], 0)]
         assert int(w.lookup.status()["batchId"]) > 0
+
+
+def test_prometheus_scrapes_the_monitor_s_batches_brokers_alerts_and_redis_writes(spark, world, tmp_path):
+    w = world
+    port = free_port()
+    w.cfg = dataclasses.replace(w.cfg, metrics_port=port, metrics_bind_address="127.0.0.1")
+    with running(spark, w) as monitor, running_prometheus(tmp_path, {"monitor": f"127.0.0.1:{port}"}) as prom:
+        assert monitor.metrics is not None and monitor.metrics.url == f"http://127.0.0.1:{port}/metrics"
+        a_and_b_serve_ts(w, monitor)
+        prom.wait_for('rocketmq_namesrv_monitor_brokers_alive{job="monitor"}', lambda v: v == [2])
+        w.heartbeat(A, 8_000)
+        w.tick(14_000)  # past B's deadline (0 + 10 s)
+        w.flush()
+        until(monitor, lambda: w.decisions() == [("EXPIRE", B[1], 0)], what="B expired")
+        prom.wait_for("rocketmq_namesrv_monitor_brokers_alive", lambda v: v == [1])
+        prom.wait_for("rocketmq_namesrv_monitor_brokers_expired_total", lambda v: v == [1])
+        prom.wait_for('rocketmq_namesrv_monitor_actions_published_total{type="EXPIRE"}', lambda v: v == [1])
+        prom.wait_for('rocketmq_namesrv_monitor_open_alerts{kind="BROKER_EXPIRED"}', lambda v: v == [1])
+        prom.wait_for("rocketmq_namesrv_monitor_events_total", lambda v: v and v[0] >= 9)
+        prom.wait_for("rocketmq_namesrv_monitor_batch_duration_seconds_count", lambda v: v and v[0] >= 2)
+        prom.wait_for("rocketmq_namesrv_monitor_redis_write_seconds_count", lambda v: v and v[0] >= 2)
+        assert prom.values("rocketmq_namesrv_monitor_redis_write_failures_total") == [0]
+        assert len(prom.values("rocketmq_namesrv_monitor_input_rows_per_second")) == 1
+        # event times here are synthetic (2023): the lag is the wall clock's distance to them
+        (lag,) = prom.values("rocketmq_namesrv_monitor_watermark_lag_seconds")
+        assert lag == pytest.approx((job.now_ms() - (w.t0 + 14_000)) / 1000, abs=120)
 
 
 def test_poison_events_are_refused_and_the_job_keeps_deciding_after_a_restart(spark, world):

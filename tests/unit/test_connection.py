@@ -414,3 +414,38 @@ def test_a_connection_held_back_past_the_limit_is_closed_unless_a_broker_registe
     harness.loop.run_ready()
     assert attacker.decoder.buffered == 0 and harness.server.held_total == 600 * KiB  # freed at once
     assert harness.observer.seen == {}  # no broker was unregistered
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def test_with_metrics_on_every_request_is_counted_by_code_and_answer_oneway_and_off_loop_ones_too(harness):
+    from namesrv.handlers import HANDLERS
+    from namesrv.request_stats import ONEWAY, OTHER, RequestStats
+    from tests.support.wait import wait_until
+
+    stats = harness.server.request_stats = RequestStats(HANDLERS, clock=harness.clock)
+    connection, transport = harness.connect(5000)
+    heartbeat = request(
+        RequestCode.BROKER_HEARTBEAT, {"clusterName": "DefaultCluster", "brokerAddr": BROKER, "brokerName": "broker-a"},
+        opaque=4, oneway=True,
+    )  # fmt: skip
+    connection.data_received(
+        register_frame() + route_frame(2) + route_frame(3, topic="NoSuchTopic") + encode(heartbeat)
+        + encode(request(4242, {}, opaque=5))
+    )  # fmt: skip
+    assert [a.opaque for a in transport.peer_reads()] == [1, 2, 3, 5]
+    counted = {(code, rc): n for code, rc, n, _, _ in stats.snapshot()}
+    assert counted == {
+        (RequestCode.REGISTER_BROKER, ResponseCode.SUCCESS): 1,
+        (RequestCode.GET_ROUTEINFO_BY_TOPIC, ResponseCode.SUCCESS): 1,
+        (RequestCode.GET_ROUTEINFO_BY_TOPIC, ResponseCode.TOPIC_NOT_EXIST): 1,
+        (RequestCode.BROKER_HEARTBEAT, ONEWAY): 1,
+        (OTHER, ResponseCode.REQUEST_CODE_NOT_SUPPORTED): 1,
+    }
+    # a KV write runs off the loop: counted once its answer is out
+    connection.data_received(encode(request(RequestCode.PUT_KV_CONFIG, {"namespace": "ns", "key": "k", "value": "v"})))
+    wait_until(lambda: harness.loop.ready, 10, "the KV write to finish")
+    harness.loop.run_ready()
+    assert [a.code for a in transport.peer_reads()] == [ResponseCode.SUCCESS]
+    assert stats.count(RequestCode.PUT_KV_CONFIG) == 1

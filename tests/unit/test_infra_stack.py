@@ -286,3 +286,22 @@ def test_the_job_is_restarted_from_its_checkpoint(tmp_path):
         "streaming (pid 33) killed by SIGKILL after 0 s; the rest keeps running; "
         "restarting it from its checkpoint in 1 s (death 1)"
     )
+
+
+def test_each_node_and_the_job_get_a_metrics_port_and_the_banner_prints_their_urls(tmp_path):
+    services = tmp_path / "services.properties"
+    services.write_text(f"run.dir={tmp_path / 'run'}\n")
+    args = stack.build_parser().parse_args(
+        ["status", "--services-conf", str(services), "--node-ports", "9876,9877", "--metrics-base", "9500"]
+    )
+    built = stack.build_stack(args)
+    nodes = [s for s in built if isinstance(s, stack.NamesrvNode)]
+    assert [n.properties["metricsPort"] for n in nodes] == ["9501", "9502"]
+    (monitor,) = [s for s in built if isinstance(s, StreamingJob)]
+    assert monitor.overrides["monitor.metricsPort"] == "9500"
+    text = stack.banner(built, args.node_ports)
+    for port in (9500, 9501, 9502):
+        assert f"http://127.0.0.1:{port}/metrics" in text
+    off = stack.build_stack(stack.build_parser().parse_args(["status", "--services-conf", str(services),
+                                                             "--metrics-base", "0"]))  # fmt: skip
+    assert stack.metrics_urls(off) == [] and "Metrics:             off" in stack.banner(off, [9876, 9877])
