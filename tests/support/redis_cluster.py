@@ -112,7 +112,9 @@ def redis_cluster(tmp: Path, masters: int = 3, timeout: float = 60.0) -> Iterato
 def _ping(port: int) -> bool:
     import redis
 
-    client = redis.Redis(host=LOOPBACK, port=port, socket_timeout=1, socket_connect_timeout=1)
+    from namesrv import redis_clients
+
+    client = redis_clients.connect(f"redis://{LOOPBACK}:{port}/0", timeout_s=1, retries=False)
     try:
         return bool(client.ping())
     except redis.RedisError:
