@@ -484,7 +484,7 @@ def test_alertmanager_hears_an_expiry_and_its_resolution(spark, world, tmp_path)
             assert expired["labels"] == {"alertname": "BROKER_EXPIRED", "severity": "critical", "cluster": CLUSTER,
                                          "broker": "broker-b", "broker_addr": B[1]}  # fmt: skip
             (lost,) = until(monitor, lambda: am.firing(alertname="TOPIC_NOT_WRITABLE"), what="the group's incident")
-            assert lost["labels"]["broker"] == "broker-b" and "1 topic(s): TB;" in lost["annotations"]["description"]
+            assert lost["labels"]["broker"] == "broker-b" and "1 topic(s): TB" in lost["annotations"]["description"]
 
             w.register(B, 13_000)  # B is back
             w.tick(13_000)
