@@ -337,7 +337,8 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def _driver_consumer(self) -> KafkaConsumer:
         if self._consumer is None:
-            self._consumer = _consumer(self.opts, max_partition_fetch_bytes=64 * 1024)
+            # it fetches only for the high watermark and never reads the records: no CRC to check
+            self._consumer = _consumer(self.opts, max_partition_fetch_bytes=64 * 1024, check_crcs=False)
         return self._consumer
 
     def _partitions(self) -> list[Any]:

@@ -13,11 +13,13 @@ watermark (max event time seen minus ``watermarkDelayMillis``) reaches it, so a 
 at event time ``t`` is registered at ``t - delay`` (:meth:`LivenessProcessor._timer_at`): the
 delay bounds how late an event may arrive, it is never added to a broker's timeout.
 
-A broker key keeps :class:`BrokerState` and one liveness timer for event time
-``lastSeen + timeout + 1``: the broker is expired once event time is *past* its deadline, as
-RocketMQ's ``last + timeout < now``. REGISTER and HEARTBEAT events move ``lastSeen`` and the
-timer; when the timer fires, EXPIRE is emitted once and the broker is marked gone, so a second
-firing is impossible (the timer is gone) and a duplicate is ignored (``alive`` is false). Its
+A broker key keeps :class:`BrokerState` and a wake-up timer at or before event time
+``lastSeen + timeout + 1``: the broker is expired once event time is *past* that deadline, as
+RocketMQ's ``last + timeout < now``. REGISTER and HEARTBEAT events move ``lastSeen`` but not the
+timer (a timer delete is the dearest call of Spark's state API, and a heartbeat comes every few
+seconds): when the timer fires, the handler looks at the deadline *now*, and either sets the next
+wake-up at it or emits EXPIRE once and marks the broker gone, after which a duplicate is ignored
+(``alive`` is false). Its
 ``lastHeartbeat`` is the newest event time seen for the broker: a node that saw anything newer
 ignores the action. The per-broker ``heartbeatTimeoutMillis`` of the registration replaces the
 default timeout.
@@ -71,6 +73,7 @@ from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessorHandle,
     TimerValues,
 )
+from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
 from namesrv.events.schema import ActionType, EventType, UnregisterSource
 from namesrv.protocol.codes import MASTER_ID
@@ -132,9 +135,9 @@ class LivenessSettings:
 _SPARK_TYPES = {"str": "STRING", "int": "BIGINT", "bool": "BOOLEAN"}
 
 
-def _ddl_of(cls: type) -> str:
-    """The state schema of a state dataclass (annotations are strings: ``str | None`` -> STRING)."""
-    return ", ".join(f"{f.name} {_SPARK_TYPES[str(f.type).split('|')[0].strip()]}" for f in fields(cls))
+def _columns_of(cls: type) -> tuple[tuple[str, str], ...]:
+    """(name, Spark type) of a state dataclass's fields (annotations are strings: ``str | None`` -> STRING)."""
+    return tuple((f.name, _SPARK_TYPES[str(f.type).split("|")[0].strip()]) for f in fields(cls))
 
 
 @dataclass
@@ -146,8 +149,9 @@ class BrokerState:
     #: newest REGISTER/HEARTBEAT event time
     last_seen: int = 0
     timeout_ms: int = 120_000
-    #: the registered timer (watermark time) of the liveness deadline ``last_seen + timeout_ms + 1``
-    #: while alive, of the forget deadline ``gone_at + forget_after_ms`` while gone, or -1
+    #: the earliest registered wake-up timer (watermark time), at or before the liveness deadline
+    #: ``last_seen + timeout_ms + 1`` while alive, the forget deadline ``gone_at + forget_after_ms``
+    #: while gone; -1 for none. See :meth:`LivenessProcessor._arm`
     deadline: int = _NO_TIMER
     alive: bool = True
     #: event time of the EXPIRE/REMOVE
@@ -163,6 +167,10 @@ class BrokerState:
     replayed_at: int = 0
     #: JSON ``{node: [eventTime, open]}``: each node's last word on its connection (see module doc)
     links: str = "{}"
+    #: JSON list of the event times of its expiries and comebacks within the flapping window. Kept in
+    #: this row rather than a list state: every state variable costs a JVM round trip per task to open
+    #: and per key to read, and the list is at most ``flap_threshold + 1`` long
+    flaps: str = "[]"
 
     @classmethod
     def from_tuple(cls, values: tuple) -> BrokerState:
@@ -173,7 +181,7 @@ class BrokerState:
 class NodeState:
     node: str
     last_tick: int = 0
-    #: the registered timer (watermark time) of ``last_tick + node_silent_ms + 1``, or -1
+    #: the earliest registered timer (watermark time), or -1; see :meth:`LivenessProcessor._arm`
     deadline: int = _NO_TIMER
     silent_open: bool = False
 
@@ -205,6 +213,10 @@ class _Out:
         )
 
 
+def _flaps(st: BrokerState) -> list[int]:
+    return [int(a) for a in orjson.loads(st.flaps)]
+
+
 def _broker_fields(st: BrokerState) -> dict[str, Any]:
     return {
         "clusterName": st.cluster_name,
@@ -218,13 +230,19 @@ def _none_if_na(value: Any) -> Any:
     return None if value is None or (not isinstance(value, str) and pd.isna(value)) else value
 
 
-#: the processor's state variables and their schemas, as the checkpoint stores them
-STATE_DDL = {
-    "broker": _ddl_of(BrokerState),
-    "registration": "raw STRING",
-    "flaps": "at BIGINT",
-    "node": _ddl_of(NodeState),
+#: the processor's state variables and their columns, as the checkpoint stores them
+STATE_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    "broker": _columns_of(BrokerState),
+    "registration": (("raw", "STRING"),),
+    "node": _columns_of(NodeState),
 }
+STATE_DDL = {name: ", ".join(f"{c} {t}" for c, t in cols) for name, cols in STATE_COLUMNS.items()}
+
+
+def state_schema(name: str) -> StructType:
+    """A state variable's schema, built here: a DDL string would be sent to the JVM to parse, once per task."""
+    types = {"STRING": StringType(), "BIGINT": LongType(), "BOOLEAN": BooleanType()}
+    return StructType([StructField(c, types[t], True) for c, t in STATE_COLUMNS[name]])
 
 
 def state_layout() -> str:
@@ -246,10 +264,9 @@ class LivenessProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.broker = handle.getValueState("broker", STATE_DDL["broker"])
-        self.last_registration = handle.getValueState("registration", STATE_DDL["registration"])
-        self.flaps = handle.getListState("flaps", STATE_DDL["flaps"])
-        self.node = handle.getValueState("node", STATE_DDL["node"])
+        self.broker = handle.getValueState("broker", state_schema("broker"))
+        self.last_registration = handle.getValueState("registration", state_schema("registration"))
+        self.node = handle.getValueState("node", state_schema("node"))
 
     # ------------------------------------------------------------------ input
 
@@ -284,7 +301,7 @@ class LivenessProcessor(StatefulProcessor):
             else BrokerState(first["clusterName"], first["brokerAddr"], timeout_ms=s.heartbeat_timeout_ms, alive=False)
         )
         known = held is not None
-        flaps = [a for (a,) in self.flaps.get()] if self.flaps.exists() else []
+        flaps = _flaps(st)
         links = Links.load(st.links)
         for e in events:
             etype, t = e["type"], int(e["eventTime"])
@@ -306,9 +323,10 @@ class LivenessProcessor(StatefulProcessor):
                         st.registration = fingerprint
                         self.last_registration.update((e["raw"],))
                         out.add(KIND_ROUTE, t, type=etype, raw=e["raw"], **where, **_broker_fields(st))
-                elif (last := self.last_registration.get()) is not None and (
-                    comeback or (e["source"] == "REGISTER_BROKER" and t - st.replayed_at >= _REPLAY_GAP_MS)
-                ):
+                elif (comeback or (e["source"] == "REGISTER_BROKER" and t - st.replayed_at >= _REPLAY_GAP_MS)) and (
+                    last := self.last_registration.get()
+                ) is not None:
+                    # (the stored registration is read only here: a state read is a JVM round trip)
                     # A comeback: nodes that did not apply our removal send no topic table, so
                     # bring the last one back. An unchanged re-registration: nodes re-add topics
                     # an admin deleted meanwhile, so the route model must see it too.
@@ -366,11 +384,8 @@ class LivenessProcessor(StatefulProcessor):
         self._save(st, flaps)
 
     def _save(self, st: BrokerState, flaps: list[int]) -> None:
+        st.flaps = orjson.dumps(flaps).decode()
         self.broker.update(astuple(st))
-        if flaps:
-            self.flaps.put([(a,) for a in flaps])
-        else:
-            self.flaps.clear()
 
     def _ticks(self, node: str, events: list[dict[str, Any]], out: _Out) -> None:
         held = self.node.get()  # None when the state has no value
@@ -384,11 +399,7 @@ class LivenessProcessor(StatefulProcessor):
                     KIND_ALERT, last, type=AlertKind.NODE_SILENT, state=AlertState.RESOLVED, severity=Severity.WARNING,
                     message=f"name-server node {node} ticks again", node=node,
                 )  # fmt: skip
-            deadline = self._timer_at(last + self.settings.node_silent_ms + 1)
-            if st.deadline != _NO_TIMER:
-                self.handle.deleteTimer(st.deadline)
-            self.handle.registerTimer(deadline)
-            st.deadline = deadline
+            st.deadline = self._arm_at(st.deadline, self._timer_at(last + self.settings.node_silent_ms + 1))
         out.add(KIND_HEALTH, st.last_tick, node=node, lastHeartbeat=st.last_tick,
                 state=scan_state(events[-1].get("localScan")))  # fmt: skip
         self.node.update(astuple(st))
@@ -409,11 +420,14 @@ class LivenessProcessor(StatefulProcessor):
             st = NodeState.from_tuple(held_node)
             if fired == st.deadline:
                 st.deadline = _NO_TIMER
-                if not st.silent_open:
+                due = st.last_tick + self.settings.node_silent_ms + 1
+                if due > now:  # ticks came since the timer was set: wake up at the new deadline
+                    st.deadline = self._arm_at(st.deadline, self._timer_at(due))
+                elif not st.silent_open:
                     st.silent_open = True
                     silent_for = now - st.last_tick
                     out.add(
-                        KIND_ALERT, self._event_time_at(fired), type=AlertKind.NODE_SILENT, state=AlertState.OPEN, severity=Severity.WARNING,
+                        KIND_ALERT, due, type=AlertKind.NODE_SILENT, state=AlertState.OPEN, severity=Severity.WARNING,
                         message=f"name-server node {st.node} sent no tick for {silent_for / 1000:.0f} s of event time",
                         node=st.node,
                     )  # fmt: skip
@@ -422,14 +436,17 @@ class LivenessProcessor(StatefulProcessor):
             yield out.frame()
 
     def _broker_timer(self, st: BrokerState, fired: int, watermark: int, out: _Out) -> None:
-        flaps = [a for (a,) in self.flaps.get()] if self.flaps.exists() else []
-        due, now = self._event_time_at(fired), self._event_time_at(watermark)
-        if fired == st.deadline and not st.alive:
-            self._forget(st, due, out)
-            return
+        flaps = _flaps(st)
+        now = self._event_time_at(watermark)
         if fired == st.deadline:
+            # a wake-up, not a verdict: heartbeats may have moved the deadline since it was set (_arm)
             st.deadline = _NO_TIMER
-            self._expire(st, due, now, watermark, flaps, out)
+            due = self._due(st)
+            if due <= now and not st.alive:
+                self._forget(st, due, out)
+                return
+            if due <= now:
+                self._expire(st, due, now, watermark, flaps, out)
         if fired == st.flap_timer:
             st.flap_timer = _NO_TIMER
         self._check_flapping(st, flaps, now, out)
@@ -467,17 +484,30 @@ class LivenessProcessor(StatefulProcessor):
         """The event time (largest seen) that a watermark stands for."""
         return watermark + self.settings.watermark_delay_ms
 
+    def _due(self, st: BrokerState) -> int:
+        """Event time of the broker's next decision: expiry while alive, forgetting it while gone."""
+        return st.last_seen + st.timeout_ms + 1 if st.alive else st.gone_at + self.settings.forget_after_ms
+
     def _arm(self, st: BrokerState) -> None:
-        """Keep exactly one liveness (alive) or forget (gone) timer, at the current deadline."""
-        due = st.last_seen + st.timeout_ms + 1 if st.alive else st.gone_at + self.settings.forget_after_ms
-        wanted = self._timer_at(due)
-        if wanted == st.deadline:
-            return
-        if st.deadline != _NO_TIMER:
-            self.handle.deleteTimer(st.deadline)
-        if wanted != _NO_TIMER:
-            self.handle.registerTimer(wanted)
-        st.deadline = wanted
+        """Make sure a wake-up timer is set at or before the broker's next decision (:meth:`_due`)."""
+        st.deadline = self._arm_at(st.deadline, self._timer_at(self._due(st)))
+
+    def _arm_at(self, current: int, wanted: int) -> int:
+        """The timer to keep, given the one set (``current``, or -1) and the deadline now ``wanted``.
+
+        Every heartbeat moves a deadline later. Moving the timer with it would cost a delete and a
+        register per key and batch, and a timer delete is the dearest call of the state API (about
+        10 ms of the JVM here). So a timer that is still earlier than the deadline is kept: when it
+        fires, the handler finds the deadline not yet due and sets the next one. At most one
+        wake-up per timeout period, instead of two calls per heartbeat. A deadline that moves
+        *earlier* (a comeback, a shorter timeout) replaces the timer.
+        """
+        if current != _NO_TIMER and current <= wanted:
+            return current
+        if current != _NO_TIMER:
+            self.handle.deleteTimer(current)
+        self.handle.registerTimer(wanted)
+        return wanted
 
     def _forget(self, st: BrokerState, fired: int, out: _Out) -> None:
         """Gone for ``forget_after_ms``: end its incidents and drop everything kept about it."""
@@ -497,7 +527,6 @@ class LivenessProcessor(StatefulProcessor):
             self.handle.deleteTimer(st.flap_timer)
         self.broker.clear()
         self.last_registration.clear()
-        self.flaps.clear()
 
     def _resolve_gone(self, st: BrokerState, t: int, out: _Out, where: dict[str, Any]) -> None:
         for flag, kind in (("expired_open", AlertKind.BROKER_EXPIRED), ("removed_open", AlertKind.BROKER_REMOVED)):

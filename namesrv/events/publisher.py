@@ -445,22 +445,40 @@ class EventPublisher(NodeObserver):
         """A TICK (saying whether the node's own expiry scan is on), then a SILENT for each broker
         whose deadline the tick's time has passed (see :mod:`.silence`)."""
         tick = self._emit(EventType.TICK, local_scan=local_scan)
-        for silence in self._silence.due(tick.event_time):
+        self.report_silences(tick.event_time)
+        return tick
+
+    def report_silences(self, now: int) -> None:
+        """A SILENT for each broker whose deadline ``now`` has passed, once per silence."""
+        for silence in self._silence.due(now):
             cluster, addr = silence.key
             name, broker_id = self._identity.get(silence.key, (None, None))
             self._emit(
                 EventType.SILENT, cluster_name=cluster, broker_name=name, broker_id=broker_id, broker_addr=addr,
                 reason=f"nothing heard since {silence.last_heard} (timeout {silence.timeout_ms} ms)",
             )  # fmt: skip
-        return tick
 
     async def run_ticks(self, local_scan: Callable[[], bool] | None = None) -> None:
         """Publish a TICK (and the SILENTs due) every ``tickIntervalMillis`` (a task on the node's loop),
-        saying whether ``local_scan()`` (the node's own expiry scan) is on, for the monitor's health view."""
-        interval = self.settings.tick_interval_ms / 1000
+        saying whether ``local_scan()`` (the node's own expiry scan) is on, for the monitor's health view.
+
+        A deadline that falls between two ticks is reported when it passes, not at the next tick:
+        the monitor decides in the batch that reads the report, so every millisecond the report
+        waits here is a millisecond more before the broker is gone everywhere.
+        """
+        interval = self.settings.tick_interval_ms
+        next_tick = self.clock_ms()
         while True:
-            self.tick(None if local_scan is None else local_scan())
-            await asyncio.sleep(interval)
+            now = self.clock_ms()
+            if now >= next_tick:
+                self.tick(None if local_scan is None else local_scan())
+                next_tick = now + interval
+            else:
+                self.report_silences(now)
+            deadline = self._silence.next_deadline()
+            # strictly past a deadline, as RocketMQ's last + timeout < now: one millisecond after it
+            wake = next_tick if deadline is None else min(next_tick, deadline + 1)
+            await asyncio.sleep(max(0, wake - self.clock_ms()) / 1000)
 
     def _zone_of(self, broker_name: str) -> str | None:
         # every member's registration overwrites the group's zone, so this is the one just sent

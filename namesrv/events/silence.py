@@ -5,9 +5,10 @@ Theory of operation
 The monitor decides expiry in event time. Its own timer for a broker can only fire in the
 micro-batch *after* the one that read an event past the deadline (Spark moves the watermark
 between batches), which costs a whole batch. A node knows the deadline too: the last
-REGISTER/HEARTBEAT it published for the broker plus the broker's timeout. So on every tick the
-node reports, once per silence, each broker whose deadline its clock has passed with nothing
-heard since (a SILENT event, keyed like the broker's other events). The monitor reads it in the
+REGISTER/HEARTBEAT it published for the broker plus the broker's timeout. So the node reports,
+once per silence, each broker whose deadline its clock has passed with nothing heard since (a
+SILENT event, keyed like the broker's other events): at every tick, and at the deadline itself
+when it falls between two ticks (:meth:`SilenceWatch.next_deadline` says when to look). The monitor reads it in the
 broker's own group and decides in that batch, against *its* state (what every node heard): a
 report that is not past the monitor's deadline changes nothing, and the timer stays as the
 backstop for nodes that do not report.
@@ -76,6 +77,16 @@ class SilenceWatch:
         """The broker left this node (unregistered, expired, removed): no report for it."""
         self._heard.pop(key, None)
         self._timeouts.pop(key, None)
+
+    def next_deadline(self) -> int | None:
+        """The earliest deadline still to report (None: none): when the caller should look again."""
+        while self._heap:
+            deadline, key, at = self._heap[0]
+            held = self._heard.get(key)
+            if held is not None and held[0] == at:
+                return deadline
+            heapq.heappop(self._heap)  # stale: heard again since, or gone from this node
+        return None
 
     def due(self, now: int) -> list[Silence]:
         """Brokers whose deadline is before ``now`` (strictly, as RocketMQ's ``last + timeout < now``), once each."""

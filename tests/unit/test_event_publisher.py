@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 
 import pytest
 from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError, NotLeaderForPartitionError
@@ -298,6 +299,27 @@ def test_a_tick_past_a_brokers_deadline_reports_it_silent_once_per_silence():
     clock.now += 10_001
     p.tick()
     assert [e.type for e in drain(p)] == [EventType.HEARTBEAT, EventType.TICK, EventType.SILENT]
+
+
+def test_a_deadline_between_two_ticks_is_reported_when_it_passes_not_at_the_next_tick():
+    p, routes = make_publisher(tick_interval_ms=3_600_000)  # the next tick is an hour away
+    clock = p.clock_ms
+    register(p, routes, timeout=10_000)
+    heard = drain(p)[-1].event_time
+
+    async def run() -> list[EventType]:
+        clock.now = heard + 10_000 - 50  # the first tick comes 50 ms before the deadline
+        task = asyncio.ensure_future(p.run_ticks())
+        while p.stats().emitted < 2:  # the registration, then the first tick
+            await asyncio.sleep(0)
+        clock.now = heard + 10_000 + 1  # the task sleeps until the deadline's millisecond (50 ms)
+        deadline = time.monotonic() + 5
+        while p.stats().emitted < 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.001)
+        task.cancel()
+        return [e.type for e in drain(p)]
+
+    assert asyncio.run(run()) == [EventType.TICK, EventType.SILENT]
 
 
 def test_a_broker_that_left_the_node_is_never_reported_silent():

@@ -45,3 +45,12 @@ def test_a_limit_is_shared_between_partitions_by_what_they_have_waiting():
     waiting = sum(limited["t"][p] - start["t"][p] for p in "012")
     assert waiting <= 60 and limited["t"]["0"] > limited["t"]["2"] - 5 > 0 and limited["t"]["1"] == 10
     assert split_limit(start, end, 1000) == end
+
+
+def test_kafka_python_checks_record_crcs_in_c():
+    # kafka-python falls back to a pure-Python CRC-32C when the crc32c package is missing; that was
+    # most of the monitor's time reading the events topic (pyproject pins crc32c for it)
+    from kafka.record import util
+
+    assert util.crc32c_c is not None
+    assert util.calc_crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value

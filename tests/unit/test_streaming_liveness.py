@@ -110,6 +110,34 @@ def test_heartbeats_move_the_deadline():
     assert [r["lastHeartbeat"] for r in kinds(out, KIND_ACTION)] == [T0 + 9_000]
 
 
+def timers(t: TwsTester, key: str = KEY) -> list[int]:
+    """The key's registered timers, as event times (timers live in watermark time: event time - DELAY)."""
+    t.handle.setGroupingKey(key)
+    return [w + DELAY for w in t.handle.listTimers()]
+
+
+def test_heartbeats_leave_the_timer_alone_and_it_wakes_up_at_the_old_deadline_to_set_the_new_one():
+    # a timer delete is the dearest state call: heartbeats must not move the timer every batch
+    t = make_tester()
+    feed(t, register(T0))
+    for i in range(1, 10):
+        feed(t, heartbeat(T0 + i * 1_000))
+    assert timers(t) == [T0 + TIMEOUT + 1]
+    assert fire(t, T0 + TIMEOUT + 1) == []  # a wake-up: the deadline moved, nothing is decided
+    assert timers(t) == [T0 + 9_000 + TIMEOUT + 1]
+    assert [r["lastHeartbeat"] for r in kinds(fire(t, T0 + 9_000 + TIMEOUT + 1), KIND_ACTION)] == [T0 + 9_000]
+
+
+def test_a_comeback_replaces_the_forget_timer_with_the_earlier_liveness_one():
+    t = make_tester()
+    feed(t, register(T0))
+    fire(t, T0 + TIMEOUT + 1)  # expired; its next decision is forgetting it, a day later
+    assert timers(t) == [T0 + TIMEOUT + 1 + 86_400_000]
+    feed(t, heartbeat(T0 + 20_000))
+    assert timers(t) == [T0 + 20_000 + TIMEOUT + 1]
+    assert [r["type"] for r in kinds(fire(t, T0 + 20_000 + TIMEOUT + 1), KIND_ACTION)] == ["EXPIRE"]
+
+
 def test_the_same_registration_from_a_second_node_is_not_passed_again_but_a_new_one_is():
     t = make_tester()
     assert len(feed(t, register(T0, "n1"), register(T0 + 5, "n2"))) == 1
