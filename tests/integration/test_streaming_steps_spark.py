@@ -53,6 +53,6 @@ def test_decide_passes_one_copy_of_a_registration_reported_by_two_nodes(spark):
         [(encode_event(register("n1")),), (encode_event(register("n2", T0 + 3, seq=4)),)], "value binary"
     )
     out = job.decide(job.with_event_time(job.parse(records, SKEW), 2_000), job.liveness_settings(load_config(None, {})))
-    assert out.columns == [c for c, _, _ in OUTPUT_COLUMNS]
+    assert out.columns == [c for c, _ in OUTPUT_COLUMNS]
     rows = [r for r in out.collect() if r.kind != KIND_HEALTH]  # the console's per-broker health row aside
     assert [(r.kind, r.type, r.node) for r in rows] == [(KIND_ROUTE, "REGISTER", "n1")]

@@ -38,7 +38,7 @@ class FakePublisher:
 
 
 def out_row(kind: str, t: int, **kw) -> dict:
-    row = {c: None for c, _, _ in OUTPUT_COLUMNS}
+    row = {c: None for c, _ in OUTPUT_COLUMNS}
     row.update({"kind": kind, "orderTime": t, "step": 0, **kw})
     return row
 

@@ -34,7 +34,7 @@ STATUS = SimpleNamespace(watermark_ms=T0 - 120_000, batches=3, events=30, bad_ev
 
 
 def row(kind: str, t: int, **kw) -> dict:
-    out = {c: None for c, _, _ in liveness.OUTPUT_COLUMNS}
+    out = {c: None for c, _ in liveness.OUTPUT_COLUMNS}
     out.update(kind=kind, orderTime=t, step=0, **kw)
     return out
 
