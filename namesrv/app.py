@@ -20,7 +20,7 @@ from namesrv.server import NameServer
 from namesrv.warmstart import WarmStartReport, drop_unconfirmed, warm_start
 
 if TYPE_CHECKING:
-    from namesrv.events import KafkaLink
+    from namesrv.events.link import KafkaLink
     from namesrv.metrics import MetricsServer
 
 log = logging.getLogger("namesrv")
@@ -85,7 +85,7 @@ async def start_node(config: NamesrvConfig) -> RunningNode:
     warm = await warm_start(config, node.routes)
     kafka = None
     if config.kafka_bootstrap_servers.strip():
-        from namesrv.events import KafkaLink, default_node_name  # only nodes with Kafka import kafka-python
+        from namesrv.events.link import KafkaLink, default_node_name  # only nodes with Kafka import kafka-python
 
         kafka = KafkaLink.attach(config, node, expiry)
     server = NameServer(node)

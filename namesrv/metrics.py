@@ -36,7 +36,7 @@ from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.request_stats import ONEWAY, OTHER, RPC_LATENCY_BUCKETS_MS, SAMPLE_EVERY, RequestStats
 
 if TYPE_CHECKING:
-    from namesrv.events import KafkaLink
+    from namesrv.events.link import KafkaLink
     from namesrv.liveness import ExpiryScan
     from namesrv.routes.manager import RouteInfoManager
 

@@ -14,7 +14,7 @@ from kafka.future import Future
 from namesrv import departure
 from namesrv.config import ConfigError
 from namesrv.departure import Cause
-from namesrv.events import check_bootstrap_servers
+from namesrv.events.link import check_bootstrap_servers
 from namesrv.events.publisher import UNREGISTER_SOURCES, EventPublisher, EventQueue, PublisherSettings
 from namesrv.events.schema import (
     AdminOp,
@@ -468,7 +468,7 @@ def test_a_long_close_reason_is_cut_to_its_bound():
 
 def test_a_node_name_or_monitor_id_longer_than_the_schema_allows_stops_the_node_at_start_up():
     from namesrv.config import load_config
-    from namesrv.events import check_names
+    from namesrv.events.link import check_names
 
     check_names(load_config(None, {"nodeName": "n" * 1024, "trustedMonitors": "a;" + "m" * 1024}))
     with pytest.raises(ConfigError, match="nodeName: a name of 1025 characters; events and actions allow at most 1024"):

@@ -1,0 +1,122 @@
+"""The node's link to the monitor: publisher, action consumer and watchdog, started and stopped together.
+
+Built by :mod:`namesrv.app` for a node with ``kafkaBootstrapServers`` (see :mod:`namesrv.events`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from namesrv.config import ConfigError, NamesrvConfig
+from namesrv.events.actions import (
+    ActionApplier,
+    ActionConsumer,
+    ActionStats,
+    ConsumerSettings,
+    MonitorTrust,
+    MonitorWatchdog,
+    action_stats,
+    loop_deliverer,
+    trusted_monitors,
+)
+from namesrv.events.publisher import EventPublisher, PublisherSettings, PublisherStats
+from namesrv.events.schema import MAX_NAME_CHARS
+from namesrv.handlers import NameServerNode
+from namesrv.kafka_clients import bootstrap_list
+from namesrv.liveness import ExpiryScan
+
+__all__ = ["KafkaLink", "check_bootstrap_servers", "check_names", "default_node_name"]
+
+log = logging.getLogger("namesrv.events")
+
+Spawn = Callable[[Coroutine[Any, Any, Any], str], Any]
+
+
+def default_node_name(port: int) -> str:
+    return f"{socket.gethostname()}:{port}"
+
+
+def check_bootstrap_servers(servers: str) -> None:
+    """Reject a kafkaBootstrapServers value kafka-python would choke on, before the node listens."""
+    bootstrap_list(servers, "kafkaBootstrapServers")
+
+
+def check_names(config: NamesrvConfig) -> None:
+    """Names this node writes into events, or compares with actions', must fit the schema's bound."""
+    names = [("nodeName", config.node_name)]
+    names += [("trustedMonitors", m) for m in trusted_monitors(config)]
+    for key, name in names:
+        if len(name) > MAX_NAME_CHARS:
+            raise ConfigError(
+                f"{key}: a name of {len(name)} characters; events and actions allow at most {MAX_NAME_CHARS}, "
+                f"choose a shorter one"
+            )
+
+
+@dataclass
+class KafkaLink:
+    """The Kafka side of one node: publisher (its observer), action consumer, applier, watchdog."""
+
+    config: NamesrvConfig
+    publisher: EventPublisher
+    applier: ActionApplier
+    watchdog: MonitorWatchdog
+    #: built by :meth:`start`, once the node's loop and name are known
+    consumer: ActionConsumer | None = None
+
+    @classmethod
+    def attach(cls, config: NamesrvConfig, node: NameServerNode, expiry: ExpiryScan) -> KafkaLink:
+        """Build the parts and make the publisher the node's observer (before the server serves)."""
+        check_bootstrap_servers(config.kafka_bootstrap_servers)
+        check_names(config)
+        publisher = EventPublisher(PublisherSettings.from_config(config), node.routes)
+        node.observer = publisher
+        watchdog = MonitorWatchdog(expiry, config.monitor_silence_fallback_millis)
+        trust = MonitorTrust(trusted_monitors(config), config.monitor_silence_fallback_millis)
+        applier = ActionApplier(
+            node.routes,
+            node.submit_unregister,
+            publisher.last_event_time,
+            publisher,
+            watchdog,
+            trust=trust,
+            max_clock_skew_ms=config.max_clock_skew_millis,
+        )
+        return cls(config, publisher, applier, watchdog)
+
+    def start(self, loop: asyncio.AbstractEventLoop, spawn: Spawn, node_name: str) -> None:
+        """Start the threads and the loop tasks; nothing here waits for Kafka."""
+        self.publisher.node_name = node_name
+        self.consumer = ActionConsumer(
+            ConsumerSettings.from_config(self.config, client_id=f"namesrv-actions-{node_name}"),
+            loop_deliverer(loop, self.applier.apply),
+        )
+        self.publisher.start()
+        self.consumer.start()
+        spawn(self.publisher.run_ticks(lambda: self.watchdog.expiry.enabled), "event-ticks")
+        spawn(self.watchdog.run(), "monitor-watchdog")
+        log.info(
+            "publishing events to %s at %s as node %s; reading actions from %s",
+            self.publisher.settings.topic,
+            self.publisher.settings.bootstrap_servers,
+            node_name,
+            self.config.actions_topic,
+        )
+
+    async def stop(self, timeout: float = 3.0) -> None:
+        """Stop reading actions, send what is queued for up to ``timeout`` seconds, close."""
+        if self.consumer is not None:  # nothing to flush: do not wait long for a thread stuck connecting
+            await asyncio.to_thread(self.consumer.stop, min(timeout, 1.0))
+        await asyncio.to_thread(self.publisher.stop, timeout)
+
+    def publisher_stats(self) -> PublisherStats:
+        return self.publisher.stats()
+
+    def action_stats(self) -> ActionStats:
+        assert self.consumer is not None, "start() first"
+        return action_stats(self.consumer, self.applier)
