@@ -44,7 +44,7 @@ KAFKA_FORMATS = ("namesrv-kafka", "kafka")
 SPARK_DEFAULTS: Mapping[str, str] = {
     "spark.master": "local[*]",
     "spark.app.name": "namesrv-liveness-monitor",
-    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.shuffle.partitions": "1",
     # event times are epoch milliseconds; the Kafka source's Arrow batches are in UTC
     "spark.sql.session.timeZone": "UTC",
     # transformWithState with timers needs RocksDB
