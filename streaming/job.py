@@ -12,7 +12,7 @@ can run any of them on a small frame:
 3. :func:`with_event_time` - ``eventTs`` from ``eventTime`` and the watermark (120 s by
    default). TICKs go through this step like any event: filtering them out after it would be
    pushed below the watermark by the optimizer and stop them from moving it;
-4. :func:`decide` - ``transformWithStateInPandas`` with :class:`LivenessProcessor` per
+4. :func:`decide` - ``transformWithState`` with :class:`LivenessProcessor` per
    broker / node key, event-time timers on RocksDB;
 5. :class:`BatchSink` (``foreachBatch``) on the driver: actions to the actions topic, alerts
    to the alerts topic and the log, routes and cluster info to Redis, in that order; then the
@@ -270,7 +270,7 @@ def liveness_settings(cfg: StreamingConfig) -> LivenessSettings:
 
 def decide(events: DataFrame, settings: LivenessSettings) -> DataFrame:
     """4. Actions, alerts and route events (:data:`streaming.liveness.OUTPUT_DDL`) per key."""
-    return events.groupBy("key").transformWithStateInPandas(
+    return events.groupBy("key").transformWithState(
         statefulProcessor=LivenessProcessor(settings),
         outputStructType=OUTPUT_DDL,
         outputMode="Append",

@@ -3,7 +3,9 @@
 Theory of operation
 -------------------
 The job groups events by :func:`streaming.events.group_key` and hands each group to
-:class:`LivenessProcessor` (``transformWithStateInPandas``, event-time timers, RocksDB state).
+:class:`LivenessProcessor` (``transformWithState``, event-time timers, RocksDB state). It works on
+plain rows, not pandas frames: most keys bring one or two events a batch, and PySpark's pandas
+conversion cost ~5 ms a key each way, more than everything else the processor does.
 Time inside is only event time: the rows' ``eventTime`` and the watermark in ``timerValues``
 (the watermark is the largest event time seen minus the configured delay; node TICKs keep it
 moving while every broker is silent). Nothing here reads a clock.
@@ -66,7 +68,7 @@ from dataclasses import astuple, dataclass, fields
 from typing import Any
 
 import orjson
-import pandas as pd
+from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
     StatefulProcessor,
@@ -110,6 +112,8 @@ OUTPUT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("timeoutMillis", "BIGINT"),
 )
 OUTPUT_DDL = ", ".join(f"`{name}` {ddl}" for name, ddl in OUTPUT_COLUMNS)
+_OUTPUT_NAMES = tuple(name for name, _ in OUTPUT_COLUMNS)
+_OUTPUT_ROW = Row(*_OUTPUT_NAMES)
 _NO_TIMER = -1
 #: nodes remembered per broker in ``links``; a fleet has a handful, this bounds what a bad stream can add
 _MAX_LINKS = 64
@@ -207,10 +211,9 @@ class _Out:
     def add(self, kind: str, order_time: int, **values: Any) -> None:
         self.rows.append({"kind": kind, "orderTime": order_time, "step": len(self.rows), **values})
 
-    def frame(self) -> pd.DataFrame:
-        # Python objects (ints, strings, None): Spark converts each column to the output schema's
-        # Arrow type on the way out, so typed pandas arrays would only be converted twice (5x dearer)
-        return pd.DataFrame({name: [r.get(name) for r in self.rows] for name, _ in OUTPUT_COLUMNS}, dtype=object)
+    def emit(self) -> Iterator[Row]:
+        for r in self.rows:
+            yield _OUTPUT_ROW(*(r.get(name) for name in _OUTPUT_NAMES))
 
 
 def _flaps(st: BrokerState) -> list[int]:
@@ -226,24 +229,9 @@ def _broker_fields(st: BrokerState) -> dict[str, Any]:
     }
 
 
-def _none_if_na(value: Any) -> Any:
-    """None for pandas' missing values (NaN in a float column of nullable longs, pd.NA), else ``value``."""
-    return None if value is None or value is pd.NA or (isinstance(value, float) and value != value) else value
-
-
-def _events(frames: list[pd.DataFrame]) -> list[dict[str, Any]]:
-    """One key's rows as dicts in event-time order (then ``seq``; the sort is stable).
-
-    Plain Python over the columns: pandas' own concat, sort and ``to_dict`` cost ~3 ms for a key
-    with one row, and most keys bring one or two rows per batch.
-    """
-    out: list[dict[str, Any]] = []
-    for df in frames:
-        names = list(df.columns)
-        out.extend(
-            dict(zip(names, map(_none_if_na, values), strict=False))
-            for values in zip(*(df[n].tolist() for n in names), strict=False)
-        )
+def _events(rows: Iterator[Row]) -> list[dict[str, Any]]:
+    """One key's rows as dicts in event-time order (then ``seq``; the sort is stable)."""
+    out = [r.asDict() for r in rows]
     out.sort(key=lambda e: (e["eventTime"], e["seq"]))
     return out
 
@@ -270,7 +258,7 @@ def state_layout() -> str:
     (STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE), so the job keeps each layout's checkpoint apart and a
     new version of it starts afresh by itself instead of failing after an upgrade.
     """
-    text = repr((sorted(STATE_DDL.items()), OUTPUT_DDL))
+    text = repr((sorted(STATE_DDL.items()), OUTPUT_DDL, "transformWithState"))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -288,14 +276,11 @@ class LivenessProcessor(StatefulProcessor):
 
     # ------------------------------------------------------------------ input
 
-    def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
-    ) -> Iterator[pd.DataFrame]:
+    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Row]:
         k: str = key[0]
-        frames = [f for f in rows if len(f)]
-        if not frames:
+        events = _events(rows)
+        if not events:
             return
-        events = _events(frames)
         out = _Out()
         watermark = timerValues.getCurrentWatermarkInMs()
         if k.startswith(BROKER_KEY):
@@ -305,8 +290,7 @@ class LivenessProcessor(StatefulProcessor):
         elif k.startswith(ADMIN_KEY):
             for e in events:
                 out.add(KIND_ROUTE, e["eventTime"], node=e["node"], seq=e["seq"], type=e["type"], raw=e["raw"])
-        if out.rows:
-            yield out.frame()
+        yield from out.emit()
 
     def _broker_events(self, events: list[dict[str, Any]], watermark: int, out: _Out) -> None:
         s = self.settings
@@ -425,7 +409,7 @@ class LivenessProcessor(StatefulProcessor):
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
-    ) -> Iterator[pd.DataFrame]:
+    ) -> Iterator[Row]:
         k: str = key[0]
         fired = expiredTimerInfo.getExpiryTimeInMs()
         watermark = timerValues.getCurrentWatermarkInMs()
@@ -449,8 +433,7 @@ class LivenessProcessor(StatefulProcessor):
                         node=st.node,
                     )  # fmt: skip
                 self.node.update(astuple(st))
-        if out.rows:
-            yield out.frame()
+        yield from out.emit()
 
     def _broker_timer(self, st: BrokerState, fired: int, watermark: int, out: _Out) -> None:
         flaps = _flaps(st)

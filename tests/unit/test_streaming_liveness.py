@@ -6,7 +6,7 @@ event time by the shipped watermark delay (120 s), which must never be added to 
 
 from __future__ import annotations
 
-import pandas as pd
+from pyspark.sql import Row
 from pyspark.sql.streaming.tws_tester import TwsTester
 
 from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo, encode_event
@@ -41,8 +41,10 @@ def heartbeat(t: int, node: str = "n1", source: str = "BROKER_HEARTBEAT") -> Eve
     return ev(EventType.HEARTBEAT, t, node, source=source)
 
 
-def frame(*events: Event) -> pd.DataFrame:
-    return pd.DataFrame([parse_record(encode_event(e)) for e in events]).drop(columns=["error"])
+def rows(*events: Event) -> list[Row]:
+    """The rows the processor gets for ``events``: parsed as the job parses them, without the error column."""
+    parsed = [parse_record(encode_event(e)) for e in events]
+    return [Row(**{k: v for k, v in p.items() if k != "error"}) for p in parsed]
 
 
 def make_tester(**settings) -> TwsTester:
@@ -60,15 +62,14 @@ KEY = group_key(register(T0))
 
 def feed(t: TwsTester, *events: Event, key: str = KEY, health: bool = False) -> list[dict]:
     """The rows emitted for ``events``; HEALTH rows (one per key and call, for the console) only if ``health``."""
-    out = t.testInPandas(key, frame(*events))
-    rows = out.to_dict("records") if len(out) else []
-    return rows if health else [r for r in rows if r["kind"] != KIND_HEALTH]
+    out = [r.asDict() for r in t.test(key, rows(*events))]
+    return out if health else [r for r in out if r["kind"] != KIND_HEALTH]
 
 
 def fire(t: TwsTester, now: int) -> list[dict]:
     """Event time (the largest seen) reaches ``now``: the watermark moves to ``now - DELAY``."""
     out = t.setWatermark(now - DELAY)
-    return out.to_dict("records") if len(out) else []
+    return [r.asDict() for r in out]
 
 
 def kinds(rows: list[dict], kind: str) -> list[dict]:
