@@ -234,14 +234,17 @@ class RouteModel:
 
     # -- reading
 
-    def route(self, topic: str) -> bytes | None:
-        """What GET_ROUTEINFO_BY_TOPIC answers for ``topic`` (standard dialect), None for TOPIC_NOT_EXIST."""
+    def route(self, topic: str, encoded: dict[bytes, bytes] | None = None) -> bytes | None:
+        """What GET_ROUTEINFO_BY_TOPIC answers for ``topic`` (standard dialect), None for TOPIC_NOT_EXIST.
+
+        ``encoded``: answers already made in this pass (see :func:`bodies.encode_route`).
+        """
         route: TopicRouteData | None = self.manager.pickup_topic_route_data(topic)
         if route is None:
             return None
         if self.order_message_enable:  # as the node's handler: only topics with a route
             route.order_topic_conf = self.order_topic_conf(topic)
-        return bodies.encode_route(route, standard=True)
+        return bodies.encode_route(route, standard=True, made=encoded)
 
     def order_topic_conf(self, topic: str) -> str | None:
         """The topic's ORDER_TOPIC_CONFIG value as last reported, whatever the switch."""
@@ -272,12 +275,13 @@ class RouteModel:
                 candidates |= {t for t, names in self._entry_groups.items() if not groups.isdisjoint(names)}
         rows = m.topic_queues(candidates)
         out = RouteChanges()
+        encoded: dict[bytes, bytes] = {}
         for topic in sorted(candidates):
             qmap = rows.get(topic)
             entry = encode_topic_entry(qmap) if qmap else None
             if entry != self._entries.get(topic):
                 out.model_topics[topic] = entry
-            route = self.route(topic)
+            route = self.route(topic, encoded)
             if route != self._routes.get(topic):
                 out.routes[topic] = route
             if qmap is None and topic in self._entries and topic not in self._deleted:
@@ -340,7 +344,8 @@ class RouteModel:
         rows = m.topic_queues(m.get_all_topic_list())
         model._entries = {t: encode_topic_entry(q) for t, q in rows.items()}
         model._entry_groups = {t: frozenset(q) for t, q in rows.items()}
-        model._routes = {t: r for t in rows if (r := model.route(t)) is not None}
+        encoded: dict[bytes, bytes] = {}
+        model._routes = {t: r for t in rows if (r := model.route(t, encoded)) is not None}
         model._cluster = model.cluster_info()
         model._brokers = model._brokers_snapshot()
         if model.order_message_enable != order_message_enable:
@@ -439,18 +444,25 @@ class RedisRouteStore:
         with self.client.pipeline(transaction=True) as pipe:
             if replace:
                 self._delete_all(pipe)
-            for topic, route in changes.routes.items():
-                if route is None:
-                    pipe.delete(k.route(topic))
-                    pipe.srem(k.topics, topic)
-                else:
-                    pipe.set(k.route(topic), route)
-                    pipe.sadd(k.topics, topic)
-            for topic, entry in changes.model_topics.items():
-                if entry is None:
-                    pipe.hdel(k.model_topics, topic)
-                else:
-                    pipe.hset(k.model_topics, topic, entry)
+            # a few variadic commands per thousand topics rather than four per topic: redis-py packs
+            # each command in Python, and a new lineage writes every topic at once
+            gone = [topic for topic, route in changes.routes.items() if route is None]
+            routes = {k.route(topic): route for topic, route in changes.routes.items() if route is not None}
+            for chunk in _chunks(gone):
+                pipe.delete(*(k.route(topic) for topic in chunk))
+                pipe.srem(k.topics, *chunk)
+            for chunk in _chunks(list(routes.items())):
+                # as a raw command: redis-py's cluster pipeline refuses its mset() method, though the
+                # keys share the prefix's slot
+                pipe.execute_command("MSET", *(part for pair in chunk for part in pair))
+            for chunk in _chunks([topic for topic, route in changes.routes.items() if route is not None]):
+                pipe.sadd(k.topics, *chunk)
+            dropped = [topic for topic, entry in changes.model_topics.items() if entry is None]
+            for chunk in _chunks(dropped):
+                pipe.hdel(k.model_topics, *chunk)
+            entries = [(topic, entry) for topic, entry in changes.model_topics.items() if entry is not None]
+            for chunk in _chunks(entries):
+                pipe.hset(k.model_topics, mapping=dict(chunk))
             if changes.cluster is not None:
                 pipe.set(k.cluster, changes.cluster)
             if changes.model_brokers is not None:
@@ -497,6 +509,12 @@ class RedisRouteStore:
 
 
 # --------------------------------------------------------------------------- the reader
+
+
+def _chunks(items: list[Any], size: int = 1000) -> Iterator[list[Any]]:
+    """``items`` a thousand at a time: one command each, none of them too long for Redis to answer at once."""
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
 
 
 def _text(reply: bytes | str) -> str:

@@ -391,10 +391,22 @@ def encode_data_version(dv: DataVersion) -> bytes:
     return orjson.dumps(dv.to_wire())
 
 
-def encode_route(route: TopicRouteData, *, standard: bool) -> bytes:
-    """A GET_ROUTEINFO_BY_TOPIC answer; ``standard`` for request version >= 401 or acceptStandardJsonOnly."""
+def encode_route(route: TopicRouteData, *, standard: bool, made: dict[bytes, bytes] | None = None) -> bytes:
+    """A GET_ROUTEINFO_BY_TOPIC answer; ``standard`` for request version >= 401 or acceptStandardJsonOnly.
+
+    ``made``: answers already encoded, for encoding many routes at once. A route does not name its
+    topic, so the topics of a group with the same queue counts share one answer (a full write of
+    the job's 100,000 topics encodes a few thousand). The key is orjson's rendering of the wire
+    form, a sixth of the cost of encoding it: equal renderings are equal routes.
+    """
     wire = route.to_wire()
-    return fastjson.dumps_standard(wire) if standard else fastjson.dumps_legacy(wire)
+    if made is None:
+        return fastjson.dumps_standard(wire) if standard else fastjson.dumps_legacy(wire)
+    key = orjson.dumps(wire, option=orjson.OPT_NON_STR_KEYS) + (b"s" if standard else b"l")
+    answer = made.get(key)
+    if answer is None:
+        answer = made[key] = fastjson.dumps_standard(wire) if standard else fastjson.dumps_legacy(wire)
+    return answer
 
 
 def decode_route(body: bytes | None) -> TopicRouteData:

@@ -25,7 +25,7 @@ from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
 from namesrv.protocol.types import DataVersion
 from namesrv.routes.model import BrokerAddrInfo, BrokerLiveInfo, RouteSettingsLike, UnregisterOutcome
 from namesrv.routes.snapshot import ModelSnapshot
-from namesrv.routes.tables import RouteTables
+from namesrv.routes.tables import RouteTables, index_members
 from namesrv.routes.unregister import request_for, unregister_brokers
 
 
@@ -59,6 +59,7 @@ def load_provisional(t: RouteTables, now_ms: int, snap: ModelSnapshot) -> None:
             if addr not in live_addrs:
                 add(BrokerAddrInfo(bd.cluster, addr), None, DataVersion(), None)
     t.broker_addr_table = kept
+    index_members(t)
     for cluster, names in snap.clusters.items():
         known = {n for n in names if n in kept}
         if known:

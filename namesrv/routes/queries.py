@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from namesrv.protocol.codes import MASTER_ID, SYNC_BROKER_MEMBER_GROUP_PREFIX, Perm, TopicSysFlag
 from namesrv.protocol.types import BrokerData, QueueData, TopicRouteData
 from namesrv.routes.model import BrokerAddrInfo, RouteCounts, RouteHealth
-from namesrv.routes.tables import RouteTables
+from namesrv.routes.tables import RouteTables, groups_listing
 
 _WRITE = int(Perm.WRITE)
 _UNIT = int(TopicSysFlag.UNIT)
@@ -161,11 +161,7 @@ def counts(t: RouteTables) -> RouteCounts:
 
 def groups_with_member(t: RouteTables, cluster_name: str, broker_addr: str) -> set[str]:
     """Names of the groups of ``cluster_name`` that list ``broker_addr``."""
-    return {
-        name
-        for name, bd in t.broker_addr_table.items()
-        if bd.cluster == cluster_name and broker_addr in bd.broker_addrs.values()
-    }
+    return {bd.broker_name for bd in groups_listing(t, cluster_name, broker_addr)}
 
 
 def topics_served_by(t: RouteTables, groups: set[str]) -> set[str]:

@@ -37,7 +37,7 @@ from namesrv.routes.model import (
     Registration,
     RouteSettingsLike,
 )
-from namesrv.routes.tables import RouteTables, drop_live, drop_rows_missing_from
+from namesrv.routes.tables import RouteTables, drop_live, drop_rows_missing_from, note_member
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +172,7 @@ def _take_id(
         assert old_addr is not None
         drop_live(t, BrokerAddrInfo(reg.cluster_name, old_addr))
     addrs[reg.broker_id] = reg.broker_addr
+    note_member(t, reg.broker_addr, reg.broker_name)
     return old_addr != reg.broker_addr
 
 

@@ -34,7 +34,7 @@ from namesrv.protocol import fastjson
 from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
 from namesrv.protocol.types import BrokerData, DataVersion, QueueData
 from namesrv.routes.model import BrokerAddrInfo, BrokerLiveInfo
-from namesrv.routes.tables import RouteTables
+from namesrv.routes.tables import RouteTables, index_members
 
 _JSON_OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
@@ -433,6 +433,7 @@ def restore(t: RouteTables, snap: ModelSnapshot) -> None:
     for topic, qmap in snap.topics.items():
         t.topic_queue_table[topic] = dict(qmap)
     t.broker_addr_table = {name: bd.copy() for name, bd in snap.groups.items()}
+    index_members(t)
     t.cluster_addr_table = {c: set(names) for c, names in snap.clusters.items()}
     for key, b in snap.live.items():
         timeout = DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS if b.timeout_millis is None else b.timeout_millis

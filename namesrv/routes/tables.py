@@ -58,6 +58,10 @@ class RouteTables:
     #: broker groups whose topic rows were loaded and not yet rewritten by their own broker
     provisional_groups: set[str] = field(default_factory=set)
     provisional_stats: ProvisionalStats = field(default_factory=ProvisionalStats)
+    #: broker address -> names of the groups that listed it: a superset (a member leaving its group
+    #: is not taken out here), checked and pruned by :func:`groups_listing`, so that finding an
+    #: address's groups costs its own groups rather than a scan of every group
+    addr_groups: dict[str, set[str]] = field(default_factory=dict)
 
     def changed(self) -> None:
         self.version += 1
@@ -71,6 +75,39 @@ class RouteTables:
         """True when no table holds anything (the cluster table follows the group table)."""
         return not (self.broker_addr_table or self.broker_live_table or self.topic_queue_table
                     or self.filter_server_table or self.topic_queue_mapping_info_table)  # fmt: skip
+
+
+def note_member(t: RouteTables, broker_addr: str, broker_name: str) -> None:
+    """``broker_addr`` is now listed by group ``broker_name`` (every path that adds a member calls this)."""
+    t.addr_groups.setdefault(broker_addr, set()).add(broker_name)
+
+
+def index_members(t: RouteTables) -> None:
+    """Rebuild :attr:`RouteTables.addr_groups` after ``broker_addr_table`` was replaced whole."""
+    t.addr_groups = {}
+    for name, bd in t.broker_addr_table.items():
+        for addr in bd.broker_addrs.values():
+            note_member(t, addr, name)
+
+
+def groups_listing(t: RouteTables, cluster_name: str, broker_addr: str) -> list[BrokerData]:
+    """The groups of ``cluster_name`` whose members include ``broker_addr``, in the group table's order."""
+    names = t.addr_groups.get(broker_addr)
+    if not names:
+        return []
+    found = []
+    for name in list(names):
+        bd = t.broker_addr_table.get(name)
+        if bd is None or broker_addr not in bd.broker_addrs.values():
+            names.discard(name)  # it left: prune the superset
+        elif bd.cluster == cluster_name:
+            found.append(bd)
+    if not names:
+        del t.addr_groups[broker_addr]
+    if len(found) > 1:  # an address in several groups of one cluster (a renamed broker): keep table order
+        order = {name: i for i, name in enumerate(t.broker_addr_table)}
+        found.sort(key=lambda bd: order[bd.broker_name])
+    return found
 
 
 def drop_live(t: RouteTables, key: BrokerAddrInfo) -> BrokerLiveInfo | None:

@@ -42,7 +42,7 @@ from namesrv.routes.model import (
     UnregisterOutcome,
     UnregisterRequest,
 )
-from namesrv.routes.tables import RouteTables, drop_live, with_perm
+from namesrv.routes.tables import RouteTables, drop_live, groups_listing, with_perm
 
 _WRITE = int(Perm.WRITE)
 _NOT_WRITE = ~_WRITE
@@ -105,9 +105,7 @@ def scan_not_active_broker(t: RouteTables, now_ms: int) -> list[UnregisterReques
 
 def request_for(t: RouteTables, key: BrokerAddrInfo, seq: int) -> UnregisterRequest:
     """The request removing ``key``: named after the group of its cluster that lists the address."""
-    for bd in t.broker_addr_table.values():
-        if bd.cluster != key.cluster_name:
-            continue
+    for bd in groups_listing(t, key.cluster_name, key.broker_addr):
         for i, a in bd.broker_addrs.items():
             if a == key.broker_addr:
                 return UnregisterRequest(key.cluster_name, key.broker_addr, bd.broker_name, i, seq)

@@ -132,3 +132,29 @@ def test_namesrv_routes_cli_reads_what_the_job_wrote(store, redis_url):
     assert missing.returncode == 1 and b"no route for nope" in missing.stderr
     assert cli("topics").stdout.decode().split() == ["C1", "T1", "T2", "T3"]
     assert expired_alert().incident in cli("alerts").stdout.decode()
+
+
+def test_thousands_of_topics_are_written_and_removed_in_one_batch(store, redis_url):
+    # more topics than one variadic command takes (1,000), so every command is split
+    from tests.support.route_events import reg_event
+
+    model = RouteModel()
+    big = {f"Big{i:04d}": (4, 4, 6) for i in range(2_500)}
+    model.apply_event(reg_event("big", "10.0.0.9:1", 0, big))
+    model.apply_event(A0)
+    announced = store.commit("q", 0, model.changes(full=True), replace=True)
+    lookup = RouteLookup(redis_url, prefix=store.keys.prefix)
+    assert len(announced) == len(lookup.topics()) == 2_500 + 3
+    assert lookup.get("Big2499").queue_datas[0].broker_name == "big"
+    assert store.load().model.changes().empty  # the model entries are all there
+
+    # the group goes: its 2,500 routes and model entries go in one batch
+    model.apply_removal(CLUSTER, "10.0.0.9:1", T0 + 1, unclean=False)
+    changes = model.changes()
+    assert sum(route is None for route in changes.routes.values()) == 2_500
+    store.commit("q", 1, changes)
+    assert lookup.topics() == ["C1", "T1", "T2"]
+    assert lookup.get_raw("Big0000") is None and lookup.get_raw("Big2499") is None
+    stored = store.load()
+    assert sorted(stored.model.topics()) == ["C1", "T1", "T2"]
+    assert stored.model.changes().empty

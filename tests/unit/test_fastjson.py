@@ -196,3 +196,16 @@ def test_standard_is_strict_ascii_json(value):
     text = dumps_standard(value)
     assert text.isascii()
     assert json.loads(text) == _standardise(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_uniform_values)
+def test_standard_writes_byte_for_byte_what_the_stdlib_encoder_writes(value):
+    # dumps_standard lets orjson write whenever its output is ASCII; the reference is json.dumps with
+    # ensure_ascii (control characters, quotes and backslashes included), escapes upper-cased, '/' escaped
+    from namesrv.protocol import fastjson
+
+    prepared = fastjson._prepare(value, standard=True)
+    text = json.dumps(prepared, ensure_ascii=True, separators=(",", ":"))
+    text = fastjson._LOWER_HEX_ESCAPE.sub(fastjson._upper_hex, text).replace("/", "\\/")
+    assert dumps_standard(value) == text.encode("ascii")

@@ -107,3 +107,14 @@ def test_the_jobs_redis_url_is_checked_at_load() -> None:
     with pytest.raises(ConfigError, match="redis.url: redis://h:1/0\\?ssl_ca_certs=/x sets ssl_ca_certs"):
         load_streaming(None, {"redis.url": "redis://h:1/0?ssl_ca_certs=/x"})
     assert load_streaming(None, {"redis.url": ""}).redis_url == ""
+
+
+def test_redis_py_packs_and_parses_in_c():
+    # redis-py packs every command in Python unless hiredis is installed; that was most of the
+    # monitor's full write of 100,000 topics (pyproject pins hiredis for it)
+    from redis import connection
+    from redis.utils import HIREDIS_AVAILABLE
+
+    assert HIREDIS_AVAILABLE
+    assert connection.DefaultParser is connection._HiredisParser
+    assert connection.HiredisRespSerializer().pack("SET", "k", b"v") == [b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n"]

@@ -65,5 +65,5 @@ def test_the_manager_shows_no_table_and_no_lock():
     public = {a for a in dir(RouteInfoManager(RouteSettings())) if not a.startswith("_")}
     # provisional_stats is the one field it shows, as a copy of three counters
     tables = {f for f in RouteTables.__dataclass_fields__ if f.endswith(("_table", "provisional", "_groups"))}
-    assert len(tables) == 8 and not public & tables
+    assert len(tables) == 9 and not public & tables
     assert "lock" not in public

@@ -22,6 +22,7 @@ from routes_support import (
 from namesrv.protocol.codes import SYNC_BROKER_MEMBER_GROUP_PREFIX, Perm, TopicSysFlag
 from namesrv.protocol.types import BrokerData, DataVersion, QueueData, RegisterBrokerBody, TopicConfig
 from namesrv.routes.queries import pickup_topic_route_data
+from namesrv.routes.snapshot import decode_model
 from namesrv.routes.tables import RouteTables
 
 READ = int(Perm.READ)
@@ -329,3 +330,26 @@ def test_version_moves_only_with_answer_changes():
     assert mgr.version == v2
     mgr.register_topic("T", [QueueData(DEF_BROKER, 4, 4, RW)])
     assert mgr.version > v2
+
+
+def test_the_groups_listing_an_address_follow_registrations_unregistrations_and_restores():
+    # a broker renamed in place stays listed by its old group too, as in Java, until it leaves it
+    mgr, _ = make_manager()
+    register(mgr, MASTER, "T")
+    register(mgr, MASTER.but(name="Renamed"), "T")
+    register(mgr, MASTER.but(cluster="Other", name="Elsewhere"), "T")
+    assert mgr.groups_with_member(DEF_CLUSTER, MASTER_ADDR) == {DEF_BROKER, "Renamed"}
+    assert mgr.groups_with_member("Other", MASTER_ADDR) == {"Elsewhere"}
+    assert mgr.groups_with_member(DEF_CLUSTER, SLAVE_ADDR) == set()
+    # an expiry or a close is decided against the first group (in table order) that lists the address
+    request = mgr.build_unregister_request(DEF_CLUSTER, MASTER_ADDR)
+    assert request is not None and (request.broker_name, request.broker_id) == (DEF_BROKER, 0)
+
+    unregister(mgr, MASTER)
+    assert mgr.groups_with_member(DEF_CLUSTER, MASTER_ADDR) == {"Renamed"}
+
+    # a model restored from its snapshot (the job after a restart) answers the same
+    restored, _ = make_manager()
+    restored.restore(decode_model({}, {}, mgr.encode_model_brokers()))
+    assert restored.groups_with_member(DEF_CLUSTER, MASTER_ADDR) == {"Renamed"}
+    assert restored.groups_with_member("Other", MASTER_ADDR) == {"Elsewhere"}
