@@ -7,16 +7,17 @@ Validation is the schema's own ``decode_event``, run in Python workers through
 :func:`count_events` and dropped by :func:`valid_events`), never an exception that would
 stop the query.
 
-Every row gets a grouping ``key`` for the stateful step: one per broker (its cluster and
-address: the same address in two clusters is two brokers, as in the route tables), one per
-node for its TICKs, and one per node for its ADMIN and ORDER_TOPIC_CONF events (they only need
-to reach the route materialisation, in order).
+Every row gets a grouping ``key`` for the stateful step: one of :data:`STATE_BUCKETS` buckets
+for a broker's events (by its cluster and address: the same address in two clusters is two
+brokers, as in the route tables), one per node for its TICKs, and one per node for its ADMIN and
+ORDER_TOPIC_CONF events (they only need to reach the route materialisation, in order).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import zlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -59,8 +60,23 @@ def parsed_ddl() -> str:
     return ", ".join(["`key` STRING", *cols, "`raw` STRING", "`error` STRING"])
 
 
+#: brokers share state keys, this many of them. Spark's Python stateful API costs a few JVM round trips
+#: per key and batch (read, write, timers: about 1 ms each), and a fleet sends something for every
+#: broker every few seconds: with a key per broker that was most of a batch at 10,000 brokers. A
+#: bucket holds its brokers' states in one value (see streaming.liveness). Changing the count
+#: changes the state layout, so the job then starts a checkpoint of its own.
+STATE_BUCKETS = 64
+
+
+def broker_id(cluster_name: str, broker_addr: str) -> str:
+    """A broker's name in the processor's state: cluster and address, as the route tables key it."""
+    return f"{cluster_name}|{broker_addr}"
+
+
 def broker_key(cluster_name: str, broker_addr: str) -> str:
-    return f"{BROKER_KEY}{cluster_name}|{broker_addr}"
+    """The state key of a broker's bucket (a stable hash: Python's own differs between processes)."""
+    bucket = zlib.crc32(broker_id(cluster_name, broker_addr).encode("utf-8", "surrogatepass")) % STATE_BUCKETS
+    return f"{BROKER_KEY}{bucket}"
 
 
 def group_key(event: Event) -> str:

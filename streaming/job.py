@@ -13,7 +13,7 @@ can run any of them on a small frame:
    default). TICKs go through this step like any event: filtering them out after it would be
    pushed below the watermark by the optimizer and stop them from moving it;
 4. :func:`decide` - ``transformWithState`` with :class:`LivenessProcessor` per
-   broker / node key, event-time timers on RocksDB;
+   bucket of brokers and per node, event-time timers on RocksDB;
 5. :class:`BatchSink` (``foreachBatch``) on the driver: actions to the actions topic, alerts
    to the alerts topic and the log, routes and cluster info to Redis, in that order; then the
    alerts to the pager (:mod:`streaming.paging`, Alertmanager and webhooks), which delivers them

@@ -1,11 +1,16 @@
-"""The event-time liveness decision: one stateful processor per broker and per node.
+"""The event-time liveness decision: one stateful processor per bucket of brokers and per node.
 
 Theory of operation
 -------------------
 The job groups events by :func:`streaming.events.group_key` and hands each group to
 :class:`LivenessProcessor` (``transformWithState``, event-time timers, RocksDB state). It works on
-plain rows, not pandas frames: most keys bring one or two events a batch, and PySpark's pandas
-conversion cost ~5 ms a key each way, more than everything else the processor does.
+plain rows, not pandas frames: PySpark's pandas conversion cost ~5 ms a key each way, more than
+everything else the processor does. Brokers share keys (``STATE_BUCKETS`` of them): every key
+costs a few round trips to the JVM's state server a batch, and one :class:`Bucket` value holds the
+:class:`BrokerState` of each of its brokers, read and written once per batch. Each broker keeps
+its own wake-up times in its state (``deadline``, ``flap_timer``); the bucket keeps one Spark
+timer at or before the earliest of them, and when it fires every broker of the bucket whose
+wake-up has come is looked at.
 Time inside is only event time: the rows' ``eventTime`` and the watermark in ``timerValues``
 (the watermark is the largest event time seen minus the configured delay; node TICKs keep it
 moving while every broker is silent). Nothing here reads a clock.
@@ -15,13 +20,12 @@ watermark (max event time seen minus ``watermarkDelayMillis``) reaches it, so a 
 at event time ``t`` is registered at ``t - delay`` (:meth:`LivenessProcessor._timer_at`): the
 delay bounds how late an event may arrive, it is never added to a broker's timeout.
 
-A broker key keeps :class:`BrokerState` and a wake-up timer at or before event time
-``lastSeen + timeout + 1``: the broker is expired once event time is *past* that deadline, as
-RocketMQ's ``last + timeout < now``. REGISTER and HEARTBEAT events move ``lastSeen`` but not the
-timer (a timer delete is the dearest call of Spark's state API, and a heartbeat comes every few
-seconds): when the timer fires, the handler looks at the deadline *now*, and either sets the next
-wake-up at it or emits EXPIRE once and marks the broker gone, after which a duplicate is ignored
-(``alive`` is false). Its
+A broker's wake-up is at event time ``lastSeen + timeout + 1``: the broker is expired once event
+time is *past* that deadline, as RocketMQ's ``last + timeout < now``. REGISTER and HEARTBEAT
+events move ``lastSeen`` and the broker's wake-up, but not the bucket's Spark timer (a timer delete
+is the dearest call of Spark's state API, and a heartbeat comes every few seconds): when the timer
+fires, the handler looks at each deadline *now*, and either leaves it for the next wake-up or emits
+EXPIRE once and marks the broker gone, after which a duplicate is ignored (``alive`` is false). Its
 ``lastHeartbeat`` is the newest event time seen for the broker: a node that saw anything newer
 ignores the action. The per-broker ``heartbeatTimeoutMillis`` of the registration replaces the
 default timeout.
@@ -80,7 +84,7 @@ from pyspark.sql.types import BooleanType, LongType, StringType, StructField, St
 from namesrv.events.schema import ActionType, EventType, UnregisterSource
 from namesrv.protocol.codes import MASTER_ID
 from streaming.alerts import AlertKind, AlertState, Severity
-from streaming.events import ADMIN_KEY, BROKER_KEY, NODE_KEY
+from streaming.events import ADMIN_KEY, BROKER_KEY, NODE_KEY, STATE_BUCKETS, broker_id
 from streaming.health import KIND_HEALTH, scan_state
 
 #: what the processor emits: an action, an alert, or an event for the route materialisation; and
@@ -153,9 +157,9 @@ class BrokerState:
     #: newest REGISTER/HEARTBEAT event time
     last_seen: int = 0
     timeout_ms: int = 120_000
-    #: the earliest registered wake-up timer (watermark time), at or before the liveness deadline
-    #: ``last_seen + timeout_ms + 1`` while alive, the forget deadline ``gone_at + forget_after_ms``
-    #: while gone; -1 for none. See :meth:`LivenessProcessor._arm`
+    #: its next wake-up (watermark time): the liveness deadline ``last_seen + timeout_ms + 1`` while
+    #: alive, the forget deadline ``gone_at + forget_after_ms`` while gone; -1 for none. The bucket's
+    #: Spark timer is at or before the earliest of its brokers' (see :class:`Bucket`)
     deadline: int = _NO_TIMER
     alive: bool = True
     #: event time of the EXPIRE/REMOVE
@@ -163,7 +167,7 @@ class BrokerState:
     expired_open: bool = False
     removed_open: bool = False
     flapping_open: bool = False
-    #: the flapping re-check timer, or -1
+    #: the flapping re-check wake-up (watermark time), or -1
     flap_timer: int = _NO_TIMER
     #: fingerprint of the last registration passed to the route materialisation
     registration: str = ""
@@ -192,6 +196,38 @@ class NodeState:
     @classmethod
     def from_tuple(cls, values: tuple) -> NodeState:
         return cls(*values)
+
+
+@dataclass
+class Bucket:
+    """The brokers of one state key, by :func:`streaming.events.broker_id`, and its Spark timers.
+
+    Stored as one value (JSON text): one read and one write per key and batch, however many of its
+    brokers the batch brings.
+    """
+
+    brokers: dict[str, BrokerState]
+    #: timers registered for this key and not fired yet (watermark time)
+    timers: list[int]
+
+    @classmethod
+    def load(cls, held: tuple | None) -> Bucket:
+        if held is None:
+            return cls({}, [])
+        brokers, timers = held
+        return cls(
+            {name: BrokerState.from_tuple(tuple(values)) for name, values in orjson.loads(brokers).items()},
+            [int(t) for t in orjson.loads(timers)],
+        )
+
+    def dump(self) -> tuple[str, str]:
+        brokers = {name: astuple(st) for name, st in self.brokers.items()}
+        return orjson.dumps(brokers).decode(), orjson.dumps(sorted(self.timers)).decode()
+
+    def next_wakeup(self) -> int:
+        """The earliest wake-up any of its brokers wants (watermark time), or -1."""
+        wanted = [t for st in self.brokers.values() for t in (st.deadline, st.flap_timer) if t != _NO_TIMER]
+        return min(wanted, default=_NO_TIMER)
 
 
 def registration_fingerprint(raw: str) -> str:
@@ -229,6 +265,14 @@ def _broker_fields(st: BrokerState) -> dict[str, Any]:
     }
 
 
+def _by_broker(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """A bucket's events per broker, each in the order given."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        out.setdefault(broker_id(e["clusterName"], e["brokerAddr"]), []).append(e)
+    return out
+
+
 def _events(rows: Iterator[Row]) -> list[dict[str, Any]]:
     """One key's rows as dicts in event-time order (then ``seq``; the sort is stable)."""
     out = [r.asDict() for r in rows]
@@ -238,9 +282,14 @@ def _events(rows: Iterator[Row]) -> list[dict[str, Any]]:
 
 #: the processor's state variables and their columns, as the checkpoint stores them
 STATE_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
-    "broker": _columns_of(BrokerState),
+    #: a Bucket: {broker id: BrokerState as a list} and the registered timers, as JSON
+    "brokers": (("brokers", "STRING"), ("timers", "STRING")),
+    #: map state: broker id -> its last registration's JSON (read only to replay it)
+    "registrationKey": (("broker", "STRING"),),
     "registration": (("raw", "STRING"),),
     "node": _columns_of(NodeState),
+    #: what a Bucket's brokers hold; changing it changes the stored JSON, so it belongs to the layout
+    "brokerState": _columns_of(BrokerState),
 }
 STATE_DDL = {name: ", ".join(f"{c} {t}" for c, t in cols) for name, cols in STATE_COLUMNS.items()}
 
@@ -258,7 +307,7 @@ def state_layout() -> str:
     (STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE), so the job keeps each layout's checkpoint apart and a
     new version of it starts afresh by itself instead of failing after an upgrade.
     """
-    text = repr((sorted(STATE_DDL.items()), OUTPUT_DDL, "transformWithState"))
+    text = repr((sorted(STATE_DDL.items()), OUTPUT_DDL, "transformWithState", STATE_BUCKETS))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -270,8 +319,10 @@ class LivenessProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.broker = handle.getValueState("broker", state_schema("broker"))
-        self.last_registration = handle.getValueState("registration", state_schema("registration"))
+        self.bucket = handle.getValueState("brokers", state_schema("brokers"))
+        self.registrations = handle.getMapState(
+            "registration", state_schema("registrationKey"), state_schema("registration")
+        )
         self.node = handle.getValueState("node", state_schema("node"))
 
     # ------------------------------------------------------------------ input
@@ -284,7 +335,12 @@ class LivenessProcessor(StatefulProcessor):
         out = _Out()
         watermark = timerValues.getCurrentWatermarkInMs()
         if k.startswith(BROKER_KEY):
-            self._broker_events(events, watermark, out)
+            bucket = Bucket.load(self.bucket.get())
+            for name, group in _by_broker(events).items():
+                st = self._broker_events(name, bucket.brokers.get(name), group, watermark, out)
+                if st is not None:
+                    bucket.brokers[name] = st
+            self._store(bucket)
         elif k.startswith(NODE_KEY):
             self._ticks(k[len(NODE_KEY) :], events, out)
         elif k.startswith(ADMIN_KEY):
@@ -292,12 +348,14 @@ class LivenessProcessor(StatefulProcessor):
                 out.add(KIND_ROUTE, e["eventTime"], node=e["node"], seq=e["seq"], type=e["type"], raw=e["raw"])
         yield from out.emit()
 
-    def _broker_events(self, events: list[dict[str, Any]], watermark: int, out: _Out) -> None:
+    def _broker_events(
+        self, name: str, held: BrokerState | None, events: list[dict[str, Any]], watermark: int, out: _Out
+    ) -> BrokerState | None:
+        """One broker's events of the batch; returns its state to keep, None when there is none."""
         s = self.settings
         first = events[0]
-        held = self.broker.get()  # None when the state has no value
         st = (
-            BrokerState.from_tuple(held)
+            held
             if held is not None
             else BrokerState(first["clusterName"], first["brokerAddr"], timeout_ms=s.heartbeat_timeout_ms, alive=False)
         )
@@ -322,10 +380,10 @@ class LivenessProcessor(StatefulProcessor):
                     fingerprint = registration_fingerprint(e["raw"])
                     if comeback or fingerprint != st.registration:
                         st.registration = fingerprint
-                        self.last_registration.update((e["raw"],))
+                        self.registrations.updateValue((name,), (e["raw"],))
                         out.add(KIND_ROUTE, t, type=etype, raw=e["raw"], **where, **_broker_fields(st))
                 elif (comeback or (e["source"] == "REGISTER_BROKER" and t - st.replayed_at >= _REPLAY_GAP_MS)) and (
-                    last := self.last_registration.get()
+                    last := self.registrations.getValue((name,))
                 ) is not None:
                     # (the stored registration is read only here: a state read is a JVM round trip)
                     # A comeback: nodes that did not apply our removal send no topic table, so
@@ -375,18 +433,32 @@ class LivenessProcessor(StatefulProcessor):
                         **where, **_broker_fields(st),
                     )  # fmt: skip
         if not known:
-            return  # only reports of its departure: nothing to remember about this broker
+            return None  # only reports of its departure: nothing to remember about this broker
         st.links = links.dump()
         gone = "REMOVED" if st.removed_open else "EXPIRED"
         out.add(KIND_HEALTH, events[-1]["eventTime"], lastHeartbeat=st.last_seen, timeoutMillis=st.timeout_ms,
                 state="ALIVE" if st.alive else gone, **_broker_fields(st))  # fmt: skip
         self._check_flapping(st, flaps, events[-1]["eventTime"], out)
         self._arm(st)
-        self._save(st, flaps)
-
-    def _save(self, st: BrokerState, flaps: list[int]) -> None:
         st.flaps = orjson.dumps(flaps).decode()
-        self.broker.update(astuple(st))
+        return st
+
+    def _store(self, bucket: Bucket) -> None:
+        """Write the bucket back, with a Spark timer at or before its earliest wake-up."""
+        wake = bucket.next_wakeup()
+        if wake != _NO_TIMER and not any(t <= wake for t in bucket.timers):
+            # an earlier timer, already set, is left alone: it wakes the bucket, which finds nothing due
+            # and sets this one then. Later ones are not needed any more; they go, so the list stays
+            # short (a wake-up only moves earlier on a comeback or a new broker: a delete is the
+            # dearest call of the state API)
+            for later in bucket.timers:
+                self.handle.deleteTimer(later)
+            self.handle.registerTimer(wake)
+            bucket.timers = [wake]
+        if bucket.brokers:
+            self.bucket.update(bucket.dump())
+        else:
+            self.bucket.clear()
 
     def _ticks(self, node: str, events: list[dict[str, Any]], out: _Out) -> None:
         held = self.node.get()  # None when the state has no value
@@ -415,8 +487,16 @@ class LivenessProcessor(StatefulProcessor):
         watermark = timerValues.getCurrentWatermarkInMs()
         now = self._event_time_at(watermark)
         out = _Out()
-        if k.startswith(BROKER_KEY) and (held_broker := self.broker.get()) is not None:
-            self._broker_timer(BrokerState.from_tuple(held_broker), fired, watermark, out)
+        if k.startswith(BROKER_KEY) and (held_bucket := self.bucket.get()) is not None:
+            bucket = Bucket.load(held_bucket)
+            if fired in bucket.timers:
+                bucket.timers.remove(fired)  # Spark drops a timer once it fired
+            for name, broker in list(bucket.brokers.items()):
+                if any(t != _NO_TIMER and t <= watermark for t in (broker.deadline, broker.flap_timer)):
+                    if self._broker_timer(broker, watermark, out) is None:
+                        del bucket.brokers[name]
+                        self.registrations.removeKey((name,))
+            self._store(bucket)
         elif k.startswith(NODE_KEY) and (held_node := self.node.get()) is not None:
             st = NodeState.from_tuple(held_node)
             if fired == st.deadline:
@@ -435,23 +515,25 @@ class LivenessProcessor(StatefulProcessor):
                 self.node.update(astuple(st))
         yield from out.emit()
 
-    def _broker_timer(self, st: BrokerState, fired: int, watermark: int, out: _Out) -> None:
+    def _broker_timer(self, st: BrokerState, watermark: int, out: _Out) -> BrokerState | None:
+        """A broker whose wake-up has come; returns None when it is forgotten."""
         flaps = _flaps(st)
         now = self._event_time_at(watermark)
-        if fired == st.deadline:
-            # a wake-up, not a verdict: heartbeats may have moved the deadline since it was set (_arm)
+        if st.deadline != _NO_TIMER and st.deadline <= watermark:
+            # a wake-up, not a verdict: look at the deadline as it is now
             st.deadline = _NO_TIMER
             due = self._due(st)
             if due <= now and not st.alive:
                 self._forget(st, due, out)
-                return
+                return None
             if due <= now:
                 self._expire(st, due, now, watermark, flaps, out)
-        if fired == st.flap_timer:
+        if st.flap_timer != _NO_TIMER and st.flap_timer <= watermark:
             st.flap_timer = _NO_TIMER
         self._check_flapping(st, flaps, now, out)
         self._arm(st)
-        self._save(st, flaps)
+        st.flaps = orjson.dumps(flaps).decode()
+        return st
 
     def _expire(self, st: BrokerState, due: int, now: int, watermark: int, flaps: list[int], out: _Out) -> None:
         """EXPIRE once, at event time ``due``: nothing was heard from the broker at any node since ``last_seen``."""
@@ -489,11 +571,11 @@ class LivenessProcessor(StatefulProcessor):
         return st.last_seen + st.timeout_ms + 1 if st.alive else st.gone_at + self.settings.forget_after_ms
 
     def _arm(self, st: BrokerState) -> None:
-        """Make sure a wake-up timer is set at or before the broker's next decision (:meth:`_due`)."""
-        st.deadline = self._arm_at(st.deadline, self._timer_at(self._due(st)))
+        """The broker's wake-up at its next decision (:meth:`_due`); the bucket's timer follows (:meth:`_store`)."""
+        st.deadline = self._timer_at(self._due(st))
 
     def _arm_at(self, current: int, wanted: int) -> int:
-        """The timer to keep, given the one set (``current``, or -1) and the deadline now ``wanted``.
+        """A node key's timer to keep, given the one set (``current``, or -1) and the deadline now ``wanted``.
 
         Every heartbeat moves a deadline later. Moving the timer with it would cost a delete and a
         register per key and batch, and a timer delete is the dearest call of the state API (about
@@ -523,10 +605,7 @@ class LivenessProcessor(StatefulProcessor):
                     message=f"broker {_name(st)} has been gone for {days:g} day(s); forgotten",
                     **_broker_fields(st),
                 )  # fmt: skip
-        if st.flap_timer != _NO_TIMER:
-            self.handle.deleteTimer(st.flap_timer)
-        self.broker.clear()
-        self.last_registration.clear()
+        # the caller drops its state and stored registration
 
     def _resolve_gone(self, st: BrokerState, t: int, out: _Out, where: dict[str, Any]) -> None:
         for flag, kind in (("expired_open", AlertKind.BROKER_EXPIRED), ("removed_open", AlertKind.BROKER_REMOVED)):
@@ -557,13 +636,7 @@ class LivenessProcessor(StatefulProcessor):
                 message=f"broker {_name(st)} is stable again", **_broker_fields(st),
             )  # fmt: skip
         # re-check when the oldest counted change leaves the window
-        wanted = self._timer_at(min(flaps) + s.flap_window_ms) if st.flapping_open and flaps else _NO_TIMER
-        if wanted != st.flap_timer:
-            if st.flap_timer != _NO_TIMER:
-                self.handle.deleteTimer(st.flap_timer)
-            if wanted != _NO_TIMER:
-                self.handle.registerTimer(wanted)
-            st.flap_timer = wanted
+        st.flap_timer = self._timer_at(min(flaps) + s.flap_window_ms) if st.flapping_open and flaps else _NO_TIMER
 
     def close(self) -> None:
         pass

@@ -6,11 +6,12 @@ event time by the shipped watermark delay (120 s), which must never be added to 
 
 from __future__ import annotations
 
+import orjson
 from pyspark.sql import Row
 from pyspark.sql.streaming.tws_tester import TwsTester
 
 from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo, encode_event
-from streaming.events import group_key, parse_record
+from streaming.events import STATE_BUCKETS, broker_key, group_key, parse_record
 from streaming.health import KIND_HEALTH
 from streaming.liveness import KIND_ACTION, KIND_ALERT, KIND_ROUTE, LivenessProcessor, LivenessSettings
 
@@ -109,6 +110,13 @@ def test_heartbeats_move_the_deadline():
     assert fire(t, T0 + TIMEOUT + 1) == []
     out = fire(t, T0 + 9_000 + TIMEOUT + 1)
     assert [r["lastHeartbeat"] for r in kinds(out, KIND_ACTION)] == [T0 + 9_000]
+
+
+def kept(t: TwsTester, key: str = KEY) -> set[str]:
+    """Brokers the key's bucket keeps anything of: a state, or a stored registration."""
+    held = t.peekValueState("brokers", key)
+    brokers = set() if held is None else set(orjson.loads(held[0]))
+    return brokers | {user_key[0] for user_key in t.peekMapState("registration", key)}
 
 
 def timers(t: TwsTester, key: str = KEY) -> list[int]:
@@ -309,7 +317,7 @@ def test_a_broker_gone_long_enough_is_forgotten_and_its_incident_resolved():
     assert fire(t, T0 + TIMEOUT + 50_000) == []
     out = fire(t, T0 + TIMEOUT + 1 + 50_000)
     assert [(r["type"], r["state"]) for r in out] == [("BROKER_EXPIRED", "RESOLVED")]
-    assert t.peekValueState("broker", KEY) is None
+    assert kept(t) == set()
     # a later registration starts from scratch: no comeback, no flap
     out = feed(t, register(T0 + 100_000))
     assert [(r["kind"], r["cause"]) for r in out] == [(KIND_ROUTE, None)]
@@ -318,7 +326,7 @@ def test_a_broker_gone_long_enough_is_forgotten_and_its_incident_resolved():
 def test_reports_about_a_broker_never_seen_alive_leave_no_state():
     t = make_tester()
     assert feed(t, ev(EventType.UNREGISTER, T0, source="UNREGISTER_BROKER")) == []
-    assert t.peekValueState("broker", KEY) is None
+    assert kept(t) == set()
 
 
 def silent(t: int, node: str = "n1") -> Event:
@@ -351,7 +359,7 @@ def test_a_silent_report_not_past_the_monitors_deadline_changes_nothing_and_the_
 
 def test_a_silent_report_about_an_unknown_or_gone_broker_changes_nothing():
     t = make_tester()
-    assert feed(t, silent(T0)) == [] and t.peekValueState("broker", KEY) is None
+    assert feed(t, silent(T0)) == [] and kept(t) == set()
     feed(t, register(T0))
     feed(t, ev(EventType.UNREGISTER, T0 + 1, source="UNREGISTER_BROKER"))
     assert feed(t, silent(T0 + TIMEOUT + 1)) == []
@@ -377,3 +385,42 @@ def test_a_nodes_ticks_report_its_last_tick_and_whether_its_local_scan_is_on():
     ]
     out = feed(t, ev(EventType.TICK, T0 + 1_000, "n1", seq=3), key=key, health=True)  # an older node: no field
     assert [r["state"] for r in kinds(out, KIND_HEALTH)] == [None]
+
+
+def same_bucket_addresses(n: int) -> list[str]:
+    """``n`` broker addresses whose states share ADDR's bucket (key)."""
+    found = [ADDR]
+    port = 10_000
+    while len(found) < n:
+        port += 1
+        addr = f"10.0.0.2:{port}"
+        if broker_key(CLUSTER, addr) == KEY:
+            found.append(addr)
+    return found
+
+
+def test_brokers_sharing_a_bucket_are_decided_each_on_its_own():
+    # a fleet's brokers share STATE_BUCKETS keys: one read and write a key and batch, one Spark
+    # timer a key, and every broker's own deadline
+    assert len({broker_key(CLUSTER, f"10.0.{i // 250}.{i % 250}:10911") for i in range(1_000)}) == STATE_BUCKETS
+    a, b, c = same_bucket_addresses(3)
+    t = make_tester()
+    feed(t, register(T0, addr=a), register(T0 + 1_000, addr=b), register(T0 + 2_000, addr=c))
+    assert kept(t) == {f"{CLUSTER}|{x}" for x in (a, b, c)}
+    assert timers(t) == [T0 + TIMEOUT + 1]  # one timer for the bucket: its earliest deadline
+    feed(t, heartbeat(T0 + 5_000), ev(EventType.HEARTBEAT, T0 + 5_000, addr=c, source="BROKER_HEARTBEAT"))
+    assert timers(t) == [T0 + TIMEOUT + 1]  # heartbeats leave it alone
+
+    out = fire(t, T0 + 1_000 + TIMEOUT + 1)  # the timer wakes the bucket; only b is due
+    assert [(r["type"], r["brokerAddr"], r["lastHeartbeat"]) for r in kinds(out, KIND_ACTION)] == [
+        ("EXPIRE", b, T0 + 1_000)
+    ]
+    assert timers(t) == [T0 + 5_000 + TIMEOUT + 1]  # the next one: a and c, heartbeated at the same time
+    out = fire(t, T0 + 5_000 + TIMEOUT + 1)
+    assert sorted(r["brokerAddr"] for r in kinds(out, KIND_ACTION)) == sorted([a, c])
+
+    # b comes back: its registration is replayed from the bucket's map state, nobody else's
+    out = feed(t, ev(EventType.HEARTBEAT, T0 + 30_000, addr=b, source="BROKER_HEARTBEAT"))
+    routes = kinds(out, KIND_ROUTE)
+    assert [(r["cause"], r["brokerAddr"]) for r in routes] == [("COMEBACK", b)]
+    assert orjson.loads(routes[0]["raw"])["brokerAddr"] == b

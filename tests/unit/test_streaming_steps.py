@@ -95,7 +95,7 @@ def test_each_state_layout_has_its_own_checkpoint_and_an_old_one_is_named(tmp_pa
     assert job.checkpoint_location(root) == first and caplog.text == ""  # a restart reuses it quietly
 
     # a version of the job whose state schema changed gets a checkpoint of its own
-    monkeypatch.setitem(liveness.STATE_DDL, "broker", liveness.STATE_DDL["broker"] + ", extra STRING")
+    monkeypatch.setitem(liveness.STATE_DDL, "brokers", liveness.STATE_DDL["brokers"] + ", extra STRING")
     with caplog.at_level(logging.WARNING, logger="streaming.job"):
         second = job.checkpoint_location(root)
     assert second != first and second.is_dir()
