@@ -67,6 +67,7 @@ Rows in a group are handled in event-time order; the driver orders the whole bat
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Iterator
 from dataclasses import astuple, dataclass, fields
 from typing import Any
@@ -86,6 +87,8 @@ from namesrv.protocol.codes import MASTER_ID
 from streaming.alerts import AlertKind, AlertState, Severity
 from streaming.events import ADMIN_KEY, BROKER_KEY, NODE_KEY, STATE_BUCKETS, broker_id
 from streaming.health import KIND_HEALTH, scan_state
+
+log = logging.getLogger(__name__)
 
 #: what the processor emits: an action, an alert, or an event for the route materialisation; and
 #: KIND_HEALTH (streaming.health): per key and batch, a broker's last heartbeat or a node's last tick
@@ -121,6 +124,9 @@ _OUTPUT_ROW = Row(*_OUTPUT_NAMES)
 _NO_TIMER = -1
 #: nodes remembered per broker in ``links``; a fleet has a handful, this bounds what a bad stream can add
 _MAX_LINKS = 64
+#: brokers one state key holds (262,144 in all): a stream of events for made-up addresses cannot make
+#: every batch read and write an ever larger value; a new broker past it is skipped and logged
+MAX_BROKERS_PER_BUCKET = 4_096
 #: N nodes report each periodic re-registration within moments; pass one of them
 _REPLAY_GAP_MS = 10_000
 #: registration fields that do not change what it says about the broker
@@ -336,10 +342,19 @@ class LivenessProcessor(StatefulProcessor):
         watermark = timerValues.getCurrentWatermarkInMs()
         if k.startswith(BROKER_KEY):
             bucket = Bucket.load(self.bucket.get())
+            refused = 0
             for name, group in _by_broker(events).items():
-                st = self._broker_events(name, bucket.brokers.get(name), group, watermark, out)
+                held = bucket.brokers.get(name)
+                if held is None and len(bucket.brokers) >= MAX_BROKERS_PER_BUCKET:
+                    refused += 1
+                    continue
+                st = self._broker_events(name, held, group, watermark, out)
                 if st is not None:
                     bucket.brokers[name] = st
+            if refused:
+                log.warning(
+                    "state key %s holds %d brokers: %d new one(s) not monitored", k, len(bucket.brokers), refused
+                )
             self._store(bucket)
         elif k.startswith(NODE_KEY):
             self._ticks(k[len(NODE_KEY) :], events, out)

@@ -424,3 +424,16 @@ def test_brokers_sharing_a_bucket_are_decided_each_on_its_own():
     routes = kinds(out, KIND_ROUTE)
     assert [(r["cause"], r["brokerAddr"]) for r in routes] == [("COMEBACK", b)]
     assert orjson.loads(routes[0]["raw"])["brokerAddr"] == b
+
+
+def test_a_full_bucket_takes_no_new_broker_and_keeps_deciding_for_those_it_holds(monkeypatch, caplog):
+    from streaming import liveness
+
+    monkeypatch.setattr(liveness, "MAX_BROKERS_PER_BUCKET", 2)
+    a, b, c = same_bucket_addresses(3)
+    t = make_tester()
+    feed(t, register(T0, addr=a), register(T0, addr=b))
+    out = feed(t, register(T0 + 1, addr=c))  # a made-up address flood must not grow the bucket
+    assert out == [] and kept(t) == {f"{CLUSTER}|{a}", f"{CLUSTER}|{b}"}
+    assert "1 new one(s) not monitored" in caplog.text
+    assert sorted(r["brokerAddr"] for r in kinds(fire(t, T0 + TIMEOUT + 1), KIND_ACTION)) == sorted([a, b])
