@@ -204,36 +204,71 @@ class NodeState:
         return cls(*values)
 
 
-@dataclass
 class Bucket:
     """The brokers of one state key, by :func:`streaming.events.broker_id`, and its Spark timers.
 
     Stored as one value (JSON text): one read and one write per key and batch, however many of its
-    brokers the batch brings.
+    brokers the batch brings. A broker's state is made into a :class:`BrokerState` only when the
+    batch touches it; the others are written back as they were read.
     """
 
-    brokers: dict[str, BrokerState]
-    #: timers registered for this key and not fired yet (watermark time)
-    timers: list[int]
+    def __init__(self, stored: dict[str, list[Any]], timers: list[int]) -> None:
+        self._stored = stored
+        self._states: dict[str, BrokerState] = {}
+        #: timers registered for this key and not fired yet (watermark time)
+        self.timers = timers
 
     @classmethod
     def load(cls, held: tuple | None) -> Bucket:
         if held is None:
             return cls({}, [])
         brokers, timers = held
-        return cls(
-            {name: BrokerState.from_tuple(tuple(values)) for name, values in orjson.loads(brokers).items()},
-            [int(t) for t in orjson.loads(timers)],
-        )
+        return cls(orjson.loads(brokers), [int(t) for t in orjson.loads(timers)])
 
     def dump(self) -> tuple[str, str]:
-        brokers = {name: astuple(st) for name, st in self.brokers.items()}
+        brokers = {**self._stored, **{name: _state_values(st) for name, st in self._states.items()}}
         return orjson.dumps(brokers).decode(), orjson.dumps(sorted(self.timers)).decode()
+
+    def __len__(self) -> int:
+        return len(self._stored.keys() | self._states.keys())
+
+    def get(self, name: str) -> BrokerState | None:
+        st = self._states.get(name)
+        if st is None and (values := self._stored.get(name)) is not None:
+            st = self._states[name] = BrokerState.from_tuple(tuple(values))
+        return st
+
+    def put(self, name: str, st: BrokerState) -> None:
+        self._states[name] = st
+
+    def remove(self, name: str) -> None:
+        self._stored.pop(name, None)
+        self._states.pop(name, None)
+
+    def _wakeups(self) -> Iterator[tuple[str, int, int]]:
+        """(name, deadline, flap_timer) of every broker, without making states of the untouched ones."""
+        for name, values in self._stored.items():
+            if name not in self._states:
+                yield name, int(values[_DEADLINE]), int(values[_FLAP_TIMER])
+        for name, st in self._states.items():
+            yield name, st.deadline, st.flap_timer
+
+    def due(self, watermark: int) -> list[str]:
+        """Brokers with a wake-up at or before ``watermark``."""
+        return [n for n, *times in self._wakeups() if any(t != _NO_TIMER and t <= watermark for t in times)]
 
     def next_wakeup(self) -> int:
         """The earliest wake-up any of its brokers wants (watermark time), or -1."""
-        wanted = [t for st in self.brokers.values() for t in (st.deadline, st.flap_timer) if t != _NO_TIMER]
-        return min(wanted, default=_NO_TIMER)
+        return min((t for _, *times in self._wakeups() for t in times if t != _NO_TIMER), default=_NO_TIMER)
+
+
+_BROKER_FIELDS = tuple(f.name for f in fields(BrokerState))
+_DEADLINE, _FLAP_TIMER = _BROKER_FIELDS.index("deadline"), _BROKER_FIELDS.index("flap_timer")
+
+
+def _state_values(st: BrokerState) -> list[Any]:
+    # not dataclasses.astuple: it deep-copies field by field, and every field here is a scalar
+    return [getattr(st, name) for name in _BROKER_FIELDS]
 
 
 def registration_fingerprint(raw: str) -> str:
@@ -344,17 +379,15 @@ class LivenessProcessor(StatefulProcessor):
             bucket = Bucket.load(self.bucket.get())
             refused = 0
             for name, group in _by_broker(events).items():
-                held = bucket.brokers.get(name)
-                if held is None and len(bucket.brokers) >= MAX_BROKERS_PER_BUCKET:
+                held = bucket.get(name)
+                if held is None and len(bucket) >= MAX_BROKERS_PER_BUCKET:
                     refused += 1
                     continue
                 st = self._broker_events(name, held, group, watermark, out)
                 if st is not None:
-                    bucket.brokers[name] = st
+                    bucket.put(name, st)
             if refused:
-                log.warning(
-                    "state key %s holds %d brokers: %d new one(s) not monitored", k, len(bucket.brokers), refused
-                )
+                log.warning("state key %s holds %d brokers: %d new one(s) not monitored", k, len(bucket), refused)
             self._store(bucket)
         elif k.startswith(NODE_KEY):
             self._ticks(k[len(NODE_KEY) :], events, out)
@@ -470,7 +503,7 @@ class LivenessProcessor(StatefulProcessor):
                 self.handle.deleteTimer(later)
             self.handle.registerTimer(wake)
             bucket.timers = [wake]
-        if bucket.brokers:
+        if len(bucket):
             self.bucket.update(bucket.dump())
         else:
             self.bucket.clear()
@@ -506,11 +539,12 @@ class LivenessProcessor(StatefulProcessor):
             bucket = Bucket.load(held_bucket)
             if fired in bucket.timers:
                 bucket.timers.remove(fired)  # Spark drops a timer once it fired
-            for name, broker in list(bucket.brokers.items()):
-                if any(t != _NO_TIMER and t <= watermark for t in (broker.deadline, broker.flap_timer)):
-                    if self._broker_timer(broker, watermark, out) is None:
-                        del bucket.brokers[name]
-                        self.registrations.removeKey((name,))
+            for name in bucket.due(watermark):
+                broker = bucket.get(name)
+                assert broker is not None  # due() names only brokers it holds
+                if self._broker_timer(broker, watermark, out) is None:
+                    bucket.remove(name)
+                    self.registrations.removeKey((name,))
             self._store(bucket)
         elif k.startswith(NODE_KEY) and (held_node := self.node.get()) is not None:
             st = NodeState.from_tuple(held_node)
