@@ -7,6 +7,7 @@ import pytest
 from namesrv.events.schema import Event, EventType, encode_event
 from streaming import job
 from streaming.config import load_config
+from streaming.events import broker_key
 from streaming.health import KIND_HEALTH
 from streaming.liveness import KIND_ROUTE, OUTPUT_COLUMNS
 from tests.support.streaming import SKEW, T0, YEAR_2100, register
@@ -35,7 +36,7 @@ def parsed(spark):
 def test_parse_keeps_checked_events_keyed_by_broker_or_node(parsed):
     rows = sorted(parsed.collect(), key=lambda r: r.eventTime)
     assert [(r.key, r.type, r.eventTime) for r in rows] == [
-        ("broker:C|10.0.0.1:1", "REGISTER", T0),
+        (broker_key("C", "10.0.0.1:1"), "REGISTER", T0),  # a broker's events go to its bucket
         ("node:n2", "TICK", T0 + 5),
     ]
     assert rows[0].raw.startswith('{"v":1,"type":"REGISTER"') and rows[1].raw is None
