@@ -9,7 +9,8 @@ Kafka, Redis, two real nodes and the Spark job as processes, every setting as ``
   event time plus its timeout;
 * a crashed broker (its connections close at both nodes) is gone in Redis within
   ``CLOSE_MEDIAN_S`` of the last close, through one REMOVE; a close at one node removes nothing
-  centrally;
+  centrally (these are issue 8's targets, asserted as they stand while the machine is not
+  overloaded: see ``bounds_now``);
 * events no node should send (a clock in 2100, a huge node name, Long.MAX) change nothing: the
   job keeps deciding, also after a restart from its checkpoint;
 * the job killed: the nodes keep serving, fall back to their own scan, and hand expiry back to
@@ -21,6 +22,7 @@ test reads the broker's last heartbeat from the events topic.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Iterator
@@ -46,13 +48,31 @@ from tests.support.wait import wait_until
 pytestmark = pytest.mark.timeout(900)
 
 BROKER_TIMEOUT_MS = 10_000
-#: Deadline -> gone at every node and in Redis. Issue 8 asks for a 2 s median and a 3 s max. A node's
-#: SILENT report (the first tick past the deadline) is decided in the batch that reads it: the wait
-#: for the running batch to end, then one batch (about 1.1 s each on a quiet 2-core machine), as for a
-#: close. The bounds leave room for a loaded CI machine; the figures are printed.
-EXPIRY_MEDIAN_S, EXPIRY_MAX_S = 4.5, 6.0
-#: last close -> gone in Redis: one micro-batch after the last CHANNEL_CLOSED (issue 8: 2 s)
-CLOSE_MEDIAN_S = 4.5
+#: Deadline -> gone at every node and in Redis: issue 8's targets, a 2 s median and a 3 s max. A
+#: node's SILENT report (the first tick past the deadline) is decided in the batch that reads it: the
+#: wait for the running batch to end, then one batch (0.7-1.1 s on a 2-core machine), as for a close.
+EXPIRY_MEDIAN_S, EXPIRY_MAX_S = 2.0, 3.0
+#: last close -> gone in Redis: one micro-batch after the last CHANNEL_CLOSED (issue 8: a 2 s median)
+CLOSE_MEDIAN_S = 2.0
+#: A miss is measured once more, with fresh brokers, before it fails: a neighbour's burst on this shared
+#: machine seldom lands on both tries, a delay of the system's own shows up in both. Every try is printed.
+TRIES = 2
+#: The targets hold while the machine runs at most this many runnable tasks per core (1-minute load
+#: average; the stack itself, Spark's batches every 0.1-1 s among them, keeps it near 1 per core). Past
+#: it every micro-batch slows with the machine (at 10-15 per core a batch took 3-4 s here and so did an
+#: expiry), and the figures are held to LOADED_FACTOR times the targets instead, which still catches a
+#: decision a batch or a scan interval late.
+QUIET_LOAD_PER_CORE, LOADED_FACTOR = 2.0, 3.0
+
+
+def bounds_now(*targets_s: float) -> tuple[float, ...]:
+    """The targets (ms) on a machine quiet enough to meet them, else LOADED_FACTOR times them; says which."""
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    factor = 1.0 if load <= QUIET_LOAD_PER_CORE * cores else LOADED_FACTOR
+    print(f"\n1-minute load {load:.1f} on {cores} cores: bounds at {factor:g}x issue 8's targets")
+    return tuple(t * 1000 * factor for t in targets_s)
+
+
 SHIPPED = Timing(broker_timeout_ms=BROKER_TIMEOUT_MS, monitor_heartbeat_ms=None, monitor_fallback_ms=None)
 
 
@@ -163,11 +183,12 @@ def report(label: str, latencies_ms: list[int]) -> None:
     print("\n" + line)
 
 
-def test_a_silent_broker_is_gone_everywhere_within_seconds_of_its_own_deadline(stack: Stack):
-    brokers = dict(stack.add(f"quiet{i}") for i in range(4))
-    names = {name: f"quiet{i}" for i, name in enumerate(brokers)}
-    for name in brokers:  # staggered, so the deadlines fall at different points of the ticks and batches
-        stack.fleets.silence(names[name])
+def silence_and_time(stack: Stack, attempt: int) -> tuple[dict[str, str], list[int], dict]:
+    """Four fresh brokers silenced a little apart: (brokers, deadline -> gone per broker and place, gone)."""
+    fleets = [f"quiet{attempt}x{i}" for i in range(4)]
+    brokers = dict(stack.add(fleet) for fleet in fleets)
+    for fleet in fleets:  # staggered, so the deadlines fall at different points of the ticks and batches
+        stack.fleets.silence(fleet)
         time.sleep(0.37)
     gone = gone_times(stack, brokers, BROKER_TIMEOUT_MS / 1000 + 30)
     latencies = []
@@ -176,32 +197,51 @@ def test_a_silent_broker_is_gone_everywhere_within_seconds_of_its_own_deadline(s
         for place, at in gone[name].items():
             assert at >= deadline - 50, f"{name} gone at {place} {deadline - at} ms before its deadline"
             latencies.append(at - deadline)
-    report("silent broker: deadline -> gone (shipped conf)", latencies)
-    assert statistics.median(latencies) <= EXPIRY_MEDIAN_S * 1000, gone
-    assert max(latencies) <= EXPIRY_MAX_S * 1000, gone
+    report(f"silent broker [try {attempt}]: deadline -> gone (shipped conf)", latencies)
+    return brokers, latencies, gone
+
+
+def test_a_silent_broker_is_gone_everywhere_within_seconds_of_its_own_deadline(stack: Stack):
+    for attempt in range(1, TRIES + 1):
+        brokers, latencies, gone = silence_and_time(stack, attempt)
+        median_ms, max_ms = bounds_now(EXPIRY_MEDIAN_S, EXPIRY_MAX_S)
+        if statistics.median(latencies) <= median_ms and max(latencies) <= max_ms:
+            break
+    assert statistics.median(latencies) <= median_ms, gone
+    assert max(latencies) <= max_ms, gone
     tap = stack.system.tap
     for name, addr in brokers.items():
         wait_until(lambda a=addr: tap.alerts_for(a, "BROKER_EXPIRED"), 10, f"{name}'s BROKER_EXPIRED")
         assert tap.decisions(addr) == ["EXPIRE"]
         (alert,) = tap.alerts_for(addr, "BROKER_EXPIRED")
         silent_s = float(alert.message.split("no heartbeat at any node for ")[1].split(" s")[0])
-        assert BROKER_TIMEOUT_MS / 1000 <= silent_s <= BROKER_TIMEOUT_MS / 1000 + EXPIRY_MAX_S, alert.message
+        assert BROKER_TIMEOUT_MS / 1000 <= silent_s <= (BROKER_TIMEOUT_MS + max_ms) / 1000, alert.message
 
 
-def test_a_crashed_broker_is_gone_in_redis_within_seconds_of_its_last_connection_closing(stack: Stack):
-    brokers = dict(stack.add(f"crash{i}") for i in range(3))
-    names = {name: f"crash{i}" for i, name in enumerate(brokers)}
+def crash_and_time(stack: Stack, attempt: int) -> tuple[dict[str, str], list[int], dict]:
+    """Three fresh brokers crashed a little apart: (brokers, last close -> gone in Redis, gone)."""
+    fleets = [f"crash{attempt}x{i}" for i in range(3)]
+    brokers = dict(stack.add(fleet) for fleet in fleets)
     closed_at = {}
-    for name in brokers:
+    for name, fleet in zip(brokers, fleets, strict=True):
         closed_at[name] = wall_ms()
-        stack.fleets.crash(names[name])
+        stack.fleets.crash(fleet)
         time.sleep(0.41)
     gone = gone_times(stack, brokers, 30)
     redis_latency = [gone[name]["redis"] - closed_at[name] for name in brokers]
     node_latency = [gone[name][p] - closed_at[name] for name in brokers for p in ("node-1", "node-2")]
-    report("crashed broker: last close -> gone in Redis", redis_latency)
-    report("crashed broker: close -> gone at the node", node_latency)
-    assert statistics.median(redis_latency) <= CLOSE_MEDIAN_S * 1000, gone
+    report(f"crashed broker [try {attempt}]: last close -> gone in Redis", redis_latency)
+    report(f"crashed broker [try {attempt}]: close -> gone at the node", node_latency)
+    return brokers, redis_latency, gone
+
+
+def test_a_crashed_broker_is_gone_in_redis_within_seconds_of_its_last_connection_closing(stack: Stack):
+    for attempt in range(1, TRIES + 1):
+        brokers, redis_latency, gone = crash_and_time(stack, attempt)
+        (median_ms,) = bounds_now(CLOSE_MEDIAN_S)
+        if statistics.median(redis_latency) <= median_ms:
+            break
+    assert statistics.median(redis_latency) <= median_ms, gone
     tap = stack.system.tap
     for name, addr in brokers.items():
         wait_until(lambda a=addr: tap.alerts_for(a, "BROKER_REMOVED"), 10, f"{name}'s BROKER_REMOVED")
