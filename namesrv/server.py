@@ -67,7 +67,14 @@ from typing import Any, cast
 from namesrv import departure
 from namesrv.client import parse_addr
 from namesrv.departure import Departure
-from namesrv.handlers import BODY_LIMITS, NameServerNode, Pending, dispatch, min_broker_id_change_request
+from namesrv.handlers import (
+    BODY_LIMITS,
+    MAX_REQUEST_HEADER_BYTES,
+    NameServerNode,
+    Pending,
+    dispatch,
+    min_broker_id_change_request,
+)
 from namesrv.handshake import Acceptor, TransportSecurity
 from namesrv.logs import RateLimited
 from namesrv.protocol.codec import FrameDecoder, LocalProtocolError, RemoteProtocolError, encode
@@ -146,7 +153,7 @@ class Connection(asyncio.Protocol):
     def __init__(self, server: NameServer, peer: str | None = None) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
-        self.decoder = FrameDecoder(BODY_LIMITS)
+        self.decoder = FrameDecoder(BODY_LIMITS, MAX_REQUEST_HEADER_BYTES)
         #: host:port of the peer; given when set-up learned it (the client's, from a PROXY preamble)
         self.peer = peer or "?"
         self.last_active = server.clock()
