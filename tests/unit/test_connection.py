@@ -77,6 +77,12 @@ class FakeLoop:
     def is_closed(self) -> bool:
         return False
 
+    def run_turn(self) -> None:
+        """One turn of the loop: the callbacks ready now (what they schedule waits for the next turn)."""
+        ready, self.ready = self.ready, []
+        for callback, args in ready:
+            callback(*args)
+
     def run_ready(self) -> None:
         while self.ready:
             callback, args = self.ready.pop(0)
@@ -423,6 +429,28 @@ def test_past_the_budget_the_large_holders_stop_being_read_until_the_total_is_ba
     assert not large.held_back and large_t.reading
     assert harness.server.held_total == 400 * KiB
     assert not [t for t in harness.loop.timers if not t.cancelled]  # nothing held back: no more checks
+
+
+def test_connections_receiving_large_frames_take_turns_at_one_read_per_turn_of_the_loop(harness):
+    first, second, third = [harness.connect(7000 + i) for i in range(3)]
+    for connection, _ in (first, second, third):
+        connection.data_received(unfinished_frame(300 * KiB))  # a large frame: it waits for its next read
+    assert not any(t.reading for _, t in (first, second, third))
+
+    def reading() -> list[bool]:
+        return [t.reading for _, t in (first, second, third)]
+
+    harness.loop.run_turn()
+    assert reading() == [True, False, False]
+    first[0].data_received(unfinished_frame(600 * KiB)[300 * KiB :])  # its read: to the back of the line
+    harness.loop.run_turn()
+    assert reading() == [False, True, False]
+    third[0].hold_back(True)  # not reading anyway: does not use up the turn
+    harness.loop.run_turn()
+    assert reading() == [True, True, False]
+    assert harness.loop.ready == []  # no one left waiting: nothing scheduled
+    third[0].hold_back(False)
+    assert third[1].reading
 
 
 def test_a_connection_held_back_past_the_limit_is_closed_unless_a_broker_registered_on_it(harness, monkeypatch):
