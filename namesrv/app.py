@@ -91,7 +91,7 @@ async def start_node(config: NamesrvConfig) -> RunningNode:
     server = NameServer(node)
     node.notify_brokers = server.notify_min_broker_id_change
     await server.start(config.bind_address, config.listen_port)
-    server.spawn(unregistration.run(), "batch-unregistration")
+    server.spawn(unregistration.run(node.worker), "batch-unregistration")
     server.spawn(expiry.run(), "expiry-scan")
     if warm is not None:
         server.spawn(

@@ -18,9 +18,11 @@ A value may be ``None`` (Java stores the null, and fastjson leaves it out of the
 KVTable body): the namespace then exists but the key reads as absent and is gone after a restart.
 
 Limits (Java has none; they are far above any real use, ``ORDER_TOPIC_CONFIG`` being the main one):
-a namespace or key of at most 1,024 characters (names, not data), a value of at most 64 Ki characters
+a namespace or key of at most 1,024 characters (names, not data), a value of at most 16 Ki characters
 (an order conf for hundreds of brokers is a few KiB), and 2 Mi characters in the whole table, so every
-namespace fits one 16 MiB KVTable answer even if each character is escaped as six bytes.
+namespace fits one 16 MiB KVTable answer even if each character is escaped as six bytes.  The largest
+PUT_KV_CONFIG fits the server's header limit (``namesrv.handlers.MAX_REQUEST_HEADER_BYTES``) the same
+way: every request this store would accept is read, in any spelling.
 
 ``version`` grows on every change of content, so callers can cache encoded answers.
 """
@@ -47,7 +49,7 @@ log = logging.getLogger(__name__)
 Table = dict[str, dict[str, str | None]]
 
 MAX_NAME_CHARS = 1024
-MAX_VALUE_CHARS = 64 * 1024
+MAX_VALUE_CHARS = 16 * 1024
 MAX_TABLE_CHARS = 2 * 1024 * 1024
 
 

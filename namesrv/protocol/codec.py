@@ -24,6 +24,11 @@ its code's limit is handed out as soon as its header is in, with no body and ``b
 the body's length; the rest of that body is counted off as it arrives and never kept.  So a peer
 sending an 11 MiB config update costs the receiver a counter, not 11 MiB and their copies.
 
+A decoder may also be given ``max_header``, the most header bytes a frame may carry.  A longer
+header is refused from the first 8 bytes, as an oversized length word is: a header must be parsed
+whole before anything in it (even the opaque to answer to) can be trusted, so one far beyond any
+real request would otherwise cost a parse of up to 16 MiB.
+
 A peer sends the same header over and over with only the opaque changed (a broker's heartbeat, a
 client's route lookup), and we answer with the same few headers.  So both directions remember
 headers by *shape*, everything but the opaque: a header is parsed or written once per shape and
@@ -245,10 +250,11 @@ class FrameDecoder:
     buffer returns ``None`` and changes nothing.  After a :class:`RemoteProtocolError` the stream is
     out of step for good: every later call raises the same error.
 
-    ``body_limits`` maps a request code to the most body bytes it may carry (see the module notes).
+    ``body_limits`` maps a request code to the most body bytes it may carry, ``max_header`` bounds
+    every frame's header (see the module notes; None: only the frame limit does).
     """
 
-    def __init__(self, body_limits: Mapping[int, int] | None = None) -> None:
+    def __init__(self, body_limits: Mapping[int, int] | None = None, max_header: int | None = None) -> None:
         #: the frame in progress once it is known to be large: what was fed, in order (see the module notes)
         self._chunks: list[bytes | bytearray] = []
         #: bytes in _chunks, and the length of that frame, length word included (0: none in progress)
@@ -266,6 +272,7 @@ class FrameDecoder:
         self._vetted = False
         #: bytes of a refused body still to come: dropped as they arrive
         self._skip = 0
+        self._max_header = MAX_LENGTH if max_header is None else max_header
 
     @property
     def buffered(self) -> int:
@@ -329,6 +336,8 @@ class FrameDecoder:
         if not 4 <= length <= MAX_LENGTH:
             _check_length(length)
         stype, header_len = _check_type_word(word, length)
+        if header_len > self._max_header:
+            raise RemoteProtocolError(f"header of {header_len} bytes exceeds the limit of {self._max_header}")
         end = start + 4 + length
         header_end = start + 8 + header_len
         if end - header_end > self._least_limit and self._limits and not self._vetted and size >= header_end:

@@ -37,13 +37,11 @@ from namesrv.routes.model import (
     Registration,
     RouteSettingsLike,
 )
-from namesrv.routes.tables import RouteTables, drop_live, drop_rows_missing_from, note_member
+from namesrv.routes.tables import RouteTables, drop_live, drop_rows_missing_from, note_member, shared_queue_data
 
 log = logging.getLogger(__name__)
 
 _NOT_WRITE = ~int(Perm.WRITE)
-#: QueueData's fields without NamedTuple's Python-level __new__
-_new_tuple = tuple.__new__
 _EMPTY_BODY = RegisterBrokerBody()
 
 
@@ -261,7 +259,7 @@ def _rewrite_rows(
                 and held.broker_name == broker_name
             ):
                 continue
-        qd = _new_tuple(QueueData, (broker_name, tc.read_queue_nums, tc.write_queue_nums, perm, tc.topic_sys_flag))
+        qd = shared_queue_data(broker_name, tc.read_queue_nums, tc.write_queue_nums, perm, tc.topic_sys_flag)
         if qmap is None:
             tqt[tc.topic_name] = {broker_name: qd}
         else:
@@ -272,7 +270,7 @@ def _rewrite_rows(
 
 def _create_and_update_queue_data(t: RouteTables, broker_name: str, tc: TopicConfig, wipe_write: bool) -> bool:
     perm = tc.perm & _NOT_WRITE if wipe_write else tc.perm
-    qd = QueueData(broker_name, tc.read_queue_nums, tc.write_queue_nums, perm, tc.topic_sys_flag)
+    qd = shared_queue_data(broker_name, tc.read_queue_nums, tc.write_queue_nums, perm, tc.topic_sys_flag)
     qmap = t.topic_queue_table.get(tc.topic_name)
     if qmap is None:
         t.topic_queue_table[tc.topic_name] = {broker_name: qd}

@@ -34,6 +34,7 @@ it), so the functions need no lock of their own and tests call them on tables th
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,5 +136,17 @@ def drop_rows_missing_from(t: RouteTables, broker_name: str, kept: Any) -> bool:
     return bool(gone)
 
 
+@functools.lru_cache(maxsize=4096)
+def shared_queue_data(broker_name: str, read: int, write: int, perm: int, sys_flag: int) -> QueueData:
+    """One QueueData per distinct value, shared by every topic that has it.
+
+    A broker's topics mostly have the same queues (8/8, perm 6): a 100,000-topic registration makes
+    a handful of QueueData instead of 100,000, and the garbage collector, whose full collections walk
+    every tracked object with the GIL held, has half as many objects to walk (each topic's row map is
+    the other half).  QueueData is a tuple, so sharing it is safe.
+    """
+    return QueueData(broker_name, read, write, perm, sys_flag)
+
+
 def with_perm(qd: QueueData, perm: int) -> QueueData:
-    return QueueData(qd.broker_name, qd.read_queue_nums, qd.write_queue_nums, perm, qd.topic_sys_flag)
+    return shared_queue_data(qd.broker_name, qd.read_queue_nums, qd.write_queue_nums, perm, qd.topic_sys_flag)

@@ -10,10 +10,15 @@ still catches the stalls the issue found (0.6 s to 8.2 s).  A miss is measured o
 and attack afresh, before it fails the test: a stall the node causes shows up both times, a
 neighbour's burst seldom does.  The figures of every try are printed.
 
-Two attacks still miss the absolute goal on a quiet machine and are held to the relative bounds
-only (:data:`SHORT_OF_GOAL`): 1 MB unknown topic names (parsing each 1 MB header costs the loop about
-4 ms: p99 6-10 ms measured) and 20 connections streaming unfinished 16 MiB frames (every 256 KB read
-is copied into its frame's buffer: p99 7-13 ms in the first second, while they fill the budget).
+1 MB unknown topic names met the goal once a header over 128 KiB closed its connection unread (each
+cost the loop 3.5 ms to read, parse and look up); ``long-unknown-topic`` sends the longest topic
+still read.  One attack still misses the absolute goal and is held to the relative bounds only
+(:data:`SHORT_OF_GOAL`): 20 connections streaming unfinished 16 MiB frames.  The node now reads one
+256 KB piece of them per turn of its loop (about 0.25 ms: fresh memory, whose pages fault in), down
+from 20 per turn, and the largest CPU its loop spends between two 1 ms ticks went from 7.5-10 ms to
+1.6 ms; but while the 64 MiB budget fills, the attacker pushing ~160 MB through loopback keeps one
+of the two cores busy and the node the other, and the good client's p99 is 4-8 ms (9-14 ms before)
+at load average ~5.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ GOAL_P99, GOAL_MAX = 5 * MS, 50 * MS
 RATIO, FLOOR_P99, FLOOR_MAX = 10, 50 * MS, 250 * MS
 TRIES = 2
 #: attacks known to miss the absolute goal (see the module notes): relative bounds only
-SHORT_OF_GOAL = frozenset({"huge-unknown-topic", "unfinished-frames"})
+SHORT_OF_GOAL = frozenset({"unfinished-frames"})
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,11 @@ import pytest
 
 from namesrv import server as server_mod
 from namesrv.client import NameServerClient
+from namesrv.kvconfig import MAX_NAME_CHARS, MAX_VALUE_CHARS
 from namesrv.protocol.codec import MAX_LENGTH, FrameDecoder
 from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.command import RemotingCommand
+from tests.support.attacks import LONGEST_READ_TOPIC
 from tests.support.process import node_process
 from tests.support.wait import wait_until
 
@@ -66,8 +68,8 @@ def closed_by_node(addr: str, data: bytes) -> bool:
     [
         ({"namespace": "ns", "key": "k", "value": "\ud800"}, "lone surrogate"),
         ({"namespace": "ns", "key": "\udfff", "value": "v"}, "lone surrogate"),
-        ({"namespace": "ns", "key": "k", "value": "v" * (64 * 1024 + 1)}, "exceeds the limit"),
-        ({"namespace": "n" * 1025, "key": "k", "value": "v"}, "exceeds the limit"),
+        ({"namespace": "ns", "key": "k", "value": "v" * (MAX_VALUE_CHARS + 1)}, "exceeds the limit"),
+        ({"namespace": "n" * (MAX_NAME_CHARS + 1), "key": "k", "value": "v"}, "exceeds the limit"),
     ],
 )
 def test_a_kv_entry_that_cannot_be_stored_is_refused_and_leaves_the_store_working(node, tmp_path, ext, remark):
@@ -170,12 +172,16 @@ def test_drop_warnings_are_rate_limited(node, caplog):
 
 
 def test_lookups_of_huge_unknown_topics_leave_memory_bounded(tmp_path):
+    too_long = json_frame({"code": 105, "flag": 0, "opaque": 1, "extFields": {"topic": "t" * MiB}})
     with node_process(tmp_path) as n, NameServerClient(n.addr) as good:
         baseline = n.rss()
         peak = 0
         for i in range(20):
-            answer = raw_call(n.addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": f"{i:02d}" + "t" * MiB})
+            answer = raw_call(
+                n.addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": f"{i:02d}" + "t" * LONGEST_READ_TOPIC}
+            )
             assert answer.code == ResponseCode.TOPIC_NOT_EXIST
+            assert closed_by_node(n.addr, too_long[: 64 * 1024])  # judged by its first 8 bytes
             assert good.call(RequestCode.GET_BROKER_CLUSTER_INFO).code == ResponseCode.SUCCESS
             peak = max(peak, n.rss())
         assert peak < 256 * MiB, f"RSS {peak / MiB:.0f} MiB"

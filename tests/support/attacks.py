@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from namesrv.client import NameServerClient
+from namesrv.handlers import MAX_REQUEST_HEADER_BYTES
 from namesrv.protocol import bodies
 from namesrv.protocol.codec import FrameDecoder, encode
 from namesrv.protocol.codes import RequestCode, ResponseCode
@@ -97,7 +98,12 @@ def kv_put(i: int) -> bytes:
 
 
 def unknown_topic_lookup(size: int = MiB) -> bytes:
+    """A route lookup of a ``size``-character topic; by default its header is over the node's limit."""
     return encode(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "u" * size}, opaque=1))
+
+
+#: the longest unknown topic a node still reads, parses and answers
+LONGEST_READ_TOPIC = MAX_REQUEST_HEADER_BYTES - 200
 
 
 def garbage(i: int) -> bytes:
@@ -264,6 +270,7 @@ ATTACKS: dict[str, Callable[[], Callable[[int], bytes]]] = {
     "huge-config": lambda: (lambda frame: lambda i: frame)(huge_config_update()),
     "kv-puts": lambda: kv_put,
     "huge-unknown-topic": lambda: (lambda frame: lambda i: frame)(unknown_topic_lookup()),
+    "long-unknown-topic": lambda: (lambda frame: lambda i: frame)(unknown_topic_lookup(LONGEST_READ_TOPIC)),
     "garbage": lambda: garbage,
     "reused-registrations": reused_registrations,
 }

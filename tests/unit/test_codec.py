@@ -267,6 +267,17 @@ def test_header_length_checked_before_the_body_arrives():
         decoder.next_command()
 
 
+def test_a_header_over_the_decoders_limit_is_refused_from_the_first_8_bytes():
+    at_limit = encode(request(105, {"topic": "t" * 80}, opaque=1))
+    limit = struct.unpack_from(">I", at_limit, 4)[0] & 0xFFFFFF  # this frame's header is exactly at the limit
+    decoder = FrameDecoder(max_header=limit)
+    decoder.feed(at_limit)
+    assert decoder.next_command().ext_fields == {"topic": "t" * 80}
+    decoder.feed(struct.pack(">II", 4 + limit + 1, limit + 1))  # no byte of the header needed to judge it
+    with pytest.raises(RemoteProtocolError, match=f"header of {limit + 1} bytes exceeds the limit of {limit}"):
+        decoder.next_command()
+
+
 def test_decoder_stays_broken_after_an_error():
     decoder = FrameDecoder()
     decoder.feed(BAD_FRAMES["bad json"])

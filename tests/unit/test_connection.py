@@ -21,13 +21,16 @@ from namesrv import server as server_mod
 from namesrv.app import build_node
 from namesrv.config import load_config
 from namesrv.departure import Cause, Departure
-from namesrv.handlers import NodeObserver
+from namesrv.handlers import MAX_REQUEST_HEADER_BYTES, NodeObserver
+from namesrv.kvconfig import MAX_NAME_CHARS, MAX_VALUE_CHARS
 from namesrv.logs import RateLimited
 from namesrv.protocol.codec import FrameDecoder, encode
 from namesrv.protocol.codes import FRAME_MAX_LENGTH, RequestCode, ResponseCode
 from namesrv.protocol.command import RemotingCommand, request
 from namesrv.server import Connection, NameServer
+from tests.support.attacks import json_frame
 from tests.support.brokers import registration
+from tests.support.wait import wait_until
 
 KiB = 1024
 IDLE_LIMIT_S = 120
@@ -73,6 +76,12 @@ class FakeLoop:
 
     def is_closed(self) -> bool:
         return False
+
+    def run_turn(self) -> None:
+        """One turn of the loop: the callbacks ready now (what they schedule waits for the next turn)."""
+        ready, self.ready = self.ready, []
+        for callback, args in ready:
+            callback(*args)
 
     def run_ready(self) -> None:
         while self.ready:
@@ -340,6 +349,33 @@ def test_a_malformed_frame_closes_only_its_connection_with_one_warning(harness, 
     assert good in harness.server.connections and bad not in harness.server.connections
 
 
+def test_a_header_over_the_limit_closes_its_connection_before_it_is_buffered(harness, caplog):
+    connection, transport = harness.connect(6000)
+    huge = encode(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "u" * MAX_REQUEST_HEADER_BYTES}, opaque=1))
+    connection.data_received(huge[: 64 * KiB])  # a socket read's worth: enough to judge it
+    assert transport.closing and transport.peer_reads() == []
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"exceeds the limit of {MAX_REQUEST_HEADER_BYTES}" in warning
+
+
+def test_the_largest_header_a_request_may_have_is_read(harness):
+    """PUT_KV_CONFIG at every limit, each character written as a 6-byte \\uXXXX escape (as a JSON
+    library with ensure_ascii does), fits the header limit and is stored."""
+    fields = {
+        "namespace": "\u00e9" * MAX_NAME_CHARS,
+        "key": "\u00e8" * MAX_NAME_CHARS,
+        "value": "\u00ea" * MAX_VALUE_CHARS,
+    }
+    frame = json_frame({"code": int(RequestCode.PUT_KV_CONFIG), "flag": 0, "opaque": 9, "extFields": fields})
+    assert len(frame) > 6 * MAX_VALUE_CHARS
+    connection, transport = harness.connect(6000)
+    connection.data_received(frame)
+    wait_until(lambda: harness.loop.ready, 10, "the KV write to finish")
+    harness.loop.run_ready()
+    assert [(a.opaque, a.code) for a in transport.peer_reads()] == [(9, ResponseCode.SUCCESS)]
+    assert harness.server.node.kv.get(fields["namespace"], fields["key"]) == fields["value"]
+
+
 def test_a_failure_on_our_side_while_answering_costs_only_that_connection(harness, monkeypatch, caplog):
     connection, transport = harness.connect(6000)
     connection.data_received(register_frame())
@@ -395,6 +431,28 @@ def test_past_the_budget_the_large_holders_stop_being_read_until_the_total_is_ba
     assert not [t for t in harness.loop.timers if not t.cancelled]  # nothing held back: no more checks
 
 
+def test_connections_receiving_large_frames_take_turns_at_one_read_per_turn_of_the_loop(harness):
+    first, second, third = [harness.connect(7000 + i) for i in range(3)]
+    for connection, _ in (first, second, third):
+        connection.data_received(unfinished_frame(300 * KiB))  # a large frame: it waits for its next read
+    assert not any(t.reading for _, t in (first, second, third))
+
+    def reading() -> list[bool]:
+        return [t.reading for _, t in (first, second, third)]
+
+    harness.loop.run_turn()
+    assert reading() == [True, False, False]
+    first[0].data_received(unfinished_frame(600 * KiB)[300 * KiB :])  # its read: to the back of the line
+    harness.loop.run_turn()
+    assert reading() == [False, True, False]
+    third[0].hold_back(True)  # not reading anyway: does not use up the turn
+    harness.loop.run_turn()
+    assert reading() == [True, True, False]
+    assert harness.loop.ready == []  # no one left waiting: nothing scheduled
+    third[0].hold_back(False)
+    assert third[1].reading
+
+
 def test_a_connection_held_back_past_the_limit_is_closed_unless_a_broker_registered_on_it(harness, monkeypatch):
     monkeypatch.setattr(server_mod, "BUFFER_BUDGET_BYTES", 1024 * KiB)
     broker, broker_t = harness.connect(7000)
@@ -422,7 +480,6 @@ def test_a_connection_held_back_past_the_limit_is_closed_unless_a_broker_registe
 def test_with_metrics_on_every_request_is_counted_by_code_and_answer_oneway_and_off_loop_ones_too(harness):
     from namesrv.handlers import HANDLERS
     from namesrv.request_stats import ONEWAY, OTHER, RequestStats
-    from tests.support.wait import wait_until
 
     stats = harness.server.request_stats = RequestStats(HANDLERS, clock=harness.clock)
     connection, transport = harness.connect(5000)
