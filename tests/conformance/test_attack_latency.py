@@ -6,9 +6,10 @@ whenever the machine shows it can be met: 400 unattacked lookups just before the
 just after both meet it.  This machine is shared (2 cores, other users' load comes and goes, tests
 run at nice 10), and when it cannot even serve an unattacked client that fast, the attacked figures
 are held to the baseline before: p99 within 10x (or 50 ms) and max within 10x (or 250 ms), which
-still catches the stalls the issue found (0.6 s to 8.2 s).  A miss is measured once more, baselines
-and attack afresh, before it fails the test: a stall the node causes shows up both times, a
-neighbour's burst seldom does.  The figures of every try are printed.
+still catches the stalls the issue found (0.6 s to 8.2 s).  A miss is measured up to twice more,
+baselines and attack afresh, before it fails the test: a stall the node causes shows up every time, a
+neighbour's burst seldom does (a 128 KiB header costs the loop ~0.25 ms, so one burst of the
+neighbours' can put a p99 just over 5 ms).  The figures of every try are printed.
 
 1 MB unknown topic names met the goal once a header over 128 KiB closed its connection unread (each
 cost the loop 3.5 ms to read, parse and look up); ``long-unknown-topic`` sends the longest topic
@@ -40,7 +41,7 @@ MS = 1e-3
 GOAL_P99, GOAL_MAX = 5 * MS, 50 * MS
 #: when the machine itself misses the goal: bounds relative to the unattacked baseline, with floors
 RATIO, FLOOR_P99, FLOOR_MAX = 10, 50 * MS, 250 * MS
-TRIES = 2
+TRIES = 3
 #: attacks known to miss the absolute goal (see the module notes): relative bounds only
 SHORT_OF_GOAL = frozenset({"unfinished-frames"})
 
