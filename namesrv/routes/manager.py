@@ -109,6 +109,11 @@ class RouteInfoManager:
         with self._lock:
             return register.touch(self._tables, cluster_name, broker_addr, self.now_ms())
 
+    def data_version(self, cluster_name: str, broker_addr: str) -> DataVersion | None:
+        """The DataVersion :meth:`touch` would return, without refreshing anything."""
+        with self._lock:
+            return register.held_data_version(self._tables, cluster_name, broker_addr)
+
     def update_broker_info_update_timestamp(self, cluster_name: str, broker_addr: str) -> bool:
         """A heartbeat (904, 322): refresh a live entry; False if the broker is not registered."""
         return self.touch(cluster_name, broker_addr) is not None
