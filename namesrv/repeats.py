@@ -35,7 +35,7 @@ import re
 import struct
 from typing import Any
 
-from namesrv.handlers import NameServerNode, data_version_answer
+from namesrv.handlers import NameServerNode, NodeObserver, data_version_answer
 from namesrv.protocol.codec import FrameDecoder, LocalProtocolError, RemoteProtocolError, decode_frame, encode
 from namesrv.protocol.codes import RequestCode, ResponseCode, SerializeType
 from namesrv.protocol.command import RemotingCommand
@@ -95,6 +95,11 @@ class Repeat:
     source: RequestCode | None
     held: Any
     cost: int
+    #: the answer's bytes with a 10-digit opaque, for the write limit
+    size: int = 0
+
+    def __post_init__(self) -> None:
+        self.size = self.length + 18
 
 
 class Repeats:
@@ -156,11 +161,16 @@ class Repeats:
         table = self._table
         search = _OPAQUE.search
         unpack = _PREFIX.unpack_from
+        # the frames recognised, as (entry, start, digits start, digits end, end); their brokers to refresh
         pack = _PREFIX.pack
-        touch = self.node.routes.touch
-        observer = self.node.observer
+        first = len(out)
         written = 0
-        while size - pos >= 8:
+        # heartbeats, as (entry, its answer's index in out, start, digits start): their brokers are
+        # refreshed after the loop, under one lock acquisition, and their answers kept if still true
+        beats: list[tuple[Repeat, int, int, int]] = []
+        #: with metrics on: the entries answered, in order, to be counted once they are sure
+        counted: list[Repeat] | None = None if stats is None else []
+        while size - pos >= 8 and written < limit:
             length, word = unpack(buf, pos)
             end = pos + 4 + length
             # not whole yet, too large to have been learnt, or not a JSON header (its type byte is set)
@@ -183,13 +193,10 @@ class Repeats:
                 break
             if b - a > 9 and not _INT32_MIN <= int(buf[a:b]) <= _INT32_MAX:
                 break  # the decoder refuses it
-            broker = entry.broker
-            if broker is not None:
-                held = touch(broker[0], broker[1])
-                if entry.held is not _ANY_HELD and held is not entry.held:
-                    self._missed = (buf, end, size, key, entry.tail, word - (b - a))
-                    break  # the full path answers (and refreshes the entry again: harmless)
-                observer.broker_heartbeat(broker[0], broker[1], entry.source)  # type: ignore[arg-type]
+            if entry.broker is not None:
+                beats.append((entry, len(out), pos, a))
+            if counted is not None:
+                counted.append(entry)
             n = b - a
             answer = b"".join(
                 (
@@ -203,12 +210,44 @@ class Repeats:
             out.append(answer)
             written += len(answer)
             pos = end
-            if stats is not None:
+        if beats:
+            pos, written = self._heartbeats(beats, buf, size, out, pos, written)
+        if stats is not None and counted is not None:
+            for entry in counted[: len(out) - first]:
                 started = stats.record(entry.code, entry.response_code, started)
-            if written >= limit:
-                break
-        decoder.consume(pos)
+        if pos != unread[1]:
+            decoder.consume(pos)
         return written, started
+
+    def _heartbeats(
+        self,
+        beats: list[tuple[Repeat, int, int, int]],
+        buf: bytearray,
+        size: int,
+        out: list[bytes],
+        pos: int,
+        written: int,
+    ) -> tuple[int, int]:
+        """Refresh the brokers of the heartbeats answered, as their handler would; from the first whose
+        answer no longer holds on, the answers are taken back (the full path answers them).  Returns
+        the end of the frames answered, and the bytes of their answers."""
+        held = self.node.routes.touch_each([entry.broker for entry, _, _, _ in beats])  # type: ignore[misc]
+        for i, (entry, index, start, a) in enumerate(beats):
+            if held[i] is not entry.held and entry.held is not _ANY_HELD:
+                # the later frames' brokers were refreshed too, and will be again: harmless
+                self._missed = (buf, start + 4 + _PREFIX.unpack_from(buf, start)[0], size, bytes(buf[start + 8 : a]),
+                                entry.tail, entry.tail_header + a - start - 8)  # fmt: skip
+                written -= sum(map(len, out[index:]))
+                del out[index:]
+                pos = start
+                beats = beats[:i]
+                break
+        observer = self.node.observer
+        if type(observer).broker_heartbeat is not NodeObserver.broker_heartbeat:
+            for entry, _, _, _ in beats:
+                broker = entry.broker
+                observer.broker_heartbeat(broker[0], broker[1], entry.source)  # type: ignore[arg-type,index]
+        return pos, written
 
     def learn(self, decoder: FrameDecoder, request: RemotingCommand, response: RemotingCommand, frame: bytes) -> None:
         """After the full path answered ``request`` with ``frame``: remember it if it may be repeated."""

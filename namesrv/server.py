@@ -1,7 +1,8 @@
 """The asyncio shell around the sans-I/O core: connections, framing, dispatch, shutdown.
 
 ``data_received`` only feeds the decoder and dispatches complete commands; everything a request
-does happens in :mod:`namesrv.handlers`.  A frame the decoder rejects closes that connection and
+does happens in :mod:`namesrv.handlers` (a route lookup or heartbeat that repeats one answered
+before but for its opaque is answered by :mod:`namesrv.repeats` from its bytes, to the same effect).  A frame the decoder rejects closes that connection and
 nothing else.  A connection that closes, or stays silent for ``serverChannelMaxIdleTimeSeconds``,
 unregisters the brokers that registered through it, as Netty's channel events do in Java, and the
 observer hears why, as a :class:`~namesrv.departure.Departure` (the CHANNEL_CLOSED event's reason):
