@@ -94,12 +94,8 @@ class Repeat:
     broker: tuple[str, str] | None
     source: RequestCode | None
     held: Any
+    #: bytes counted against the bound
     cost: int
-    #: the answer's bytes with a 10-digit opaque, for the write limit
-    size: int = 0
-
-    def __post_init__(self) -> None:
-        self.size = self.length + 18
 
 
 class Repeats:
