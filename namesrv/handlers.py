@@ -52,7 +52,7 @@ from namesrv.protocol.headers import (
     decode_header,
     encode_header,
 )
-from namesrv.protocol.types import BodyError, QueueData, RegisterBrokerBody, TopicRouteData
+from namesrv.protocol.types import BodyError, DataVersion, QueueData, RegisterBrokerBody, TopicRouteData
 from namesrv.routes.manager import RouteInfoManager, UnregisterRequest
 from namesrv.routes.model import MinBrokerIdChange, RegisterBrokerResult
 
@@ -133,6 +133,11 @@ class NameServerNode:
         if self.notify_brokers is not None:
             self.notify_brokers(change)
 
+    def answer_generation(self) -> tuple[int, int, bool, bool]:
+        """What cached answers depend on besides the request: it changes whenever one of them may."""
+        config = self.config
+        return (self.routes.version, self.kv.version, config.order_message_enable, config.support_acting_master)
+
     def cached(self, key: Any, build: Callable[[], bytes]) -> bytes:
         """Encoded answers stay valid until the route tables, the KV store or the settings change.
 
@@ -140,12 +145,7 @@ class NameServerNode:
         topic name, which a client chooses), oldest out first; an entry larger than a quarter of that
         is built every time.
         """
-        generation = (
-            self.routes.version,
-            self.kv.version,
-            self.config.order_message_enable,
-            self.config.support_acting_master,
-        )
+        generation = self.answer_generation()
         if generation != self._cache_key:
             self._cache.clear()
             self._cache_bytes = 0
@@ -419,10 +419,14 @@ def unregister_broker(node: NameServerNode, request: RemotingCommand, channel: o
 @handles(RequestCode.QUERY_DATA_VERSION)
 def query_data_version(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(BrokerIdentityHeader, request.ext_fields)
-    sent = bodies.decode_data_version(request.body)
     held = node.routes.touch(h.cluster_name, h.broker_addr)
-    changed = held is None or held != sent
     node.observer.broker_heartbeat(h.cluster_name, h.broker_addr, _QUERY_DATA_VERSION)
+    return data_version_answer(request, held)
+
+
+def data_version_answer(request: RemotingCommand, held: DataVersion | None) -> RemotingCommand:
+    """QUERY_DATA_VERSION's answer when the node holds ``held`` for the broker (None: not registered)."""
+    changed = held is None or held != bodies.decode_data_version(request.body)
     return request.response(
         ext_fields={"changed": "true" if changed else "false"},
         body=bodies.encode_data_version(held) if held is not None else None,

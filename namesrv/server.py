@@ -1,7 +1,8 @@
 """The asyncio shell around the sans-I/O core: connections, framing, dispatch, shutdown.
 
 ``data_received`` only feeds the decoder and dispatches complete commands; everything a request
-does happens in :mod:`namesrv.handlers`.  A frame the decoder rejects closes that connection and
+does happens in :mod:`namesrv.handlers` (a route lookup or heartbeat that repeats one answered
+before but for its opaque is answered by :mod:`namesrv.repeats` from its bytes, to the same effect).  A frame the decoder rejects closes that connection and
 nothing else.  A connection that closes, or stays silent for ``serverChannelMaxIdleTimeSeconds``,
 unregisters the brokers that registered through it, as Netty's channel events do in Java, and the
 observer hears why, as a :class:`~namesrv.departure.Departure` (the CHANNEL_CLOSED event's reason):
@@ -87,6 +88,7 @@ from namesrv.logs import RateLimited
 from namesrv.protocol.codec import FrameDecoder, LocalProtocolError, RemoteProtocolError, encode
 from namesrv.protocol.codes import ResponseCode, SerializeType
 from namesrv.protocol.command import RemotingCommand
+from namesrv.repeats import Repeats
 from namesrv.request_stats import ONEWAY, RequestStats
 from namesrv.routes.model import MinBrokerIdChange
 
@@ -234,8 +236,19 @@ class Connection(asyncio.Protocol):
         # end of the one before (started > 0: the current request is being timed)
         stats = server.request_stats
         started = 0.0 if stats is None else stats.start()
+        repeats = server.repeats
+        decoder = self.decoder
         try:
-            while not self.paused and self.pending is None and (request := self.decoder.next_command()) is not None:
+            while not self.paused and self.pending is None:
+                if repeats is not None:  # requests answered before, again (namesrv.repeats)
+                    written, started = repeats.answer(decoder, out, _WRITE_BATCH_BYTES - size, stats, started)
+                    size += written
+                    if size >= _WRITE_BATCH_BYTES:
+                        self._write(out)
+                        out, size = [], 0
+                        continue
+                if (request := decoder.next_command()) is None:
+                    break
                 response = dispatch(server.node, request, self, wait=False)
                 if response is None:
                     if stats is not None and not request.is_response:
@@ -248,6 +261,8 @@ class Connection(asyncio.Protocol):
                     response.future.add_done_callback(self._work_done)
                     break
                 out.append(answer := server.encode_response(request, response))
+                if repeats is not None:
+                    repeats.learn(decoder, request, response, answer)
                 if stats is not None:
                     started = stats.record(request.code, response.code, started)
                 size += len(answer)
@@ -379,6 +394,8 @@ class NameServer:
         self._water_marks: tuple[int, int] | None = None
         #: requests counted for the metrics endpoint (namesrv.metrics); None: not counted (metricsPort=0)
         self.request_stats: RequestStats | None = None
+        #: route lookups and heartbeats answered again from their bytes; None: every request takes the full path
+        self.repeats: Repeats | None = Repeats(node)
 
     @property
     def port(self) -> int:

@@ -304,6 +304,19 @@ class FrameDecoder:
             self._start = 0
         self._buf += data
 
+    def unread(self) -> tuple[bytearray, int] | None:
+        """The buffer and the offset of its first byte not yet handed out, for a reader that answers
+        some whole frames itself (:mod:`namesrv.repeats`); None while a large or refused frame is
+        in progress, or after an error (then only :meth:`next_command` knows what to do)."""
+        if self._chunked_end or self._skip or self._vetted or self._error is not None:
+            return None
+        return self._buf, self._start
+
+    def consume(self, end: int) -> None:
+        """Count the bytes up to ``end`` of :meth:`unread`'s buffer as handed out: whole frames
+        another reader answered."""
+        self._start = end
+
     def _add_chunk(self, data: bytes | memoryview) -> None:
         chunks = self._chunks
         if len(data) >= _SMALL_FEED_BYTES:

@@ -109,6 +109,17 @@ class RouteInfoManager:
         with self._lock:
             return register.touch(self._tables, cluster_name, broker_addr, self.now_ms())
 
+    def touch_each(self, brokers: Iterable[tuple[str, str]]) -> list[DataVersion | None]:
+        """:meth:`touch` each (cluster, address) in turn, under one lock acquisition."""
+        with self._lock:
+            t, now_ms = self._tables, self.now_ms()
+            return [register.touch(t, cluster_name, broker_addr, now_ms) for cluster_name, broker_addr in brokers]
+
+    def data_version(self, cluster_name: str, broker_addr: str) -> DataVersion | None:
+        """The DataVersion :meth:`touch` would return, without refreshing anything."""
+        with self._lock:
+            return register.held_data_version(self._tables, cluster_name, broker_addr)
+
     def update_broker_info_update_timestamp(self, cluster_name: str, broker_addr: str) -> bool:
         """A heartbeat (904, 322): refresh a live entry; False if the broker is not registered."""
         return self.touch(cluster_name, broker_addr) is not None

@@ -113,6 +113,15 @@ def touch(t: RouteTables, cluster_name: str, broker_addr: str, now_ms: int) -> D
     return live.data_version
 
 
+def held_data_version(t: RouteTables, cluster_name: str, broker_addr: str) -> DataVersion | None:
+    """What :func:`touch` returns, read only."""
+    key = (cluster_name, broker_addr)
+    live = t.broker_live_table.get(key)  # type: ignore[call-overload]
+    if live is None or (t.provisional and key in t.provisional):
+        return None
+    return live.data_version
+
+
 # --------------------------------------------------------------------------- the steps
 
 
