@@ -2,10 +2,11 @@
 
 The event schema is :mod:`namesrv.events.schema`, shared with the nodes; this module only
 decides which of its fields the job carries as columns and how a record becomes a row.
-Validation is the schema's own ``decode_event``, run in Python workers through
-``mapInArrow``: a record that fails it becomes a row with ``error`` set (counted by
-:func:`count_events` and dropped by :func:`valid_events`), never an exception that would
-stop the query.
+Validation is the schema's own ``decode_event``, run in Python workers by :func:`parsed_batch`:
+inside the ``namesrv-kafka`` source's own read (option ``output=events``, what the job uses), or
+through ``mapInArrow`` behind Spark's ``kafka`` format. A record that fails it becomes a row with
+``error`` set (counted by :func:`count_events` and dropped by :func:`valid_events`), never an
+exception that would stop the query.
 
 Every row gets a grouping ``key`` for the stateful step: one of :data:`STATE_BUCKETS` buckets
 for a broker's events (by its cluster and address: the same address in two clusters is two
