@@ -387,6 +387,8 @@ def bench_throughput(spark, kafka: KafkaService, redis_url: str, tmp: Path, s: S
             # the source can see a partition's end one call late (see the report), so "all at once"
             # may still be two batches
             batches, batch_s = len(rows) - 1, sum(p.batchDuration for p in progress[1:]) / 1000
+            for p in progress[1:]:  # where a measured batch's time went, as Spark splits it
+                say(f"throughput:   batch {p.batchId}: {p.numInputRows} events, durationMs {dict(p.durationMs)}")
         finally:
             monitor.stop()
         if monitor.query.exception() is not None:
@@ -1085,6 +1087,9 @@ def main() -> int:
     parser.add_argument("--poll-ms", type=int, default=25, help="the watcher's polling period (default 25)")
     parser.add_argument("--skip-throughput", action="store_true", help="only the figures on the stack")
     parser.add_argument(
+        "--skip-live", action="store_true", help="only the throughput figures (an A/B of the job's speed); no report"
+    )
+    parser.add_argument(
         "--end-offsets",
         choices=("highwater", "listoffsets"),
         default="highwater",
@@ -1105,7 +1110,9 @@ def main() -> int:
     s = settings(args)
     command = shlex.join(["python", "bench/streaming_bench.py", *sys.argv[1:]])
     out_path = args.out
-    if out_path is None and not (args.quick or args.skip_throughput or s.experiment):
+    if args.skip_live and args.skip_throughput:
+        parser.error("--skip-live and --skip-throughput leave nothing to measure")
+    if out_path is None and not (args.quick or args.skip_throughput or args.skip_live or s.experiment):
         out_path = REPO / "bench" / "STREAMING_RESULTS.md"
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
@@ -1136,6 +1143,12 @@ def main() -> int:
                     f"(pid {redis.status().pid}); starting Spark local[2]")  # fmt: skip
                 spark = start_spark(stack)
                 thr = bench_throughput(spark, kafka, redis.url, tmp, s)
+        if args.skip_live:
+            assert thr is not None
+            say(f"throughput only (--skip-live): {thr.rate:,.0f} events/s = {thr.rate / thr.raw_rate:.3f}x raw, "
+                f"{thr.batch_rate:,.0f}/s within batches = {thr.batch_rate / thr.decode_rate:.3f}x decoding; "
+                f"{time.perf_counter() - begun:.0f} s in all")  # fmt: skip
+            return 0
         live = bench_live(tmp, s)
     total = time.perf_counter() - begun
     text = report(command, s, thr, live, total, (load_start, os.getloadavg()))

@@ -2,10 +2,11 @@
 
 The event schema is :mod:`namesrv.events.schema`, shared with the nodes; this module only
 decides which of its fields the job carries as columns and how a record becomes a row.
-Validation is the schema's own ``decode_event``, run in Python workers through
-``mapInArrow``: a record that fails it becomes a row with ``error`` set (counted by
-:func:`count_events` and dropped by :func:`valid_events`), never an exception that would
-stop the query.
+Validation is the schema's own ``decode_event``, run in Python workers by :func:`parsed_batch`:
+inside the ``namesrv-kafka`` source's own read (option ``output=events``, what the job uses), or
+through ``mapInArrow`` behind Spark's ``kafka`` format. A record that fails it becomes a row with
+``error`` set (counted by :func:`count_events` and dropped by :func:`valid_events`), never an
+exception that would stop the query.
 
 Every row gets a grouping ``key`` for the stateful step: one of :data:`STATE_BUCKETS` buckets
 for a broker's events (by its cluster and address: the same address in two clusters is two
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 import zlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -47,6 +49,14 @@ LIVENESS_FIELDS: tuple[str, ...] = (
 RAW_TYPES = frozenset({EventType.REGISTER, EventType.ADMIN, EventType.ORDER_TOPIC_CONF})
 #: event types keyed by node that go to the route materialisation unchanged
 ROUTE_ONLY_TYPES = frozenset({EventType.ADMIN, EventType.ORDER_TOPIC_CONF})
+
+#: the column that carries an event's fields to the stateful step as one JSON object (see
+#: :func:`streaming.job.decide`): Spark's row-based transformWithState turns every cell of its input
+#: into a Python object on its own (a pyarrow scalar and ``as_py``), which cost more than everything
+#: the processor does with the event
+PACKED = "event"
+#: the fields packed: the liveness fields and the registration's raw JSON
+PACKED_FIELDS: tuple[str, ...] = (*LIVENESS_FIELDS, "raw")
 
 BROKER_KEY = "broker:"
 NODE_KEY = "node:"
@@ -104,49 +114,85 @@ _ATTRS = {
 }
 
 
-def parse_record(value: bytes | str | None) -> dict[str, Any]:
-    """One Kafka record value as a row (column -> value); ``error`` says why it is not an event."""
-    row: dict[str, Any] = dict.fromkeys(("key", *LIVENESS_FIELDS, "raw", "error"))
+#: the columns of a parsed event row (:func:`parsed_ddl`), in order
+PARSED_COLUMNS: tuple[str, ...] = ("key", *LIVENESS_FIELDS, "raw", "error")
+_values_of = operator.attrgetter(*(_ATTRS[c] for c in LIVENESS_FIELDS))
+_NOTHING = (None,) * (len(PARSED_COLUMNS) - 1)
+
+
+def parse_values(value: bytes | str | None) -> tuple[Any, ...]:
+    """One Kafka record value as a row, a tuple in :data:`PARSED_COLUMNS` order; ``error`` says why it is not an event."""
     if value is None:
-        row["error"] = "record without a value"
-        return row
+        return (*_NOTHING, "record without a value")
     try:
         event = decode_event(value)
     except SchemaError as exc:
-        row["error"] = str(exc)
-        return row
-    for column in LIVENESS_FIELDS:
-        attr = getattr(event, _ATTRS[column])
-        row[column] = str(attr) if column == "type" else attr
-    row["key"] = group_key(event)
+        return (*_NOTHING, str(exc))
+    raw = None
     if event.type in RAW_TYPES:
-        row["raw"] = value.decode("utf-8") if isinstance(value, bytes) else value
+        raw = value.decode("utf-8") if isinstance(value, bytes) else value
+    # type is an EventType, a str: Arrow and Spark take it as its text
+    return (group_key(event), *_values_of(event), raw, None)
+
+
+def parse_record(value: bytes | str | None) -> dict[str, Any]:
+    """One Kafka record value as a row (column -> value); ``error`` says why it is not an event."""
+    row = dict(zip(PARSED_COLUMNS, parse_values(value), strict=True))
+    if row["type"] is not None:
+        row["type"] = str(row["type"])
     return row
+
+
+def parsed_batch(values: list[bytes | str | None], schema: pa.Schema) -> pa.RecordBatch:
+    """Record values -> one Arrow batch of ``schema`` (:func:`parsed_ddl`), bad ones flagged; logs them once."""
+    import pyarrow as pa
+
+    rows = [parse_values(v) for v in values]
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(PARSED_COLUMNS)
+    errors = columns[-1]
+    if rows and any(e is not None for e in errors):
+        bad = [e for e in errors if e is not None]
+        # one line per batch: a flood of bad records must not flood the log
+        log.warning("skipping %d malformed event(s) of %d; first: %s", len(bad), len(rows), bad[0])
+    return pa.RecordBatch.from_arrays(
+        [pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)], schema=schema
+    )
 
 
 def parse_arrow_batches(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` body: batches with a ``value`` column in, rows of ``schema`` (:func:`parsed_ddl`) out."""
+    for batch in batches:
+        yield parsed_batch(batch.column(batch.schema.get_field_index("value")).to_pylist(), schema)
+
+
+def parsed_arrow_schema() -> pa.Schema:
+    """The Arrow schema of :func:`parsed_ddl`, built without a JVM (a Python worker has none)."""
     import pyarrow as pa
 
-    for batch in batches:
-        values = batch.column(batch.schema.get_field_index("value")).to_pylist()
-        rows = [parse_record(v) for v in values]
-        bad = [r["error"] for r in rows if r["error"] is not None]
-        if bad:
-            # one line per batch: a flood of bad records must not flood the log
-            log.warning("skipping %d malformed event(s) of %d; first: %s", len(bad), len(rows), bad[0])
-        yield pa.RecordBatch.from_pylist(rows, schema=schema)
+    arrow = {"STRING": pa.string(), "BIGINT": pa.int64(), "INT": pa.int32(), "BOOLEAN": pa.bool_()}
+    types = event_field_types()
+    return pa.schema([(c, arrow["STRING" if c in ("key", "raw", "error") else types[c]]) for c in PARSED_COLUMNS])
+
+
+def is_parsed(records: DataFrame) -> bool:
+    """True for rows the source parsed already (``format("namesrv-kafka")`` with ``output=events``)."""
+    return tuple(records.columns) == PARSED_COLUMNS
 
 
 def parse_events(records: DataFrame) -> DataFrame:
-    """Kafka source rows (``value`` binary) -> parsed rows (:func:`parsed_ddl`), bad ones flagged."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    """Kafka source rows (``value`` binary) -> parsed rows (:func:`parsed_ddl`), bad ones flagged.
+
+    Rows the source parsed in its own read (:func:`is_parsed`: the job's ``namesrv-kafka`` source)
+    pass as they are: the same :func:`parsed_batch` ran there, a JVM-Python round trip earlier.
+    """
+    if is_parsed(records):
+        return records
     from pyspark.sql.types import StructType
 
     # DDL is parsed by the JVM: do it here on the driver, workers get the Arrow schema
     struct = StructType.fromDDL(parsed_ddl())
     assert isinstance(struct, StructType)  # fromDDL is typed on DataType; a struct's DDL gives a StructType
-    body = functools.partial(parse_arrow_batches, schema=to_arrow_schema(struct))
+    body = functools.partial(parse_arrow_batches, schema=parsed_arrow_schema())
     return records.select("value").mapInArrow(body, struct)
 
 

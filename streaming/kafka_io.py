@@ -71,6 +71,8 @@ _ARROW_BATCH_ROWS = 8192
 _EARLIEST = "earliest"
 _LATEST = "latest"
 _END_OFFSET_MODES = ("highwater", "listoffsets")
+_RECORDS, EVENTS = "records", "events"
+_OUTPUTS = (_RECORDS, EVENTS)
 _SECURITY_OPTIONS = frozenset(f"kafka.{k}" for k in SECURITY_KEYS)
 
 
@@ -127,6 +129,10 @@ class KafkaOptions:
     fail_on_data_loss: bool = True
     #: ``coalesceBelowRecords``: a batch with fewer records than this is read by one task (see :meth:`partitions`)
     coalesce_below_records: int = 10_000
+    #: ``output``: records (Spark's Kafka source columns, :data:`SOURCE_SCHEMA`) | events (each value parsed
+    #: as a name-server event in the read, :func:`streaming.events.parsed_ddl`: the job's step 2 done in the
+    #: same Python worker, one JVM round trip fewer)
+    output: str = "records"
     #: every ``kafka.*`` option but bootstrap.servers and security, as kafka-python keyword arguments
     client_config: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
     #: ``kafka.security.protocol``, ``kafka.sasl.*``, ``kafka.ssl.*``: TLS and SASL
@@ -146,6 +152,9 @@ class KafkaOptions:
         if end_mode not in _END_OFFSET_MODES:
             raise KafkaSourceError(f"option endOffsets: {end_mode!r} is not one of {_END_OFFSET_MODES}")
         max_per_trigger = opts.get("maxoffsetspertrigger")
+        output = opts.get("output", _RECORDS).strip().lower() or _RECORDS
+        if output not in _OUTPUTS:
+            raise KafkaSourceError(f"option output: {output!r} is not one of {_OUTPUTS}")
         try:
             security = KafkaSecurity.from_settings(opts, prefix="kafka.", source="option")
         except ConfigError as exc:
@@ -168,6 +177,7 @@ class KafkaOptions:
             poll_timeout_ms=_positive_int(opts.get("polltimeoutms", "30000"), "pollTimeoutMs"),
             fail_on_data_loss=_flag(opts.get("failondataloss", "true"), "failOnDataLoss"),
             coalesce_below_records=_positive_int(opts.get("coalescebelowrecords", "10000"), "coalesceBelowRecords"),
+            output=output,
             client_config=client,
             security=security,
         )
@@ -313,6 +323,14 @@ def _fresh_highwaters(consumer: Any, tps: list[Any], deadline: float) -> dict[An
         marks = {tp: consumer.highwater(tp) for tp in tps}
         if all(m is not None for m in marks.values()) or time.monotonic() >= deadline:
             return marks
+        # A response's records stay buffered and are handed out one a poll, and the next response
+        # (the other partitions' marks) is looked at only once they are: a backlog of 100,000
+        # records took 100,000 polls (6-13 s of every batch that found one). Past a partition's
+        # mark nothing is wanted from it: the seek drops what is buffered, and a response to a fetch
+        # from before the seek is discarded without touching the mark.
+        for tp, mark in marks.items():
+            if mark is not None and consumer.position(tp) < mark:
+                consumer.seek(tp, mark)
 
 
 class KafkaStreamReader(DataSourceStreamReader):
@@ -362,6 +380,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         # wait for two rounds of answers: the second round's fetches were all sent after we began.
         marks = _fresh_highwaters(consumer, tps, deadline)
         if all(m is not None for m in marks.values()):
+            for tp in tps:  # drop what the first round left buffered (see _fresh_highwaters)
+                consumer.seek(tp, max(int(marks[tp] or 0), start.get(tp, 0)))
             marks = _fresh_highwaters(consumer, tps, deadline)
         ends = {}
         for tp in tps:
@@ -442,26 +462,42 @@ class KafkaStreamReader(DataSourceStreamReader):
         yield from read_range(self.opts, partition)
 
 
-def _record_batch(rows: dict[str, list[Any]]) -> pa.RecordBatch:
+def _record_batch(records: list[Any], part: KafkaInputPartition) -> pa.RecordBatch:
+    """Kafka records as Spark's Kafka source columns (:data:`SOURCE_SCHEMA`)."""
     import pyarrow as pa
 
+    n = len(records)
     return pa.RecordBatch.from_arrays(
         [
-            pa.array(rows["key"], pa.binary()),
-            pa.array(rows["value"], pa.binary()),
-            pa.array(rows["topic"], pa.string()),
-            pa.array(rows["partition"], pa.int32()),
-            pa.array(rows["offset"], pa.int64()),
+            pa.array([r.key for r in records], pa.binary()),
+            pa.array([r.value for r in records], pa.binary()),
+            pa.array([part.topic] * n, pa.string()),
+            pa.array([part.partition] * n, pa.int32()),
+            pa.array([r.offset for r in records], pa.int64()),
             # Spark wants microseconds in the session time zone; the job runs in UTC
-            pa.array([None if t is None else t * 1000 for t in rows["timestamp"]], pa.timestamp("us", tz="UTC")),
-            pa.array(rows["timestampType"], pa.int32()),
+            pa.array(
+                [None if r.timestamp is None else r.timestamp * 1000 for r in records], pa.timestamp("us", tz="UTC")
+            ),
+            pa.array([r.timestamp_type for r in records], pa.int32()),
         ],
         names=["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"],
     )
 
 
-def _empty_rows() -> dict[str, list[Any]]:
-    return {c: [] for c in ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")}
+def _event_batch(records: list[Any], part: KafkaInputPartition) -> pa.RecordBatch:
+    """Kafka records as parsed name-server events (``output=events``; :func:`streaming.events.parsed_ddl`)."""
+    from streaming import events  # the job's parse step; imports only the event schema
+
+    return events.parsed_batch([r.value for r in records], events.parsed_arrow_schema())
+
+
+def schema_of(opts: KafkaOptions) -> str:
+    """The source's columns for these options (DDL)."""
+    if opts.output == EVENTS:
+        from streaming.events import parsed_ddl
+
+        return parsed_ddl()
+    return SOURCE_SCHEMA
 
 
 def read_range(opts: KafkaOptions, part: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
@@ -475,7 +511,8 @@ def read_range(opts: KafkaOptions, part: KafkaInputPartition) -> Iterator[pa.Rec
     try:
         consumer.assign([tp])
         consumer.seek(tp, part.start)
-        rows = _empty_rows()
+        records: list[Any] = []
+        to_batch = _event_batch if opts.output == EVENTS else _record_batch
         position = part.start
         last_progress = time.monotonic()
         while position < part.end:
@@ -512,13 +549,7 @@ def read_range(opts: KafkaOptions, part: KafkaInputPartition) -> Iterator[pa.Rec
             for record in polled.get(tp, ()):
                 if record.offset >= part.end:
                     break
-                rows["key"].append(record.key)
-                rows["value"].append(record.value)
-                rows["topic"].append(part.topic)
-                rows["partition"].append(part.partition)
-                rows["offset"].append(record.offset)
-                rows["timestamp"].append(record.timestamp)
-                rows["timestampType"].append(record.timestamp_type)
+                records.append(record)
             # the position also moves over gaps (compaction, transaction markers)
             new_position = consumer.position(tp)
             if new_position > position:
@@ -530,11 +561,11 @@ def read_range(opts: KafkaOptions, part: KafkaInputPartition) -> Iterator[pa.Rec
                     f"{opts.poll_timeout_ms} ms though the range ends at {part.end}; is the broker "
                     f"{opts.bootstrap_servers} up? (option pollTimeoutMs)"
                 )
-            if len(rows["offset"]) >= _ARROW_BATCH_ROWS:
-                yield _record_batch(rows)
-                rows = _empty_rows()
-        if rows["offset"]:
-            yield _record_batch(rows)
+            if len(records) >= _ARROW_BATCH_ROWS:
+                yield to_batch(records, part)
+                records = []
+        if records:
+            yield to_batch(records, part)
         healthy = True
     finally:
         if healthy:
@@ -554,7 +585,7 @@ class KafkaDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> str:
-        return SOURCE_SCHEMA
+        return schema_of(KafkaOptions.from_options(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return KafkaStreamReader(KafkaOptions.from_options(self.options))

@@ -85,7 +85,7 @@ from pyspark.sql.types import BooleanType, LongType, StringType, StructField, St
 from namesrv.events.schema import ActionType, EventType, UnregisterSource
 from namesrv.protocol.codes import MASTER_ID
 from streaming.alerts import AlertKind, AlertState, Severity
-from streaming.events import ADMIN_KEY, BROKER_KEY, NODE_KEY, STATE_BUCKETS, broker_id
+from streaming.events import ADMIN_KEY, BROKER_KEY, NODE_KEY, PACKED, STATE_BUCKETS, broker_id
 from streaming.health import KIND_HEALTH, scan_state
 
 log = logging.getLogger(__name__)
@@ -315,8 +315,20 @@ def _by_broker(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 
 def _events(rows: Iterator[Row]) -> list[dict[str, Any]]:
-    """One key's rows as dicts in event-time order (then ``seq``; the sort is stable)."""
-    out = [r.asDict() for r in rows]
+    """One key's rows as dicts in event-time order (then ``seq``; the sort is stable).
+
+    The job hands each event over packed (:data:`streaming.events.PACKED`, see
+    :func:`streaming.job.decide`); rows with the fields as columns (a test's) are read as they are.
+    """
+    first = next(rows, None)
+    if first is None:
+        return []
+    if PACKED in first.__fields__:
+        at = first.__fields__.index(PACKED)
+        loads = orjson.loads
+        out = [loads(first[at]), *(loads(r[at]) for r in rows)]
+    else:
+        out = [first.asDict(), *(r.asDict() for r in rows)]
     out.sort(key=lambda e: (e["eventTime"], e["seq"]))
     return out
 
