@@ -196,12 +196,14 @@ def dumps_standard(obj: Any) -> bytes:
     """Strict, browser-safe JSON as Java route answers for clients >= 4.9.4 (pure ASCII)."""
     prepared = _prepare(obj, standard=True)
     try:
-        # orjson writes what json.dumps(ensure_ascii=True) writes whenever its output is ASCII (the same
-        # short escapes, control characters as lower-case \u00xx), at a twentieth of the cost
+        # orjson writes what json.dumps(ensure_ascii=True) writes whenever its output is ASCII without
+        # DEL (the same short escapes, control characters as lower-case \u00xx), at a twentieth of the
+        # cost; DEL (0x7f) it leaves raw, where json.dumps writes \u007f
         raw = orjson.dumps(prepared)
     except orjson.JSONEncodeError:  # a lone surrogate
         raw = b"\x80"
-    text = raw.decode("ascii") if raw.isascii() else json.dumps(prepared, ensure_ascii=True, separators=(",", ":"))
+    fast = raw.isascii() and b"\x7f" not in raw
+    text = raw.decode("ascii") if fast else json.dumps(prepared, ensure_ascii=True, separators=(",", ":"))
     if "\\u" in text:
         text = _LOWER_HEX_ESCAPE.sub(_upper_hex, text)
     # JSON text has '/' only inside strings, so escaping every one is safe

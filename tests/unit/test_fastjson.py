@@ -125,6 +125,11 @@ def test_standard_escapes_non_ascii_upper_hex_and_slash():
     assert dumps_standard({"n": "bé/😀"}) == b'{"n":"b\\u00E9\\/\\uD83D\\uDE00"}'
 
 
+def test_standard_escapes_del_as_the_stdlib_encoder_does():
+    # orjson leaves DEL raw in otherwise ASCII output (hypothesis found it: see the byte-for-byte test)
+    assert dumps_standard({"d": "a\x7fb"}) == b'{"d":"a\\u007Fb"}'
+
+
 def test_standard_leaves_literal_backslash_u_text_alone():
     # the text \u00e9 (backslash, u, ...) is written as \\u00e9 and must not be upper-cased
     assert dumps_standard({"s": "\\u00e9é"}) == b'{"s":"\\\\u00e9\\u00E9"}'
