@@ -130,13 +130,13 @@ class Repeats:
             node.acl is None,
         )
 
-    def _check_generation(self) -> tuple[Any, ...]:
+    def _check_generation(self) -> None:
+        """Forget every entry once something an answer depends on has changed."""
         generation = self._current_generation()
         if generation != self._generation:
             self._table.clear()
             self._bytes = 0
             self._generation = generation
-        return generation
 
     def answer(
         self, decoder: FrameDecoder, out: list[bytes], limit: int, stats: RequestStats | None, started: float
@@ -157,7 +157,6 @@ class Repeats:
         table = self._table
         search = _OPAQUE.search
         unpack = _PREFIX.unpack_from
-        # the frames recognised, as (entry, start, digits start, digits end, end); their brokers to refresh
         pack = _PREFIX.pack
         first = len(out)
         written = 0

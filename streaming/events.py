@@ -165,8 +165,10 @@ def parse_arrow_batches(batches: Iterator[pa.RecordBatch], schema: pa.Schema) ->
         yield parsed_batch(batch.column(batch.schema.get_field_index("value")).to_pylist(), schema)
 
 
+@functools.cache
 def parsed_arrow_schema() -> pa.Schema:
-    """The Arrow schema of :func:`parsed_ddl`, built without a JVM (a Python worker has none)."""
+    """The Arrow schema of :func:`parsed_ddl`, built without a JVM (a Python worker has none); once
+    per process, not once per batch the source reads."""
     import pyarrow as pa
 
     arrow = {"STRING": pa.string(), "BIGINT": pa.int64(), "INT": pa.int32(), "BOOLEAN": pa.bool_()}
@@ -189,7 +191,7 @@ def parse_events(records: DataFrame) -> DataFrame:
         return records
     from pyspark.sql.types import StructType
 
-    # DDL is parsed by the JVM: do it here on the driver, workers get the Arrow schema
+    # DDL is parsed by the JVM: here on the driver, for Spark; the workers build the Arrow schema themselves
     struct = StructType.fromDDL(parsed_ddl())
     assert isinstance(struct, StructType)  # fromDDL is typed on DataType; a struct's DDL gives a StructType
     body = functools.partial(parse_arrow_batches, schema=parsed_arrow_schema())

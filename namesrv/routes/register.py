@@ -99,14 +99,22 @@ def register_broker(
     return result
 
 
-def touch(t: RouteTables, cluster_name: str, broker_addr: str, now_ms: int) -> DataVersion | None:
-    """A heartbeat (904, 322) or QUERY_DATA_VERSION: refresh a live entry, return its DataVersion.
-
-    None when the broker is not registered here (a provisional entry counts as not registered).
-    """
+def _registered(t: RouteTables, cluster_name: str, broker_addr: str) -> BrokerLiveInfo | None:
+    """The broker's live entry, None when it is not registered here (a provisional entry is not)."""
     key = (cluster_name, broker_addr)  # equal to, and cheaper than, a BrokerAddrInfo
     live = t.broker_live_table.get(key)  # type: ignore[call-overload]
     if live is None or (t.provisional and key in t.provisional):
+        return None
+    return live
+
+
+def touch(t: RouteTables, cluster_name: str, broker_addr: str, now_ms: int) -> DataVersion | None:
+    """A heartbeat (904, 322) or QUERY_DATA_VERSION: refresh a live entry, return its DataVersion.
+
+    None when the broker is not registered here (see :func:`_registered`).
+    """
+    live = _registered(t, cluster_name, broker_addr)
+    if live is None:
         return None
     live.last_update_timestamp = now_ms
     live.refreshed_seq = t.next_seq()
@@ -115,11 +123,8 @@ def touch(t: RouteTables, cluster_name: str, broker_addr: str, now_ms: int) -> D
 
 def held_data_version(t: RouteTables, cluster_name: str, broker_addr: str) -> DataVersion | None:
     """What :func:`touch` returns, read only."""
-    key = (cluster_name, broker_addr)
-    live = t.broker_live_table.get(key)  # type: ignore[call-overload]
-    if live is None or (t.provisional and key in t.provisional):
-        return None
-    return live.data_version
+    live = _registered(t, cluster_name, broker_addr)
+    return None if live is None else live.data_version
 
 
 # --------------------------------------------------------------------------- the steps
