@@ -26,10 +26,14 @@ def pickup_topic_route_data(t: RouteTables, topic: str, support_acting_master: b
     qmap = t.topic_queue_table.get(topic)
     if qmap is None:
         return None
+    # Groups in broker-name order, not registration order: Java answers in HashMap order, the same on
+    # every node holding the same groups; registration order differs between nodes (and the job, which
+    # writes Redis) whenever two brokers register at once, and clients sort both lists before comparing.
+    names = sorted(qmap) if len(qmap) > 1 else list(qmap)
     broker_datas = []
     filter_map: dict[str, list[str]] = {}
     fst = t.filter_server_table
-    for name in qmap:
+    for name in names:
         bd = t.broker_addr_table.get(name)
         if bd is None:
             continue
@@ -44,7 +48,7 @@ def pickup_topic_route_data(t: RouteTables, topic: str, support_acting_master: b
         return None
     mapping = t.topic_queue_mapping_info_table.get(topic)
     route = TopicRouteData(
-        queue_datas=list(qmap.values()),
+        queue_datas=[qmap[name] for name in names],
         broker_datas=broker_datas,
         filter_server_table=filter_map,
         topic_queue_mapping_by_broker=None if mapping is None else dict(mapping),

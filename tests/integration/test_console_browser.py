@@ -91,6 +91,14 @@ def rows(driver) -> dict[str, dict[str, str]]:
     return out
 
 
+def open_alerts(driver) -> list[str]:
+    """The open-alerts table's cell texts, read in one script call: the page re-renders the table on
+    every event, so reading cells one WebDriver call at a time can meet a cell that is already gone."""
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll('#open-alerts td'), td => td.innerText.trim())"
+    )
+
+
 def test_a_simulated_broker_appears_then_turns_expired_when_it_goes_silent(stack, browser, tmp_path: Path):
     from selenium.webdriver.common.by import By
 
@@ -126,7 +134,7 @@ def test_a_simulated_broker_appears_then_turns_expired_when_it_goes_silent(stack
 
         wait_until(expired, SILENT_AFTER_S + 60, f"{SILENT_GROUP} expired, the rest alive", 0.2,
                    state=lambda: rows(browser))  # fmt: skip
-        alerts = lambda: [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#open-alerts td")]  # noqa: E731
+        alerts = lambda: open_alerts(browser)  # noqa: E731
         wait_until(lambda: "BROKER_EXPIRED" in alerts(), 30, "BROKER_EXPIRED among the open alerts", 0.2, state=alerts)
         node = browser.find_element(By.CSS_SELECTOR, "#nodes tr.node")
         assert node.get_attribute("data-node") == "node-1" and "ticking" in node.text

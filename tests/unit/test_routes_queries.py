@@ -19,6 +19,7 @@ from routes_support import (
     unregister,
 )
 
+from namesrv.protocol.bodies import encode_route
 from namesrv.protocol.codes import SYNC_BROKER_MEMBER_GROUP_PREFIX, Perm, TopicSysFlag
 from namesrv.protocol.types import BrokerData, DataVersion, QueueData, RegisterBrokerBody, TopicConfig
 from namesrv.routes.queries import pickup_topic_route_data
@@ -46,6 +47,23 @@ def test_pickup_route_one_then_two_brokers():
     route = mgr.pickup_topic_route_data("TestTopic")
     assert {b.broker_name for b in route.broker_datas} == {DEF_BROKER, "AnotherBroker"}
     assert {q.broker_name for q in route.queue_datas} == {DEF_BROKER, "AnotherBroker"}
+
+
+def test_two_nodes_answer_the_same_route_whatever_order_brokers_registered_in():
+    # two brokers registering at once reach the two nodes (and the job that writes Redis) in either
+    # order; every copy of the route must still be the same bytes
+    first, _ = make_manager()
+    second, _ = make_manager()
+    zeta = MASTER.but(name="zeta", addr="127.0.0.1:20911")
+    alpha = MASTER.but(name="alpha", addr="127.0.0.1:30911")
+    for mgr, order in ((first, (zeta, alpha)), (second, (alpha, zeta))):
+        for broker in order:
+            register(mgr, broker, "Shared")
+    a, b = first.pickup_topic_route_data("Shared"), second.pickup_topic_route_data("Shared")
+    assert [bd.broker_name for bd in a.broker_datas] == ["alpha", "zeta"]
+    assert [qd.broker_name for qd in a.queue_datas] == ["alpha", "zeta"]
+    for standard in (True, False):
+        assert encode_route(a, standard=standard) == encode_route(b, standard=standard)
 
 
 def test_route_whose_brokers_are_all_gone_is_none():
