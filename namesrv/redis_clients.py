@@ -232,6 +232,19 @@ def connect(
     return redis.Redis.from_url(resolved, **kwargs)
 
 
+def answers(url: str, *, timeout_s: float = 1.0) -> bool:
+    """True when Redis at ``url`` answers PING within ``timeout_s`` (a readiness probe: no retries)."""
+    import redis
+
+    client = connect(url, timeout_s=timeout_s, retries=False)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+
+
 def describe_error(exc: BaseException, url: str) -> str:
     """A sentence for an operator: what went wrong talking to Redis at ``url`` (redacted) and what to check."""
     import redis
