@@ -6,8 +6,11 @@ The stack is the end-to-end suite's (:class:`tests.integration.backends.System` 
 :class:`~tests.integration.backends.ProcessInfra`: noida-db and redis-server as local processes),
 every process started from the shipped ``conf/`` files with only addresses and paths overridden.
 The load is what RocketMQ 5.x brokers send: ``rmq-loadgen setup`` registers ``--brokers`` brokers
-of ``--topics-per-broker`` topics at each node (one process per node, all brokers on one
-connection) and then sends QUERY_DATA_VERSION for every broker every 30 s, RocketMQ's interval.
+of ``--topics-per-broker`` topics at each node and then sends QUERY_DATA_VERSION for every broker
+every 30 s, RocketMQ's interval.  Real brokers each heartbeat on their own timer, so a fleet's
+heartbeats spread across the period: each node's fleet is ``--spread`` setups (all of a setup's
+brokers on one connection) started evenly across the 30 s; ``--spread 1`` is the worst case, every
+broker at once.
 The steps, each timed:
 
 1. the three nodes start; their RSS idle;
@@ -57,7 +60,7 @@ from namesrv.client import NameServerClient  # noqa: E402
 from namesrv.protocol.codes import RequestCode, ResponseCode  # noqa: E402
 from tests.integration import backends  # noqa: E402
 from tests.integration.backends import ACTIONS, FleetRunner, KafkaTap, ProcessInfra, System, Timing  # noqa: E402
-from tests.support.loadgen import LOADGEN, hold_brokers  # noqa: E402
+from tests.support.loadgen import LOADGEN, FleetNames, hold_brokers  # noqa: E402
 from tests.support.wait import wait_until  # noqa: E402
 
 #: RocketMQ's registration / heartbeat period (BrokerConfig.registerNameServerPeriod)
@@ -196,6 +199,25 @@ def expiry(system: System, res: Result, probes: int, timeout_ms: int) -> None:
         lookup.close()
 
 
+def fleet_groups(brokers: int, spread: int) -> list[tuple[int, FleetNames | None]]:
+    """The fleet at one node as ``spread`` setups of distinct brokers and topics (count, names).
+
+    One group keeps rmq-loadgen's own names; more split the brokers as evenly as they go.
+    """
+    spread = max(1, min(spread, brokers))
+    if spread == 1:
+        return [(brokers, None)]
+    counts = [brokers // spread + (i < brokers % spread) for i in range(spread)]
+    port = 20000
+    out: list[tuple[int, FleetNames | None]] = []
+    for i, count in enumerate(counts):
+        out.append((count, FleetNames(broker_prefix=f"g{i}-broker-", topic_prefix=f"G{i}T", port_base=port)))
+        port += 2 * count + 2
+    if port > 65535:
+        raise SystemExit(f"{brokers} brokers need more ports than one host has: run fewer per node")
+    return out
+
+
 def run(args: argparse.Namespace, res: Result, tmp: Path) -> None:
     backends.StreamingJob = VerboseJob  # type: ignore[misc]  # System builds its job from this name
     system = System(ProcessInfra(tmp), tmp, Timing(), nodes=3)
@@ -209,17 +231,27 @@ def run(args: argparse.Namespace, res: Result, tmp: Path) -> None:
         time.sleep(2)
         res.rss_idle = [rss_mib(p) for p in pids]
 
-        say(f"registering {args.brokers} brokers x {args.topics_per_broker} topics at each node")
+        groups = fleet_groups(args.brokers, args.spread)
+        say(
+            f"registering {args.brokers} brokers x {args.topics_per_broker} topics at each node, in "
+            f"{len(groups)} group(s) started {HEARTBEAT_S / len(groups):.1f} s apart"
+        )
         errors: list[BaseException] = []
 
         def hold(addr: str) -> None:
             t0 = time.monotonic()
-            try:
-                proc, _ = hold_brokers(addr, args.brokers, args.topics_per_broker, hold_s=24 * 3600)
-            except BaseException as e:  # reported below
-                errors.append(e)
-                return
-            holders.append(proc)
+            for i, (count, names) in enumerate(groups):
+                # each group's setup heartbeats on its own 30 s timer from its start, as each real broker
+                # does from its own: group i starts i/len(groups) of a period after the first
+                delay = t0 + i * HEARTBEAT_S / len(groups) - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                try:
+                    proc, _ = hold_brokers(addr, count, args.topics_per_broker, hold_s=24 * 3600, names=names)
+                except BaseException as e:  # reported below
+                    errors.append(e)
+                    return
+                holders.append(proc)
             res.register_s.append(time.monotonic() - t0)
 
         threads = [threading.Thread(target=hold, args=(a,)) for a in system.node_addrs]
@@ -314,6 +346,10 @@ def report(args: argparse.Namespace, res: Result, command: str, wall_s: float) -
     load = " → ".join(f"{x:.1f}" for x in res.loads)
     rows = [
         ("brokers x topics per broker (topics)", f"{b:,} x {t} ({b * t:,})"),
+        (
+            "heartbeat groups per node (setups started evenly across 30 s)",
+            f"{args.spread} (1 = every broker's QUERY_DATA_VERSION at once)",
+        ),
         ("registration of the fleet at each node (3 at once)", ", ".join(f"{s:.1f} s" for s in res.register_s)),
         ("time from job start to its first decision", f"{res.first_decision_s:.1f} s" if res.first_decision_s else "–"),
         ("events in the batches up to it (or to the timeout)", f"{res.backlog_events:,}"),
@@ -355,6 +391,13 @@ def main() -> int:
     parser.add_argument("--brokers", type=int, help="per node (default 10,000; --quick 1,000)")
     parser.add_argument("--topics-per-broker", type=int, default=10)
     parser.add_argument("--window", type=float, help="steady-state seconds (default 180; --quick 60)")
+    parser.add_argument(
+        "--spread",
+        type=int,
+        default=10,
+        help="split each node's fleet into this many setups started evenly across the 30 s heartbeat period, "
+        "as real brokers' own timers spread theirs (default 10); 1 sends every heartbeat at once",
+    )
     parser.add_argument("--probes", type=int, default=5)
     parser.add_argument("--probe-timeout-ms", type=int, default=10_000)
     parser.add_argument("--first-decision-timeout", type=float, default=900)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,11 +32,28 @@ def run(args: list[str], timeout: float) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def hold_brokers(addr: str, brokers: int, topics_per_broker: int, hold_s: int = 3600) -> tuple[subprocess.Popen, dict]:
+@dataclass(frozen=True)
+class FleetNames:
+    """What one ``setup`` calls its brokers and topics (``<broker_prefix><b>``, ``<topic_prefix><i>``)."""
+
+    broker_prefix: str = "broker-"
+    topic_prefix: str = "T"
+    #: broker b listens on port_base + 2b (its HA port is the next one)
+    port_base: int = 30000
+
+    def args(self) -> list[str]:
+        return ["--broker-prefix", self.broker_prefix, "--topic-prefix", self.topic_prefix,
+                "--port-base", str(self.port_base)]  # fmt: skip
+
+
+def hold_brokers(
+    addr: str, brokers: int, topics_per_broker: int, hold_s: int = 3600, *, names: FleetNames | None = None
+) -> tuple[subprocess.Popen, dict]:
     """``rmq-loadgen setup``: register the brokers and keep them heartbeating until the process is killed.
 
     Returns the running process (the caller kills it: closing its connection unregisters the brokers)
-    and its summary line, once the route checks of its first and last topic succeeded.
+    and its summary line, once the route checks of its first and last topic succeeded.  ``names`` lets
+    several setups at one node hold distinct brokers and topics.
     """
     setup = subprocess.Popen(
         [
@@ -49,6 +67,7 @@ def hold_brokers(addr: str, brokers: int, topics_per_broker: int, hold_s: int = 
             str(topics_per_broker),
             "--hold",
             str(hold_s),
+            *(names.args() if names else ()),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
