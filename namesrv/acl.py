@@ -60,24 +60,6 @@ _V4_9_3 = int(Version.V4_9_4) - 2
 #: ext fields the server leaves out of the signed content (4.9.3 clients and older add the flag unsigned)
 _SKIP, _SKIP_OLD = frozenset({SIGNATURE}), frozenset({SIGNATURE, UNIQUE_KEY_QUERY})
 
-#: requests that change what the node holds: routes, liveness, KV store, configuration
-WRITE_CODES = frozenset(
-    int(c)
-    for c in (
-        RequestCode.REGISTER_BROKER,
-        RequestCode.UNREGISTER_BROKER,
-        # heartbeats keep a broker's routes alive, so an unsigned one could keep a dead broker listed
-        RequestCode.QUERY_DATA_VERSION,
-        RequestCode.BROKER_HEARTBEAT,
-        RequestCode.PUT_KV_CONFIG,
-        RequestCode.DELETE_KV_CONFIG,
-        RequestCode.WIPE_WRITE_PERM_OF_BROKER,
-        RequestCode.ADD_WRITE_PERM_OF_BROKER,
-        RequestCode.DELETE_TOPIC_IN_NAMESRV,
-        RequestCode.REGISTER_TOPIC_IN_NAMESRV,
-        RequestCode.UPDATE_NAMESRV_CONFIG,
-    )
-)
 #: the writes a signed account needs ``admin: true`` for.  RocketMQ's ``Permission.ADMIN_CODE`` holds
 #: the broker's topic, subscription-group and configuration administration (UPDATE_AND_CREATE_TOPIC,
 #: DELETE_TOPIC_IN_BROKER, UPDATE_BROKER_CONFIG, ...); these are the name server's counterparts, what
@@ -92,6 +74,17 @@ ADMIN_CODES = frozenset(
         RequestCode.DELETE_TOPIC_IN_NAMESRV,
         RequestCode.REGISTER_TOPIC_IN_NAMESRV,
         RequestCode.UPDATE_NAMESRV_CONFIG,
+    )
+)
+#: requests that change what the node holds: routes, liveness, KV store, configuration
+WRITE_CODES = ADMIN_CODES | frozenset(
+    int(c)
+    for c in (
+        RequestCode.REGISTER_BROKER,
+        RequestCode.UNREGISTER_BROKER,
+        # heartbeats keep a broker's routes alive, so an unsigned one could keep a dead broker listed
+        RequestCode.QUERY_DATA_VERSION,
+        RequestCode.BROKER_HEARTBEAT,
     )
 )
 
