@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from namesrv import gcpolicy
 from namesrv.acl import Acl, AclFileError, load_acl_file
 from namesrv.config import ConfigError, NamesrvConfig
 from namesrv.handlers import NameServerNode
@@ -79,7 +80,10 @@ def build_node(config: NamesrvConfig) -> tuple[NameServerNode, BatchUnregistrati
     return node, unregistration, expiry
 
 
-async def start_node(config: NamesrvConfig) -> RunningNode:
+async def start_node(config: NamesrvConfig, *, own_process: bool = False) -> RunningNode:
+    """Start a node; ``own_process``: the process is the node's alone (``namesrv start``), so its
+    garbage-collector policy is switched on (:mod:`namesrv.gcpolicy`); a node started inside another
+    process (the tests') leaves that process's collector as it is."""
     node, unregistration, expiry = build_node(config)
     # before listening, so the first client already gets the provisional routes
     warm = await warm_start(config, node.routes)
@@ -88,11 +92,13 @@ async def start_node(config: NamesrvConfig) -> RunningNode:
         from namesrv.events.link import KafkaLink, default_node_name  # only nodes with Kafka import kafka-python
 
         kafka = KafkaLink.attach(config, node, expiry)
+    if own_process:
+        gcpolicy.enable()  # what start-up built, warm-started routes included, is frozen before the first client
     server = NameServer(node)
     node.notify_brokers = server.notify_min_broker_id_change
     await server.start(config.bind_address, config.listen_port)
     server.spawn(unregistration.run(node.worker), "batch-unregistration")
-    server.spawn(expiry.run(), "expiry-scan")
+    server.spawn(expiry.run(node.worker), "expiry-scan")
     if warm is not None:
         server.spawn(
             drop_unconfirmed(node.routes, on_min_broker_id_change=node.min_broker_id_changed), "warm-start-deadlines"
@@ -213,7 +219,7 @@ async def _log_stats(running: RunningNode, interval_s: float) -> None:
 
 async def serve(config: NamesrvConfig) -> None:
     """Run a node in the foreground; the first SIGTERM/SIGINT stops it gracefully, a second one forces."""
-    running = await start_node(config)
+    running = await start_node(config, own_process=True)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from namesrv import config as config_mod
+from namesrv import gcpolicy
 from namesrv.acl import Acl
 from namesrv.config import NamesrvConfig
 from namesrv.departure import BROKER_ASKED, Departure
@@ -188,9 +189,13 @@ class Pending:
 
     def resolve(self) -> RemotingCommand | None:
         """The answer (None for a oneway request); blocks until the work is done."""
-        request = self.request
+        request, future = self.request, self.future
+        # the work's exception is taken, not raised again here: raising it would add this frame, and
+        # with it this Pending and its future, to the exception's own traceback, a cycle holding the
+        # request (a zip bomb's body, say) until a full collection (see namesrv/gcpolicy.py)
+        error = future.exception()
         try:
-            response = self.finish(self.future.result())
+            response = _failed(request, error) if isinstance(error, Exception) else self.finish(future.result())
         except Exception as e:
             response = _failed(request, e)
         return None if request.is_oneway else response
@@ -397,7 +402,7 @@ def register_broker(node: NameServerNode, request: RemotingCommand, channel: obj
         reused = node.register_bodies.reuse(key, request.body, compressed=bool(h.compressed), version=request.version)
         if reused is not None:
             return answer(register(reused))
-    return Pending(request, node.worker.submit(register), answer)
+    return Pending(request, node.worker.submit(gcpolicy.run_large_change, register), answer)
 
 
 @handles(RequestCode.UNREGISTER_BROKER)

@@ -13,12 +13,13 @@ The lock, and the threads it is for
 -----------------------------------
 On a node the tables are used by exactly two threads:
 
-* the event loop: every handler, the expiry scan, the batch unregistration service, the warm-start
-  deadlines, the monitor's actions (the Kafka consumer thread hands them to the loop with
-  ``call_soon_threadsafe``; it never calls in here), the event publisher and the stats log;
+* the event loop: every handler, the unregistration decisions, the reports of the expiry scan,
+  the warm-start deadlines, the monitor's actions (the Kafka consumer thread hands them to the loop
+  with ``call_soon_threadsafe``; it never calls in here), the event publisher and the stats log;
 * the node's worker thread (``NameServerNode.worker``, one thread), which decodes and applies
-  REGISTER_BROKER bodies over ``handlers.OFF_LOOP_BODY_BYTES`` so that a 100,000-topic
-  registration does not stall the loop.
+  REGISTER_BROKER bodies over ``handlers.OFF_LOOP_BODY_BYTES``, applies the batched unregistrations
+  and runs the expiry scan's removals, so that adding or removing a 100,000-topic broker does not
+  stall the loop.
 
 So one ``threading.Lock`` makes each operation atomic against the other thread; it is never held
 across I/O or an ``await`` (there is none below this class) and, since no method calls another
@@ -153,9 +154,8 @@ class RouteInfoManager:
     def expire_inactive(self, *, wait: bool = True) -> UnregisterOutcome | None:
         """Remove every broker silent past its timeout; the outcome's ``removed_channels`` are for the caller to close.
 
-        Without ``wait``, None when the tables are busy (the worker thread applying a large
-        registration, which may take a second): the event loop's scan tries again shortly rather
-        than stall every client meanwhile.
+        Without ``wait``, None when the tables are busy (another thread is changing them).  A node
+        runs its scan on the worker thread, where waiting stalls no client (``liveness.ExpiryScan``).
         """
         if not self._lock.acquire(blocking=wait):
             return None
@@ -236,6 +236,11 @@ class RouteInfoManager:
         """``now_ms()`` of the latest registration or heartbeat; None if not live."""
         with self._lock:
             return queries.last_seen(self._tables, cluster_name, broker_addr)
+
+    def live_channels(self, brokers: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Hashable | None]:
+        """The live ones (registered or provisional) among the (cluster, address) pairs, with their channels."""
+        with self._lock:
+            return queries.live_channels(self._tables, brokers)
 
     def zone_of(self, broker_name: str) -> str | None:
         """The zone the group's latest registration named; None for an unknown group."""

@@ -6,7 +6,7 @@ Reads return copies of mutable parts (BrokerData, lists, dicts) and share immuta
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 
 from namesrv.protocol.codes import MASTER_ID, SYNC_BROKER_MEMBER_GROUP_PREFIX, Perm, TopicSysFlag
 from namesrv.protocol.types import BrokerData, QueueData, TopicRouteData
@@ -137,6 +137,17 @@ def last_seen(t: RouteTables, cluster_name: str, broker_addr: str) -> int | None
     """``now_ms`` of the latest registration or heartbeat; None if not live."""
     live = t.broker_live_table.get(BrokerAddrInfo(cluster_name, broker_addr))
     return None if live is None else live.last_update_timestamp
+
+
+def live_channels(t: RouteTables, brokers: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Hashable | None]:
+    """The live ones among the (cluster, address) pairs, each with the channel it registered on."""
+    live = t.broker_live_table
+    found = {}
+    for b in brokers:
+        entry = live.get(BrokerAddrInfo(*b))
+        if entry is not None:
+            found[b] = entry.channel
+    return found
 
 
 def zone_of(t: RouteTables, broker_name: str) -> str | None:
