@@ -44,8 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 from urllib.parse import quote
 
-from infra import procfs
-from namesrv import kafka_clients, options, redis_clients
+from namesrv import kafka_clients, options, procfs, redis_clients
 
 # The name server's reader, so both files follow java.util.Properties.load the same way.
 from namesrv.config import parse_properties

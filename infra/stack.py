@@ -56,7 +56,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TextIO
 
-from infra import procfs
 from infra.services import (
     LOOPBACK,
     BinaryNotFoundError,
@@ -71,6 +70,7 @@ from infra.services import (
     package_file,
     pid_alive,
 )
+from namesrv import procfs
 
 log = logging.getLogger("infra.stack")
 REPO = Path(__file__).resolve().parents[1]
@@ -295,7 +295,7 @@ class StreamingJob(ProcessService):
         return True
 
 
-# --------------------------------------------------------------------------- /proc (infra.procfs)
+# --------------------------------------------------------------------------- /proc (namesrv.procfs)
 
 
 def _runs_streaming(pid: int) -> bool:

@@ -59,6 +59,8 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
+from namesrv import procfs
+
 T = TypeVar("T")
 
 #: a full-pass threshold no count reaches: full passes wait while it is set
@@ -121,11 +123,7 @@ def run_large_change(work: Callable[[], T]) -> T:
 
 def resident_bytes() -> int | None:
     """This process's resident memory (Linux), or None."""
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
+    return procfs.rss_bytes(os.getpid())
 
 
 def _begin() -> None:

@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from infra import procfs
 from infra.services import (
     DEFAULT_TOPICS,
     KafkaService,
@@ -56,7 +55,7 @@ from infra.services import (
     tcp_answers,
 )
 from infra.stack import NamesrvNode, StreamingJob
-from namesrv import kafka_clients
+from namesrv import kafka_clients, procfs
 from namesrv.client import NameServerClient
 from namesrv.protocol import bodies
 from namesrv.protocol.codes import RequestCode, ResponseCode

@@ -157,7 +157,7 @@ class SubmittedJob:
 
     def kill(self) -> None:
         """Whatever is left of the job's session (it leads one of its own), by PID."""
-        from infra import procfs
+        from namesrv import procfs
 
         for pid, st in procfs.all_stats().items():
             if st.session == self.pid:

@@ -29,8 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra import procfs
 from infra.services import LOOPBACK, free_port, package_file, pid_alive
+from namesrv import procfs
 from tests.support.wait import wait_until
 
 __all__ = ["SparkCluster", "SparkDaemon", "spark_class", "spark_cluster", "spark_home"]
