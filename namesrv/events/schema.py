@@ -70,6 +70,7 @@ __all__ = [
     "ACTION_FIELDS",
     "encode_event",
     "decode_event",
+    "decode_event_values",
     "check_event",
     "check_action",
     "event_key",
@@ -789,9 +790,16 @@ def check_event(event: Event) -> None:
 
 def decode_event(data: bytes | str | Mapping[str, Any]) -> Event:
     """A checked :class:`Event` from JSON bytes/text or an already parsed object; SchemaError if invalid."""
+    return Event(**decode_event_values(data))
+
+
+def decode_event_values(data: bytes | str | Mapping[str, Any]) -> dict[str, Any]:
+    """What :func:`decode_event` makes its Event of: the checked values of the fields present, by
+    attribute name (absent ones are missing, not None). For a reader that wants a few of them
+    (the Spark job's source, per record) without building the Event."""
     values = _from_json(data, EVENT_FIELDS, _EVENT_PLAN, "event")
     _event_rules(values)
-    return Event(**values)
+    return values
 
 
 def event_key(event: Event) -> bytes:
