@@ -89,9 +89,9 @@ def broker_id(cluster_name: str, broker_addr: str) -> str:
     return f"{cluster_name}|{broker_addr}"
 
 
-#: (cluster, address) -> its bucket's state key, for the brokers seen lately: a worker parses every
-#: heartbeat of the same brokers, and the hash is a fifth of what the source does with one after
-#: decoding it. Emptied when full, so made-up addresses cannot grow it without bound
+#: (cluster, address) -> its bucket's state key, for the brokers seen lately: a worker parses the same
+#: brokers' heartbeats over and over, and a look-up is cheaper than the text, encoding and CRC of
+#: each. Emptied when full, so made-up addresses cannot grow it without bound
 _BUCKET_KEYS: dict[tuple[str, str], str] = {}
 _BUCKET_KEYS_MAX = 65_536
 
