@@ -18,12 +18,18 @@ from __future__ import annotations
 
 import functools
 import logging
-import operator
 import zlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from namesrv.events.schema import Event, EventType, SchemaError, decode_event, event_field_types
+from namesrv.events.schema import (
+    EVENT_FIELDS,
+    Event,
+    EventType,
+    SchemaError,
+    decode_event_values,
+    event_field_types,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -83,40 +89,49 @@ def broker_id(cluster_name: str, broker_addr: str) -> str:
     return f"{cluster_name}|{broker_addr}"
 
 
+#: (cluster, address) -> its bucket's state key, for the brokers seen lately: a worker parses the same
+#: brokers' heartbeats over and over, and a look-up is cheaper than the text, encoding and CRC of
+#: each. Emptied when full, so made-up addresses cannot grow it without bound
+_BUCKET_KEYS: dict[tuple[str, str], str] = {}
+_BUCKET_KEYS_MAX = 65_536
+
+
 def broker_key(cluster_name: str, broker_addr: str) -> str:
     """The state key of a broker's bucket (a stable hash: Python's own differs between processes)."""
-    bucket = zlib.crc32(broker_id(cluster_name, broker_addr).encode("utf-8", "surrogatepass")) % STATE_BUCKETS
-    return f"{BROKER_KEY}{bucket}"
+    key = _BUCKET_KEYS.get((cluster_name, broker_addr))
+    if key is None:
+        bucket = zlib.crc32(broker_id(cluster_name, broker_addr).encode("utf-8", "surrogatepass")) % STATE_BUCKETS
+        key = f"{BROKER_KEY}{bucket}"
+        if len(_BUCKET_KEYS) >= _BUCKET_KEYS_MAX:
+            _BUCKET_KEYS.clear()
+        _BUCKET_KEYS[(cluster_name, broker_addr)] = key
+    return key
+
+
+_TICK = EventType.TICK  # (an enum's class attribute is dear to look up per event)
+
+
+def _group_key(etype: EventType, node: str, cluster_name: str | None, broker_addr: str | None) -> str:
+    if etype is _TICK:
+        return NODE_KEY + node
+    if etype in ROUTE_ONLY_TYPES:
+        return ADMIN_KEY + node
+    # the schema requires clusterName and brokerAddr for every other type
+    return broker_key(cluster_name or "", broker_addr or "")
 
 
 def group_key(event: Event) -> str:
     """Which state an event belongs to: its broker, or its node (TICK; ADMIN, ORDER_TOPIC_CONF)."""
-    if event.type is EventType.TICK:
-        return NODE_KEY + event.node
-    if event.type in ROUTE_ONLY_TYPES:
-        return ADMIN_KEY + event.node
-    # the schema requires clusterName and brokerAddr for every other type
-    return broker_key(event.cluster_name or "", event.broker_addr or "")
+    return _group_key(event.type, event.node, event.cluster_name, event.broker_addr)
 
 
-_ATTRS = {
-    "type": "type",
-    "node": "node",
-    "eventTime": "event_time",
-    "seq": "seq",
-    "clusterName": "cluster_name",
-    "brokerName": "broker_name",
-    "brokerId": "broker_id",
-    "brokerAddr": "broker_addr",
-    "source": "source",
-    "heartbeatTimeoutMillis": "heartbeat_timeout_millis",
-    "localScan": "local_scan",
-}
+#: JSON name -> Event attribute, from the schema's field table
+_ATTRS = {f.name: f.attr for f in EVENT_FIELDS}
 
 
 #: the columns of a parsed event row (:func:`parsed_ddl`), in order
 PARSED_COLUMNS: tuple[str, ...] = ("key", *LIVENESS_FIELDS, "raw", "error")
-_values_of = operator.attrgetter(*(_ATTRS[c] for c in LIVENESS_FIELDS))
+_LIVENESS_ATTRS = tuple(_ATTRS[c] for c in LIVENESS_FIELDS)
 _NOTHING = (None,) * (len(PARSED_COLUMNS) - 1)
 
 
@@ -125,14 +140,18 @@ def parse_values(value: bytes | str | None) -> tuple[Any, ...]:
     if value is None:
         return (*_NOTHING, "record without a value")
     try:
-        event = decode_event(value)
+        # the checked values (what decode_event builds its Event of): the row needs a few of them
+        values = decode_event_values(value)
     except SchemaError as exc:
         return (*_NOTHING, str(exc))
+    etype = values["type"]
     raw = None
-    if event.type in RAW_TYPES:
+    if etype in RAW_TYPES:
         raw = value.decode("utf-8") if isinstance(value, bytes) else value
+    get = values.get  # absent fields are missing from the values: None, as the Event has them
+    key = _group_key(etype, values["node"], get("cluster_name"), get("broker_addr"))
     # type is an EventType, a str: Arrow and Spark take it as its text
-    return (group_key(event), *_values_of(event), raw, None)
+    return (key, *map(get, _LIVENESS_ATTRS), raw, None)
 
 
 def parse_record(value: bytes | str | None) -> dict[str, Any]:

@@ -306,6 +306,19 @@ def _broker_fields(st: BrokerState) -> dict[str, Any]:
     }
 
 
+#: event types as module constants: an enum's class attribute is dear to look up once per event
+_REGISTER, _SILENT = EventType.REGISTER, EventType.SILENT
+_UNREGISTER, _CHANNEL_CLOSED = EventType.UNREGISTER, EventType.CHANNEL_CLOSED
+#: proof of life; a departure (compared with ==: the events' types are the JSON's text)
+_ALIVE_TYPES = (_REGISTER, EventType.HEARTBEAT)
+_GONE_TYPES = (_UNREGISTER, _CHANNEL_CLOSED)
+
+
+def _where(e: dict[str, Any]) -> dict[str, Any]:
+    """The output columns naming the event a row comes from (made only for the events that emit one)."""
+    return {"node": e["node"], "seq": e["seq"]}
+
+
 def _by_broker(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """A bucket's events per broker, each in the order given."""
     out: dict[str, list[dict[str, Any]]] = {}
@@ -424,8 +437,7 @@ class LivenessProcessor(StatefulProcessor):
         links = Links.load(st.links)
         for e in events:
             etype, t = e["type"], int(e["eventTime"])
-            where = {"node": e["node"], "seq": e["seq"]}
-            if etype in (EventType.REGISTER, EventType.HEARTBEAT):
+            if etype in _ALIVE_TYPES:
                 links.report(e["node"], t, connected=True)
                 if e["brokerName"] is not None:
                     st.broker_name = e["brokerName"]
@@ -436,12 +448,12 @@ class LivenessProcessor(StatefulProcessor):
                 comeback = not st.alive
                 st.alive = True
                 st.last_seen = max(st.last_seen, t)
-                if etype == EventType.REGISTER:
+                if etype == _REGISTER:
                     fingerprint = registration_fingerprint(e["raw"])
                     if comeback or fingerprint != st.registration:
                         st.registration = fingerprint
                         self.registrations.updateValue((name,), (e["raw"],))
-                        out.add(KIND_ROUTE, t, type=etype, raw=e["raw"], **where, **_broker_fields(st))
+                        out.add(KIND_ROUTE, t, type=etype, raw=e["raw"], **_where(e), **_broker_fields(st))
                 elif (comeback or (e["source"] == "REGISTER_BROKER" and t - st.replayed_at >= _REPLAY_GAP_MS)) and (
                     last := self.registrations.getValue((name,))
                 ) is not None:
@@ -452,21 +464,21 @@ class LivenessProcessor(StatefulProcessor):
                     (raw,) = last
                     st.replayed_at = t
                     cause = "COMEBACK" if comeback else "REREGISTER"
-                    out.add(KIND_ROUTE, t, type=EventType.REGISTER, cause=cause, raw=raw, **where, **_broker_fields(st))
+                    out.add(KIND_ROUTE, t, type=_REGISTER, cause=cause, raw=raw, **_where(e), **_broker_fields(st))
                 if comeback and known:
                     flaps.append(t)
-                    self._resolve_gone(st, t, out, where)
+                    self._resolve_gone(st, t, out, _where(e))
                 known = True
-            elif etype == EventType.SILENT:
+            elif etype == _SILENT:
                 # a node's clock passed its own deadline for the broker; decide now if ours has passed
                 # too (every node's heartbeats, not just that node's), rather than a batch later
                 if st.alive and known and t > st.last_seen + st.timeout_ms:
                     self._expire(st, t, t, watermark, flaps, out)
-            elif etype in (EventType.UNREGISTER, EventType.CHANNEL_CLOSED):
-                closed = etype == EventType.CHANNEL_CLOSED and links.report(e["node"], t, connected=False)
+            elif etype in _GONE_TYPES:
+                closed = etype == _CHANNEL_CLOSED and links.report(e["node"], t, connected=False)
                 if not st.alive or t < st.last_seen:
                     continue  # already gone, or the broker proved alive after this report
-                asked = etype == EventType.UNREGISTER and e["source"] == UnregisterSource.UNREGISTER_BROKER
+                asked = etype == _UNREGISTER and e["source"] == UnregisterSource.UNREGISTER_BROKER
                 everywhere = closed and not links.holders()
                 if not (asked or everywhere or (closed and s.remove_on_channel_close)):
                     continue  # an echo of an expiry or of our own action, or a close at only some nodes
@@ -480,6 +492,7 @@ class LivenessProcessor(StatefulProcessor):
                     how, reason = "lost its connection", f"{cause} reported by {e['node']} at {t}"
                 st.alive = False
                 st.gone_at = t
+                where = _where(e)
                 out.add(
                     KIND_ACTION, t, type=ActionType.REMOVE, cause=cause, lastHeartbeat=t, watermark=watermark,
                     reason=reason, **where, **_broker_fields(st),

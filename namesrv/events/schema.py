@@ -70,6 +70,7 @@ __all__ = [
     "ACTION_FIELDS",
     "encode_event",
     "decode_event",
+    "decode_event_values",
     "check_event",
     "check_action",
     "event_key",
@@ -233,7 +234,7 @@ class BrokerQueueInfo:
         d = _object(d, where)
         name = d.get("brokerName")
         if type(name) is not str or not name:
-            raise SchemaError(f"{where}.brokerName: expected a non-empty string, got {name!r}")
+            raise SchemaError(f"{where}.brokerName: expected a non-empty string, got {_text(name)}")
         return cls(name, QueueInfo.from_json(d, where))
 
 
@@ -461,15 +462,23 @@ def _read_bool(x: Any, where: str) -> bool:
     return x
 
 
-def _reader_enum(enum_type: type[enum.StrEnum]) -> Callable[[Any, str], Any]:
-    def read(x: Any, where: str) -> Any:
-        try:
-            return enum_type(_read_str(x, where))
-        except ValueError:
-            known = ", ".join(m.value for m in enum_type)
-            raise SchemaError(f"{where}: unknown value {x!r} (known: {known})") from None
+class _EnumReader:
+    """Reads a member of ``enum_type`` from its text; ``members`` maps each text to its member."""
 
-    return read
+    def __init__(self, enum_type: type[enum.StrEnum]) -> None:
+        self.enum_type = enum_type
+        self.members: dict[str, Any] = {m.value: m for m in enum_type}
+
+    def __call__(self, x: Any, where: str) -> Any:
+        member = self.members.get(x) if type(x) is str else None
+        if member is None:  # not text at all included
+            known = ", ".join(self.members)
+            raise SchemaError(f"{where}: unknown value {_text(x)} (known: {known})")
+        return member
+
+
+def _reader_enum(enum_type: type[enum.StrEnum]) -> _EnumReader:
+    return _EnumReader(enum_type)
 
 
 def _read_topics(x: Any, where: str) -> dict[str, QueueInfo]:
@@ -578,6 +587,23 @@ _COMMON_EVENT = ("v", "type", "node", "eventTime", "seq")
 _COMMON_ACTION = ("v", "type", "monitor", "decidedAt")
 #: JSON name -> attribute, of both tables (a name means the same in both)
 _ATTRS = {f.name: f.attr for f in (*EVENT_FIELDS, *ACTION_FIELDS)}
+
+
+def _pairs(names: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The JSON names of required fields and their attributes: :func:`_require` looks the attributes up."""
+    return names, tuple(_ATTRS[n] for n in names)
+
+
+_COMMON_EVENT_PAIRS = _pairs(_COMMON_EVENT)
+_COMMON_ACTION_PAIRS = _pairs(_COMMON_ACTION)
+#: per event type: what its messages call it, its required fields and its source's reader (or None);
+#: made once, since an enum member's ``.value`` is a property, dear on every event
+_EVENT_TYPE_RULES = {
+    etype: (f"{etype.value} event", _pairs(EVENT_REQUIRED[etype]), _SOURCE_READERS.get(etype)) for etype in EventType
+}
+_ADMIN = EventType.ADMIN  # (an enum's class attribute is dear to look up on every event)
+_ADMIN_RULES = {op: (f"ADMIN {op.value} event", _pairs(names)) for op, names in ADMIN_REQUIRED.items()}
+_ACTION_TYPE_RULES = {atype: (f"{atype.value} action", _pairs(ACTION_REQUIRED[atype])) for atype in ActionType}
 #: (attribute, bound, path for messages) per field: check_event / check_action run on every event
 _EVENT_CHECKS = tuple((f.attr, f.bound, f"event.{f.name}") for f in EVENT_FIELDS)
 _ACTION_CHECKS = tuple((f.attr, f.bound, f"action.{f.name}") for f in ACTION_FIELDS)
@@ -603,9 +629,96 @@ def _to_json(record: Event | Action, fields: tuple[Field, ...]) -> bytes:
     return orjson.dumps(out)
 
 
-def _from_json(data: bytes | str | Mapping[str, Any], fields: tuple[Field, ...], what: str) -> dict[str, Any]:
+# How the decoder checks one field's value, derived from its Field row (:func:`_decode_plan`): a
+# plain string, integer or boolean within its bound, and an enum's text, are checked in the loop of
+# :func:`_present_values` itself, without a call; anything else runs the row's ``read`` and ``bound``.
+_STR, _INT, _BOOL, _ENUM, _OTHER = range(5)
+#: (how, attribute, two parameters, path for messages): see :func:`_decode_plan`
+_Step = tuple[int, str, Any, Any, str]
+
+
+def _decode_plan(fields: tuple[Field, ...], what: str) -> dict[str, _Step]:
+    """JSON name -> how :func:`_present_values` checks the field. The inline checks are the row's
+    ``read`` and ``bound`` written out: they accept exactly the values those accept, unchanged, and
+    what they refuse is handed to the rows themselves (:func:`_walk_fields`) for the message."""
+    plan: dict[str, _Step] = {}
+    for f in fields:
+        b = f.bound
+        step: tuple[int, Any, Any]
+        if f.read is _read_str and type(b) is MaxChars:
+            step = (_STR, b.chars, None)
+        elif f.read is _read_int and type(b) is IntRange:
+            step = (_INT, b.lo, b.hi)
+        elif f.read is _read_bool and type(b) is IsBool:
+            step = (_BOOL, None, None)
+        elif type(f.read) is _EnumReader and type(b) is Member and b.enum_type is f.read.enum_type:
+            step = (_ENUM, f.read.members, None)
+        else:
+            step = (_OTHER, f.read, b.check)
+        how, p, q = step
+        plan[f.name] = (how, f.attr, p, q, f"{what}.{f.name}")
+    return plan
+
+
+_EVENT_PLAN = _decode_plan(EVENT_FIELDS, "event")
+_ACTION_PLAN = _decode_plan(ACTION_FIELDS, "action")
+
+
+def _present_values(raw: dict[Any, Any], plan: dict[str, _Step]) -> dict[str, Any] | None:
+    """The typed values (by attribute name) of the fields ``raw`` carries, walking its keys rather than
+    the whole table (a heartbeat carries 10 of the event's 27 fields); None if any value is refused.
+
+    Unknown keys and null values are skipped, as :func:`_walk_fields` skips them.
+    """
+    values: dict[str, Any] = {}
+    for name, value in raw.items():
+        step = plan.get(name)
+        if step is None or value is None:
+            continue
+        how, attr, p, q, where = step
+        if how == _STR:
+            if type(value) is not str or len(value) > p:
+                return None
+        elif how == _INT:
+            if type(value) is not int or not p <= value <= q:
+                return None
+        elif how == _ENUM:
+            value = p.get(value) if type(value) is str else None
+            if value is None:
+                return None
+        elif how == _BOOL:
+            if type(value) is not bool:
+                return None
+        else:
+            try:
+                value = p(value, where)
+                q(value, where)
+            except SchemaError:
+                return None
+        values[attr] = value
+    return values
+
+
+def _walk_fields(raw: dict[Any, Any], fields: tuple[Field, ...], what: str) -> dict[str, Any]:
+    """The typed values of ``raw`` field by field in table order, each row's ``read`` then ``bound``:
+    the reference for :func:`_present_values`, and what names the refused field (the first in table
+    order, however the record ordered its keys)."""
+    values: dict[str, Any] = {}
+    for f in fields:
+        value = raw.get(f.name)
+        if value is not None:
+            where = f"{what}.{f.name}"
+            value = f.read(value, where)
+            f.bound.check(value, where)
+            values[f.attr] = value
+    return values
+
+
+def _from_json(
+    data: bytes | str | Mapping[str, Any], fields: tuple[Field, ...], plan: dict[str, _Step], what: str
+) -> dict[str, Any]:
     """Field-by-field typed values (by attribute name) of one record, each checked against its bound."""
-    if isinstance(data, Mapping):
+    if type(data) is not bytes and isinstance(data, Mapping):  # (an ABC's isinstance is dear: bytes first)
         raw = data
     else:
         try:
@@ -616,16 +729,11 @@ def _from_json(data: bytes | str | Mapping[str, Any], fields: tuple[Field, ...],
         raise SchemaError(f"{what}: expected a JSON object, got {_show(raw)}")
     v = raw.get("v")
     if v != VERSION or type(v) is not int:
-        raise SchemaError(f"{what}.v: unsupported schema version {v!r}; this reader knows {VERSION}")
-    values: dict[str, Any] = {}
-    for f in fields:
-        value = raw.get(f.name)
-        if value is not None:
-            where = f"{what}.{f.name}"
-            value = f.read(value, where)
-            f.bound.check(value, where)
-            values[f.attr] = value
-    return values
+        raise SchemaError(f"{what}.v: unsupported schema version {_text(v)}; this reader knows {VERSION}")
+    # more keys than the table has fields (unknown ones): the table is the shorter walk
+    values = _present_values(raw, plan) if len(raw) <= len(fields) else None
+    # a refused value: the table walk raises the error it always raised
+    return _walk_fields(raw, fields, what) if values is None else values
 
 
 def _values(record: Event | Action, checks: tuple[tuple[str, Bound, str], ...]) -> dict[str, Any]:
@@ -639,29 +747,34 @@ def _values(record: Event | Action, checks: tuple[tuple[str, Bound, str], ...]) 
     return values
 
 
-def _require(values: dict[str, Any], names: tuple[str, ...], what: str) -> None:
-    missing = [n for n in names if values.get(_ATTRS[n]) is None]
-    if missing:
-        raise SchemaError(f"{what}: missing required field(s) {', '.join(missing)}")
+def _require(values: dict[str, Any], required: tuple[tuple[str, ...], tuple[str, ...]], what: str) -> None:
+    """SchemaError naming every required field (see :func:`_pairs`) that ``values`` lacks."""
+    names, attrs = required
+    for attr in attrs:
+        if values.get(attr) is None:
+            missing = [n for n, a in zip(names, attrs, strict=True) if values.get(a) is None]
+            raise SchemaError(f"{what}: missing required field(s) {', '.join(missing)}")
 
 
 def _event_rules(values: dict[str, Any]) -> None:
     """What an event of its type must carry (``values`` are bounded already); ``source`` becomes text."""
-    _require(values, _COMMON_EVENT, "event")
+    _require(values, _COMMON_EVENT_PAIRS, "event")
     etype: EventType = values["type"]
-    what = f"{etype.value} event"
-    _require(values, EVENT_REQUIRED[etype], what)
-    read_source = _SOURCE_READERS.get(etype)
+    what, required, read_source = _EVENT_TYPE_RULES[etype]
+    _require(values, required, what)
     if read_source is not None:
-        values["source"] = read_source(values["source"], f"{what}.source").value
-    if etype is EventType.ADMIN:
-        _require(values, ADMIN_REQUIRED[values["op"]], f"ADMIN {values['op'].value} event")
+        source = values["source"]  # stays text: a member's text is its value
+        if type(source) is not str or source not in read_source.members:
+            read_source(source, f"{what}.source")  # raises, naming the value and the known ones
+    if etype is _ADMIN:
+        admin_what, admin_required = _ADMIN_RULES[values["op"]]
+        _require(values, admin_required, admin_what)
 
 
 def _action_rules(values: dict[str, Any]) -> None:
-    _require(values, _COMMON_ACTION, "action")
-    atype: ActionType = values["type"]
-    _require(values, ACTION_REQUIRED[atype], f"{atype.value} action")
+    _require(values, _COMMON_ACTION_PAIRS, "action")
+    what, required = _ACTION_TYPE_RULES[values["type"]]
+    _require(values, required, what)
 
 
 def encode_event(event: Event) -> bytes:
@@ -677,9 +790,16 @@ def check_event(event: Event) -> None:
 
 def decode_event(data: bytes | str | Mapping[str, Any]) -> Event:
     """A checked :class:`Event` from JSON bytes/text or an already parsed object; SchemaError if invalid."""
-    values = _from_json(data, EVENT_FIELDS, "event")
+    return Event(**decode_event_values(data))
+
+
+def decode_event_values(data: bytes | str | Mapping[str, Any]) -> dict[str, Any]:
+    """What :func:`decode_event` makes its Event of: the checked values of the fields present, by
+    attribute name (absent ones are missing, not None). For a reader that wants a few of them
+    (the Spark job's source, per record) without building the Event."""
+    values = _from_json(data, EVENT_FIELDS, _EVENT_PLAN, "event")
     _event_rules(values)
-    return Event(**values)
+    return values
 
 
 def event_key(event: Event) -> bytes:
@@ -702,7 +822,7 @@ def check_action(action: Action) -> None:
 
 def decode_action(data: bytes | str | Mapping[str, Any]) -> Action:
     """A checked :class:`Action`; SchemaError if invalid (unknown types included)."""
-    values = _from_json(data, ACTION_FIELDS, "action")
+    values = _from_json(data, ACTION_FIELDS, _ACTION_PLAN, "action")
     _action_rules(values)
     return Action(**values)
 
@@ -758,8 +878,19 @@ def _opt_int(d: dict[str, Any], key: str, where: str, default: int) -> int:
 
 
 def _show(x: Any) -> str:
-    text = _show_int(x) if type(x) is int else _cut(repr(x))
-    return f"{type(x).__name__} {text}"
+    return f"{type(x).__name__} {_text(x)}"
+
+
+def _text(x: Any) -> str:
+    """A value as an error message shows it: repr'd, at most 60 characters."""
+    if type(x) is int:
+        return _show_int(x)
+    try:
+        return _cut(repr(x))
+    except RecursionError:
+        # JSON nests up to 1024 deep (orjson's limit), deeper than repr may recurse: a hostile
+        # record's value must still end in a SchemaError, not stop the caller
+        return "<nested too deeply to show>"
 
 
 def _show_int(x: int) -> str:

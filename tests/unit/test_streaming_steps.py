@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import logging
 
-from namesrv.events.schema import ActionType, decode_action
-from streaming import job
+import pytest
+
+from namesrv.events import schema
+from namesrv.events.schema import ActionType, Event, decode_action, encode_event
+from streaming import events, job
 from streaming.alerts import decode_alert
 from streaming.events import parse_record
 from streaming.liveness import KIND_ACTION, KIND_ROUTE
 from tests.support.streaming import T0, YEAR_2100, make_sink, out_row
+from tests.unit.test_event_schema import EVENTS
 
 
 def test_the_monitor_heartbeat_goes_out_only_while_deciding_and_lag_is_an_incident_once():
@@ -80,6 +84,35 @@ def test_order_applies_a_removal_before_a_later_comeback():
 def test_parse_record_flags_what_it_cannot_read():
     assert parse_record(None)["error"] == "record without a value"
     assert "missing required" in parse_record(b'{"v":1,"type":"HEARTBEAT","node":"n","eventTime":1,"seq":1}')["error"]
+    # a value nested as deep as JSON allows is a bad record too, not an exception that stops the source
+    deep = b'{"v":1,"type":"TICK","node":' + b"[" * 1000 + b"]" * 1000 + b',"eventTime":1,"seq":1}'
+    assert parse_record(deep)["error"].startswith("event.node: expected a string, got list")
+
+
+def _event_row(event: Event) -> dict:
+    """The row as the source made it from the decoded Event (what parse_record did before it skipped the Event)."""
+    raw = encode_event(event).decode() if event.type in events.RAW_TYPES else None
+    attrs = {f.name: f.attr for f in schema.EVENT_FIELDS}
+    row = {"key": events.group_key(event), **{c: getattr(event, attrs[c]) for c in events.LIVENESS_FIELDS}}
+    return {**row, "type": str(event.type), "raw": raw, "error": None}
+
+
+@pytest.mark.parametrize("event", EVENTS, ids=lambda e: f"{e.type.value}-{e.seq}")
+def test_a_parsed_row_holds_what_the_decoded_event_holds(event):
+    assert parse_record(encode_event(event)) == _event_row(event)
+
+
+def test_bucket_keys_are_remembered_up_to_a_bound_and_stay_the_hash(monkeypatch):
+    import zlib
+
+    monkeypatch.setattr(events, "_BUCKET_KEYS", {})
+    monkeypatch.setattr(events, "_BUCKET_KEYS_MAX", 3)
+    addrs = [f"10.0.0.{i}:10911" for i in range(10)]
+    for _ in range(2):
+        for a in addrs:
+            bucket = zlib.crc32(f"C|{a}".encode()) % events.STATE_BUCKETS
+            assert events.broker_key("C", a) == f"broker:{bucket}"
+            assert len(events._BUCKET_KEYS) <= 3
 
 
 def test_each_state_layout_has_its_own_checkpoint_and_an_old_one_is_named(tmp_path, caplog, monkeypatch):
