@@ -330,18 +330,14 @@ def _by_broker(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 def _events(rows: Iterator[Row]) -> list[dict[str, Any]]:
     """One key's rows as dicts in event-time order (then ``seq``; the sort is stable).
 
-    The job hands each event over packed (:data:`streaming.events.PACKED`, see
-    :func:`streaming.job.decide`); rows with the fields as columns (a test's) are read as they are.
+    The job hands each event over packed (:data:`streaming.events.PACKED`, see :func:`streaming.job.decide`).
     """
     first = next(rows, None)
     if first is None:
         return []
-    if PACKED in first.__fields__:
-        at = first.__fields__.index(PACKED)
-        loads = orjson.loads
-        out = [loads(first[at]), *(loads(r[at]) for r in rows)]
-    else:
-        out = [first.asDict(), *(r.asDict() for r in rows)]
+    at = first.__fields__.index(PACKED)
+    loads = orjson.loads
+    out = [loads(first[at]), *(loads(r[at]) for r in rows)]
     out.sort(key=lambda e: (e["eventTime"], e["seq"]))
     return out
 

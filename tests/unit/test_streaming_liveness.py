@@ -11,7 +11,7 @@ from pyspark.sql import Row
 from pyspark.sql.streaming.tws_tester import TwsTester
 
 from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo, encode_event
-from streaming.events import STATE_BUCKETS, broker_key, group_key, parse_record
+from streaming.events import PACKED, PACKED_FIELDS, STATE_BUCKETS, broker_key, group_key, parse_record
 from streaming.health import KIND_HEALTH
 from streaming.liveness import KIND_ACTION, KIND_ALERT, KIND_ROUTE, LivenessProcessor, LivenessSettings
 
@@ -43,9 +43,13 @@ def heartbeat(t: int, node: str = "n1", source: str = "BROKER_HEARTBEAT") -> Eve
 
 
 def rows(*events: Event) -> list[Row]:
-    """The rows the processor gets for ``events``: parsed as the job parses them, without the error column."""
+    """The rows the processor gets for ``events``: parsed and packed as the job does (``streaming.job.decide``),
+    with ``eventTime`` beside them for the tester's clock (the job's is the ``eventTs`` column)."""
     parsed = [parse_record(encode_event(e)) for e in events]
-    return [Row(**{k: v for k, v in p.items() if k != "error"}) for p in parsed]
+    return [
+        Row(key=p["key"], eventTime=p["eventTime"], **{PACKED: orjson.dumps({f: p[f] for f in PACKED_FIELDS}).decode()})
+        for p in parsed
+    ]
 
 
 def make_tester(**settings) -> TwsTester:
