@@ -373,7 +373,8 @@ def report(args: argparse.Namespace, res: Result, command: str, wall_s: float) -
     ]
     return "\n".join(
         [
-            f"## {b:,} brokers x {t} topics ({'quick' if args.quick else 'full'})",
+            f"## {b:,} brokers x {t} topics ({'quick' if args.quick else 'full'}, "
+            f"{'heartbeats all at once' if args.spread == 1 else f'heartbeats in {args.spread} groups'})",
             "",
             f"Command: `{command}` ({time.strftime('%Y-%m-%d')}, {wall_s:.0f} s in all; load average (1 min) at start → end: {load}).",
             "",
