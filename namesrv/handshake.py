@@ -112,7 +112,7 @@ class Acceptor:
     def __init__(
         self,
         security: TransportSecurity,
-        protocol_factory: Callable[[str], asyncio.Protocol],
+        protocol_factory: Callable[[str], asyncio.BaseProtocol],
         spawn: Callable[[Coroutine[Any, Any, Any], str], asyncio.Task[Any]],
     ) -> None:
         self.security = security

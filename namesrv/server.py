@@ -33,11 +33,20 @@ back for :data:`HELD_BACK_LIMIT_S` is closed, unless a broker registered on it (
 the broker; the idle limit still applies to it), so the memory an attack held comes back within
 seconds of its end, not at the idle limit.
 
-A connection receiving a large frame (:data:`_LARGE_FRAME_BYTES` or more of it buffered) reads once,
-then waits in a node-wide line (:meth:`NameServer.read_large_frame_later`): one such read per turn of
-the loop, whoever's frame it is.  Each costs about 0.25 ms (256 KB copied into memory never touched
-before, whose pages fault in), so however many peers stream large frames, a turn of the loop takes
-one read of them, and the requests of everyone else wait for no more than that.
+A connection receiving a large frame (256 KiB or more, known from its first 8 bytes) reads once, then
+waits in a node-wide line (:meth:`NameServer.read_large_frame_later`): one such read per turn of the
+loop, whoever's frame it is, and no more than :data:`LARGE_FRAME_BYTES_PER_S` of them in all (32 MiB/s:
+a 16 MiB registration takes half a second to arrive).  Each read costs about 0.25 ms (256 KiB
+received into memory never touched before, whose pages fault in), so however many peers stream
+large frames, a turn of the loop takes one read of them, the requests of everyone else wait for no
+more than that, and those reads take a few per cent of a core.  The pace holds from the read that
+brings the frame's header.  Reading one piece per turn but as fast as the loop turned, the node took
+20 connections' unfinished 16 MiB frames at ~300 MB/s, filled its 64 MiB budget in about 0.2 s and,
+with the attacker's own sending, kept both cores of the test machine busy: a well-formed client's
+p99 was 4-8 ms then, 1-4 ms paced on a quiet machine (tests/conformance/test_attack_latency.py).  A large frame is
+received straight into memory of its own, of the length its header declares (see
+:mod:`namesrv.protocol.codec`); everything else into the node's one read buffer, then fed to the
+connection's decoder.
 
 A request whose work runs off the loop (:class:`namesrv.handlers.Pending`: KV and config writes,
 large registration bodies) holds its connection: nothing more is read or answered there until its
@@ -108,8 +117,15 @@ BUDGET_OFFENDER_BYTES = 256 * 1024
 _BUDGET_CHECK_S = 0.05
 _DROP_LOG_PER_MINUTE = 20
 _GIL_SWITCH_S = 0.0005
-#: a connection holding this much of an unfinished frame reads once per turn of the loop
+#: a connection holding this much received and not yet answered is paced as if receiving a large frame
 _LARGE_FRAME_BYTES = 256 * 1024
+#: the most bytes one read takes (asyncio's and uvloop's own size), a piece of a large frame included
+_READ_BYTES = 256 * 1024
+#: node-wide, the bytes of large frames read per second, all connections receiving one together
+LARGE_FRAME_BYTES_PER_S = 32 * 1024 * 1024
+#: a large read may come this much ahead of the pace (the loop's timers fire to the millisecond, or
+#: early: waiting for the rest would take a turn of the loop for nothing); later reads make it up
+_PACE_SLACK_BYTES = LARGE_FRAME_BYTES_PER_S // 500
 _REASON_MAX_CHARS = 300
 #: while dropping a refused body, a connection is read once per this many seconds
 _SKIP_READ_S = 0.01
@@ -129,9 +145,10 @@ def _map_large_buffers() -> None:
     """Give every buffer of 256 KiB or more its own mapping, returned to the OS when it is freed.
 
     glibc starts so, but raises the threshold to the size of each large buffer freed (up to 32 MiB),
-    after which the unfinished frames of an attack are carved from the heap and the node's resident
-    memory never comes back down.  Setting the threshold once turns that adjustment off.  Other C
-    libraries ignore the call or lack it; nothing else depends on it.
+    after which large bodies and answers are carved from the heap and the node's resident memory
+    never comes back down (frames in progress have mappings of their own, see the codec).  Setting
+    the threshold once turns that adjustment off.  Other C libraries ignore the call or lack it;
+    nothing else depends on it.
     """
     try:
         ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
@@ -139,8 +156,13 @@ def _map_large_buffers() -> None:
         pass
 
 
-class Connection(asyncio.Protocol):
-    """One TCP connection from a broker, a client or an admin tool."""
+class Connection(asyncio.BufferedProtocol):
+    """One TCP connection from a broker, a client or an admin tool.
+
+    The transport receives into the memory :meth:`get_buffer` gives: a large frame's own (see
+    :mod:`namesrv.protocol.codec`), else the node's read buffer, fed to the decoder at once.
+    :meth:`data_received` takes bytes as a plain protocol's would (the tests' fake transport).
+    """
 
     __slots__ = (
         "server",
@@ -157,6 +179,7 @@ class Connection(asyncio.Protocol):
         "throttled",
         "held_back_since",
         "pending_started",
+        "into_frame",
     )
 
     def __init__(self, server: NameServer, peer: str | None = None) -> None:
@@ -178,12 +201,14 @@ class Connection(asyncio.Protocol):
         self.reading = True
         #: bytes this connection was last counted for in the node's budget
         self.held = 0
-        #: receiving a large frame: one read per turn of the loop (see data_received)
+        #: receiving a large frame: the next read waits for its turn (see _received)
         self.throttled = False
         #: when the node last stopped reading it for the budget (server clock)
         self.held_back_since = 0.0
         #: the request stats' clock when the pending request started (metrics on)
         self.pending_started = 0.0
+        #: the last get_buffer gave the large frame's own memory (else the node's read buffer)
+        self.into_frame = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # a stream server's transport: typeshed's Protocol says BaseTransport, and uvloop's transports are
@@ -195,7 +220,27 @@ class Connection(asyncio.Protocol):
         self.server.connections.add(self)
         self.server.tune(stream)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """Where the transport receives next: up to _READ_BYTES of the large frame in progress, in
+        its own memory (no copy), else the node's read buffer."""
+        view = self.decoder.receive_buffer(_READ_BYTES)
+        self.into_frame = view is not None
+        return self.server.read_buffer if view is None else view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if not self.into_frame:
+            self.data_received(self.server.read_buffer[:nbytes])
+            return
+        self.last_active = self.server.clock()
+        try:
+            self.decoder.received(nbytes)
+            self._answer_buffered()
+        except Exception as e:  # a bug on our side must cost this connection, never the node's log or loop
+            self.drop(departure.read_failed(e))
+            return
+        self._received(nbytes)
+
+    def data_received(self, data: bytes | memoryview) -> None:
         self.last_active = self.server.clock()
         try:
             self.decoder.feed(data)
@@ -203,11 +248,20 @@ class Connection(asyncio.Protocol):
         except Exception as e:  # a bug on our side must cost this connection, never the node's log or loop
             self.drop(departure.read_failed(e))
             return
+        self._received(len(data))
+
+    def _received(self, nbytes: int) -> None:
+        """After a read of ``nbytes``: count what we hold, and pace the reads of a large frame."""
         self.server.account(self)
-        if (self.decoder.buffered >= _LARGE_FRAME_BYTES or self.decoder.skipping) and not self.throttled:
+        decoder = self.decoder
+        if (
+            decoder.receiving_large_frame or decoder.buffered >= _LARGE_FRAME_BYTES or decoder.skipping
+        ) and not self.throttled:
             # libuv reads a ready socket up to 32 times in a row: a peer streaming a large frame (or a
             # refused body we drop) would take the loop for milliseconds each turn.  One read at a
-            # time, then wait for a turn (NameServer.read_large_frame_later).
+            # time, then wait for a turn (NameServer.read_large_frame_later), from the read that
+            # brought the frame's header: from 256 KiB on only, 20 connections opened at once took
+            # 5 MiB at full speed, just when the attacker's own sending is busiest.
             self.throttled = True
             self._update_reading()
             assert self.server.loop is not None  # set before the server accepts a connection
@@ -216,7 +270,7 @@ class Connection(asyncio.Protocol):
                 # 25 MB/s), so a peer sending them back to back cannot keep the node's CPU busy
                 self.server.loop.call_later(_SKIP_READ_S, self.unthrottle)
             else:
-                self.server.read_large_frame_later(self)
+                self.server.read_large_frame_later(self, nbytes)
 
     def unthrottle(self) -> bool:
         """Read again after a large frame's read; True if the transport is reading now."""
@@ -387,6 +441,11 @@ class NameServer:
         #: connections receiving a large frame, each waiting for its next read, first come first read
         self._large_reads: collections.deque[Connection] = collections.deque()
         self._large_read_due = False
+        #: bytes of large frames that may be read now (negative: read ahead of the pace), as of _large_read_at
+        self._large_read_credit = float(_READ_BYTES)
+        self._large_read_at = clock()
+        #: what connections not receiving a large frame read into; each read is fed to its decoder at once
+        self.read_buffer = memoryview(bytearray(_READ_BYTES))
         self._budget_check: asyncio.TimerHandle | None = None
         #: (SO_SNDBUF, SO_RCVBUF) option values for each accepted socket, 0 = the OS default
         self._socket_buffers: tuple[tuple[int, int], ...] = ()
@@ -414,26 +473,44 @@ class NameServer:
             failure.serialize_type = response.serialize_type
             return encode(failure)
 
-    def read_large_frame_later(self, connection: Connection) -> None:
-        """Let ``connection`` read its large frame on once the others receiving one have had a read."""
+    def read_large_frame_later(self, connection: Connection, read: int) -> None:
+        """Queue ``connection``, which has just read ``read`` bytes of a large frame, for its next
+        read: after the others receiving one have had theirs, at LARGE_FRAME_BYTES_PER_S node-wide."""
+        self._pace_large_reads(read)
         self._large_reads.append(connection)
         if not self._large_read_due:
             self._large_read_due = True
-            assert self.loop is not None  # connections exist only once the server listens
+            self._schedule_large_read()
+
+    def _pace_large_reads(self, read: int = 0) -> None:
+        """Earn credit for the time since the last call (at most one read's worth), spend ``read``."""
+        now = self.clock()
+        earned = self._large_read_credit + (now - self._large_read_at) * LARGE_FRAME_BYTES_PER_S
+        self._large_read_credit = min(earned, _READ_BYTES) - read
+        self._large_read_at = now
+
+    def _schedule_large_read(self) -> None:
+        assert self.loop is not None  # connections exist only once the server listens
+        if self._large_read_credit > -_PACE_SLACK_BYTES:
             self.loop.call_soon(self._next_large_read)
+        else:
+            self.loop.call_later(-self._large_read_credit / LARGE_FRAME_BYTES_PER_S, self._next_large_read)
 
     def _next_large_read(self) -> None:
-        # one read per turn (see the module notes): 20 connections streaming unfinished frames used to
-        # take 20 reads in one turn, 5-8 ms of CPU while every other client waited.  Those not reading
-        # anyway (held back for the budget, waiting for their answers to be read, closed) do not use
-        # up the turn.
+        # one read per turn at most, and no more bytes than the pace allows (see the module notes): 20
+        # connections streaming unfinished frames used to take 20 reads in one turn, 5-8 ms of CPU while
+        # every other client waited.  Those not reading anyway (held back for the budget, waiting for
+        # their answers to be read, closed) do not use up the turn.
+        self._pace_large_reads()
+        if self._large_read_credit <= -_PACE_SLACK_BYTES:  # a read came in since this was scheduled
+            self._schedule_large_read()
+            return
         queue = self._large_reads
         while queue and not queue.popleft().unthrottle():
             pass
         self._large_read_due = bool(queue)
         if queue:
-            assert self.loop is not None
-            self.loop.call_soon(self._next_large_read)
+            self._schedule_large_read()
 
     # -- the node-wide buffer budget ---------------------------------------------------------
 

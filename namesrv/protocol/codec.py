@@ -13,11 +13,12 @@ frame by its first 8 bytes, before waiting for the rest, so a peer cannot make u
 the 16 MiB Java allows.  Anything that is not a frame raises :class:`RemoteProtocolError`; the server
 then closes the connection, exactly as Java's ``NettyDecoder`` does.
 
-A frame of :data:`CHUNKED_FRAME_BYTES` or more is kept, once its header is in, as a list of chunks
-joined once, when it is whole: what is fed in pieces of that size or more is kept as it is, smaller
-pieces are gathered into one buffer (a 256 KiB piece has a memory mapping of its own, returned to
-the system when freed; many smaller ones kept for long would fragment the heap for good).  The body
-is copied once, not twice, and the bytes before it are never moved.
+A frame of :data:`LARGE_FRAME_BYTES` or more gets, once its header is in, memory of its own of the
+length its first word declares (an anonymous mapping: pages are taken as bytes arrive, so a frame
+announced at 16 MiB and never sent costs what was sent, and the mapping goes back to the system
+when the frame is done or dropped).  Its bytes are written there as they come: by :meth:`FrameDecoder.feed`,
+or by a reader that receives straight into :meth:`FrameDecoder.receive_buffer`, which saves copying
+each read once more.  When it is whole the body is copied out once.
 
 A decoder may be given ``body_limits``, the most body bytes a request code may carry.  A frame over
 its code's limit is handed out as soon as its header is in, with no body and ``body_dropped`` set to
@@ -42,6 +43,7 @@ from __future__ import annotations
 import enum
 import functools
 import json
+import mmap
 import re
 import struct
 import threading
@@ -255,11 +257,11 @@ class FrameDecoder:
     """
 
     def __init__(self, body_limits: Mapping[int, int] | None = None, max_header: int | None = None) -> None:
-        #: the frame in progress once it is known to be large: what was fed, in order (see the module notes)
-        self._chunks: list[bytes | bytearray] = []
-        #: bytes in _chunks, and the length of that frame, length word included (0: none in progress)
-        self._chunked = self._chunked_end = 0
-        self._chunked_header: tuple[SerializeType, int] = (SerializeType.JSON, 0)
+        #: the large frame in progress, length word included, in memory of its own (see the module notes)
+        self._frame: memoryview | None = None
+        #: bytes of it received, and its length (0: none in progress)
+        self._filled = self._frame_len = 0
+        self._frame_header: tuple[SerializeType, int] = (SerializeType.JSON, 0)
         self._buf = bytearray()
         self._start = 0  # bytes before this offset are already handed out
         #: why the stream is out of step; the message only (an exception would keep its traceback's
@@ -277,7 +279,7 @@ class FrameDecoder:
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as a command."""
-        return len(self._buf) - self._start + self._chunked
+        return len(self._buf) - self._start + self._filled
 
     @property
     def skipping(self) -> int:
@@ -291,24 +293,41 @@ class FrameDecoder:
                 return
             data = memoryview(data)[self._skip :]  # the end of a refused body, dropped; the rest appended below
             self._skip = 0
-        if self._chunked_end:
-            need = self._chunked_end - self._chunked
-            if len(data) <= need:
-                self._add_chunk(data)
+        if self._frame is not None:
+            filled, size = self._filled, min(len(data), self._frame_len - self._filled)
+            self._frame[filled : filled + size] = data if size == len(data) else memoryview(data)[:size]
+            self._filled += size
+            if size == len(data):
                 return
-            self._add_chunk(memoryview(data)[:need])
-            data = memoryview(data)[need:]
+            data = memoryview(data)[size:]  # the frame is whole: the rest is the next frames'
         if self._start:
             # drop consumed frames only now, so next_command never moves bytes it may not return
             del self._buf[: self._start]
             self._start = 0
         self._buf += data
 
+    def receive_buffer(self, limit: int) -> memoryview | None:
+        """Where up to ``limit`` more bytes of the large frame in progress go, for a reader that
+        receives into memory it is given (then :meth:`received`); None when no such frame is in
+        progress: pass what arrives to :meth:`feed`."""
+        if self._frame is None or self._error is not None:
+            return None
+        return self._frame[self._filled : min(self._frame_len, self._filled + limit)]
+
+    @property
+    def receiving_large_frame(self) -> bool:
+        """A frame of :data:`LARGE_FRAME_BYTES` or more has its header in and the rest to come."""
+        return self._frame is not None
+
+    def received(self, size: int) -> None:
+        """Count ``size`` bytes as written into the memory :meth:`receive_buffer` gave."""
+        self._filled += size
+
     def unread(self) -> tuple[bytearray, int] | None:
         """The buffer and the offset of its first byte not yet handed out, for a reader that answers
         some whole frames itself (:mod:`namesrv.repeats`); None while a large or refused frame is
         in progress, or after an error (then only :meth:`next_command` knows what to do)."""
-        if self._chunked_end or self._skip or self._vetted or self._error is not None:
+        if self._frame is not None or self._skip or self._vetted or self._error is not None:
             return None
         return self._buf, self._start
 
@@ -316,16 +335,6 @@ class FrameDecoder:
         """Count the bytes up to ``end`` of :meth:`unread`'s buffer as handed out: whole frames
         another reader answered."""
         self._start = end
-
-    def _add_chunk(self, data: bytes | memoryview) -> None:
-        chunks = self._chunks
-        if len(data) >= _SMALL_FEED_BYTES:
-            chunks.append(data if type(data) is bytes else bytes(data))
-        elif type(chunks[-1]) is bytearray:  # small reads are gathered, so a trickle costs no more than before
-            chunks[-1] += data
-        else:
-            chunks.append(bytearray(data))
-        self._chunked += len(data)
 
     def next_command(self) -> RemotingCommand | None:
         if self._error is not None:
@@ -337,8 +346,8 @@ class FrameDecoder:
             raise
 
     def _next(self) -> RemotingCommand | None:
-        if self._chunked_end:
-            return self._whole_chunked() if self._chunked == self._chunked_end else None
+        if self._frame is not None:
+            return self._whole_frame() if self._filled == self._frame_len else None
         buf, start = self._buf, self._start
         size = len(buf)
         if size - start < 8:
@@ -358,12 +367,13 @@ class FrameDecoder:
             if refused is not None:
                 return refused
         if size < end:
-            if end - start >= CHUNKED_FRAME_BYTES and size >= header_end:
-                # everything from start on belongs to this frame: it goes on as a list of chunks
+            if end - start >= LARGE_FRAME_BYTES and size >= header_end:
+                # everything from start on belongs to this frame: it goes on in memory of its own
+                frame = memoryview(mmap.mmap(-1, end - start, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS))
                 with memoryview(buf) as view:
-                    self._chunks = [bytes(view[start:])]
-                self._chunked, self._chunked_end = size - start, end - start
-                self._chunked_header = (stype, header_len)
+                    frame[: size - start] = view[start:]
+                self._frame, self._filled, self._frame_len = frame, size - start, end - start
+                self._frame_header = (stype, header_len)
                 buf.clear()
                 self._start = 0
             return None
@@ -379,19 +389,17 @@ class FrameDecoder:
             self._start = end
         return cmd
 
-    def _whole_chunked(self) -> RemotingCommand:
-        """The large frame whose chunks are all in; its first chunk holds the whole header."""
-        chunks, self._chunks = self._chunks, []
-        self._chunked = self._chunked_end = 0
+    def _whole_frame(self) -> RemotingCommand:
+        """The large frame now all in; its memory goes back to the system once this returns."""
+        frame, self._frame = self._frame, None
+        assert frame is not None
+        self._filled = self._frame_len = 0
         self._vetted = False
-        stype, header_len = self._chunked_header
+        stype, header_len = self._frame_header
         header_end = 8 + header_len
-        first = chunks[0]
-        cmd = _decode_header(first, 8, header_end, stype)
-        with memoryview(first) as view:
-            body = b"".join((view[header_end:], *chunks[1:]))  # the one copy of the body
-        if body:
-            cmd.body = body
+        cmd = _decode_header(frame[:header_end].tobytes(), 8, header_end, stype)
+        if header_end < len(frame):
+            cmd.body = frame[header_end:].tobytes()  # the one copy of the body
         return cmd
 
     def _refuse_body(
@@ -413,11 +421,8 @@ class FrameDecoder:
         return cmd
 
 
-#: frames at least this long are received as a list of chunks (see the module notes)
-CHUNKED_FRAME_BYTES = 256 * 1024
-#: fed data shorter than this is copied onto the previous chunk rather than kept as its own (see the
-#: module notes; uvloop reads at most 256,000 bytes at a time, so its reads are all gathered)
-_SMALL_FEED_BYTES = 256 * 1024
+#: frames at least this long are received into memory of their own (see the module notes)
+LARGE_FRAME_BYTES = 256 * 1024
 
 
 def decode_frame(frame: bytes) -> RemotingCommand:

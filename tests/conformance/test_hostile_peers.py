@@ -23,6 +23,7 @@ from namesrv.protocol.codec import MAX_LENGTH, FrameDecoder
 from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from tests.support.attacks import LONGEST_READ_TOPIC
+from tests.support.brokers import registration
 from tests.support.process import node_process
 from tests.support.wait import wait_until
 
@@ -256,3 +257,27 @@ def test_unfinished_frames_on_many_connections_stay_within_the_node_budget(tmp_p
         )
         assert "held back for the buffer budget" in n.log_text()
         assert good.call(RequestCode.GET_BROKER_CLUSTER_INFO).code == ResponseCode.SUCCESS
+
+
+def test_a_real_11_mib_registration_is_read_at_the_node_wide_pace_and_registers_promptly(tmp_path):
+    # a broker with 40,000 topics: the node reads large frames at LARGE_FRAME_BYTES_PER_S (32 MiB/s)
+    # whoever sends them, so that 20 connections streaming unfinished 16 MiB frames cannot take the
+    # machine's cores (test_attack_latency); a real registration of that size still goes through in a
+    # fraction of a second on top of its parse, far within the broker's timeout (registerBrokerTimeoutMills,
+    # 24 s in RocketMQ 5)
+    ext, body = registration(
+        broker_addr="127.0.0.1:10911", topics=[f"BigTopic{i:06d}{'x' * 60}" for i in range(40_000)]
+    )
+    size = len(body)
+    assert size > 10 * MiB
+    with node_process(tmp_path) as n, NameServerClient(n.addr, timeout=30) as broker:
+        for attempt in ("first", "the same again"):  # parsed on the worker, then recognised unchanged
+            start = time.monotonic()
+            assert broker.call(RequestCode.REGISTER_BROKER, ext, body).code == ResponseCode.SUCCESS
+            took = time.monotonic() - start
+            # never faster than the pace (less the first read, one read's worth of credit and the slack)...
+            unpaced = 2 * server_mod._READ_BYTES + server_mod._PACE_SLACK_BYTES
+            assert took >= (size - unpaced) / server_mod.LARGE_FRAME_BYTES_PER_S, attempt
+            assert took < 5, f"{attempt}: {took:.2f} s"  # ...and prompt (0.4-0.7 s measured; 0.06-0.3 s unpaced)
+        with NameServerClient(n.addr) as client:
+            assert len(client.topic_list()) == 40_001  # and the cluster's own topic

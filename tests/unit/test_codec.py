@@ -422,14 +422,14 @@ def test_bodies_within_limits_and_other_codes_are_untouched():
 
 
 # ---------------------------------------------------------------------------------------------
-# large frames: kept as the chunks fed, joined once
+# large frames: received into memory of their own, copied out once
 
 
 @pytest.mark.parametrize("sizes", [(256 * 1024,), (1000, 70_000, 3, 300_000), (4096,)], ids=["reads", "mixed", "small"])
 def test_a_large_frame_fed_in_any_chunks_comes_out_whole_with_the_next_frame(sizes):
-    from namesrv.protocol.codec import CHUNKED_FRAME_BYTES
+    from namesrv.protocol.codec import LARGE_FRAME_BYTES
 
-    body = bytes(range(256)) * (4 * CHUNKED_FRAME_BYTES // 256)  # 1 MiB, every offset distinct mod 256
+    body = bytes(range(256)) * (4 * LARGE_FRAME_BYTES // 256)  # 1 MiB, every offset distinct mod 256
     stream = encode(request(103, {"brokerName": "b"}, body, opaque=1)) + encode(request(105, {"topic": "T"}, opaque=2))
     decoder, got, fed, i = FrameDecoder(), [], 0, 0
     while fed < len(stream):
@@ -443,3 +443,29 @@ def test_a_large_frame_fed_in_any_chunks_comes_out_whole_with_the_next_frame(siz
         )
     assert [(c.opaque, c.body) for c in got] == [(1, body), (2, None)]
     assert got[0].ext_fields == {"brokerName": "b"}
+
+
+def test_a_large_frame_can_be_received_straight_into_its_own_memory_up_to_its_end():
+    from namesrv.protocol.codec import LARGE_FRAME_BYTES
+
+    body = bytes(range(256)) * (4 * LARGE_FRAME_BYTES // 256)
+    large = encode(request(103, {"brokerName": "b"}, body, opaque=1))
+    stream = large + encode(request(105, {"topic": "T"}, opaque=2))
+    decoder = FrameDecoder()
+    assert decoder.receive_buffer(65536) is None and not decoder.receiving_large_frame
+    decoder.feed(stream[:1000])  # the header is in: the frame's memory is ready, of its declared length
+    assert decoder.next_command() is None and decoder.receiving_large_frame
+    fed = 1000
+    while (view := decoder.receive_buffer(300_000)) is not None:
+        assert 0 < len(view) <= 300_000 and fed + len(view) <= len(large)  # never past the frame's end
+        view[:] = stream[fed : fed + len(view)]
+        decoder.received(len(view))
+        fed += len(view)
+        assert decoder.buffered == fed
+        if fed < len(large):
+            assert decoder.next_command() is None
+        else:
+            assert decoder.next_command().body == body
+    assert fed == len(large) and not decoder.receiving_large_frame and decoder.buffered == 0
+    decoder.feed(stream[fed:])  # the next frame goes by feed again
+    assert decoder.next_command().opaque == 2

@@ -410,7 +410,7 @@ def test_past_the_budget_the_large_holders_stop_being_read_until_the_total_is_ba
     larger, larger_t = harness.connect(7002)
     large.data_received(unfinished_frame(400 * KiB))
     small.data_received(unfinished_frame(100 * KiB))  # under BUDGET_OFFENDER_BYTES: never held back
-    harness.loop.run_ready()  # the one-read-per-turn throttle of large frames lets go
+    harness.loop.advance(0.01)  # the pace of large frames' reads lets both read on
     assert not large.held_back and large_t.reading
     larger.data_received(unfinished_frame(600 * KiB))  # 1100 KiB in all
     harness.loop.run_ready()
@@ -432,9 +432,10 @@ def test_past_the_budget_the_large_holders_stop_being_read_until_the_total_is_ba
 
 
 def test_connections_receiving_large_frames_take_turns_at_one_read_per_turn_of_the_loop(harness):
+    # 64 KiB reads: 4 of them are within what the pace allows at once (one 256 KiB read's worth)
     first, second, third = [harness.connect(7000 + i) for i in range(3)]
     for connection, _ in (first, second, third):
-        connection.data_received(unfinished_frame(300 * KiB))  # a large frame: it waits for its next read
+        connection.data_received(unfinished_frame(64 * KiB))  # a large frame's header: it waits for its next read
     assert not any(t.reading for _, t in (first, second, third))
 
     def reading() -> list[bool]:
@@ -442,7 +443,7 @@ def test_connections_receiving_large_frames_take_turns_at_one_read_per_turn_of_t
 
     harness.loop.run_turn()
     assert reading() == [True, False, False]
-    first[0].data_received(unfinished_frame(600 * KiB)[300 * KiB :])  # its read: to the back of the line
+    first[0].data_received(unfinished_frame(128 * KiB)[64 * KiB :])  # its read: to the back of the line
     harness.loop.run_turn()
     assert reading() == [False, True, False]
     third[0].hold_back(True)  # not reading anyway: does not use up the turn
@@ -451,6 +452,85 @@ def test_connections_receiving_large_frames_take_turns_at_one_read_per_turn_of_t
     assert harness.loop.ready == []  # no one left waiting: nothing scheduled
     third[0].hold_back(False)
     assert third[1].reading
+
+
+READ = server_mod._READ_BYTES
+#: seconds of the node-wide pace one 256 KiB read of a large frame takes, and the slack it may come early by
+READ_PACE_S = READ / server_mod.LARGE_FRAME_BYTES_PER_S
+SLACK_S = server_mod._PACE_SLACK_BYTES / server_mod.LARGE_FRAME_BYTES_PER_S
+
+
+def stream(harness: Harness, peers: list[tuple[Connection, FakeTransport, bytes]], seconds: float) -> list[int]:
+    """Each peer sends its bytes as fast as the node takes them, for ``seconds`` of the fake clock
+    (or until all is sent): the transport receives into get_buffer's memory, as uvloop's does,
+    whenever it is reading.  The bytes each peer got in."""
+    sent = [0] * len(peers)
+    end = harness.clock.now + seconds
+    while harness.clock.now < end and any(n < len(data) for n, (_, _, data) in zip(sent, peers, strict=True)):
+        for i, (connection, transport, data) in enumerate(peers):
+            if transport.reading and not transport.closing and sent[i] < len(data):
+                view = connection.get_buffer(-1)
+                size = min(len(view), len(data) - sent[i])
+                view[:size] = data[sent[i] : sent[i] + size]
+                connection.buffer_updated(size)
+                sent[i] += size
+        harness.loop.advance(0.0005)
+    return sent
+
+
+def endless_frame() -> bytes:
+    """The first 15 MiB of a frame announcing 16 MiB (the rest never comes)."""
+    return struct.pack(">II", FRAME_MAX_LENGTH - 4, 2) + b"{}" + bytes(15 * 1024 * KiB)
+
+
+def test_large_frames_are_read_at_a_node_wide_pace_in_turns(harness):
+    peers = [(*harness.connect(7000 + i), endless_frame()) for i in range(3)]
+    got = stream(harness, peers, 0.25)
+    # a quarter of a second's worth, whatever the number of peers, give or take the read in flight
+    assert abs(sum(got) - 0.25 * server_mod.LARGE_FRAME_BYTES_PER_S) <= 2 * READ
+    assert max(got) - min(got) <= 2 * READ  # the line is fair
+    assert harness.server.held_total == sum(got)
+
+
+def test_the_pace_starts_with_the_header_of_a_large_frame(harness):
+    large, large_t = harness.connect(7000)
+    large.data_received(unfinished_frame(8 * KiB))  # 8 KiB of a 2 MiB frame: already waiting for its turn
+    assert not large_t.reading
+    harness.loop.run_ready()
+    assert large_t.reading
+    small, small_t = harness.connect(7001)
+    small.data_received(encode(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}, b"x" * (200 * KiB))))
+    assert small_t.reading  # a frame under 256 KiB is read as any other
+    assert [a.opaque for a in small_t.peer_reads()] == [0]
+
+
+def test_a_large_frame_is_received_into_its_own_memory_and_the_next_frame_through_the_read_buffer(harness):
+    connection, transport = harness.connect(7000)
+    large = encode(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}, b"y" * (300 * KiB), opaque=1))
+    assert connection.get_buffer(-1) is harness.server.read_buffer
+    got = stream(harness, [(connection, transport, large[: 64 * KiB])], 1)  # the header and some: the read buffer
+    view = connection.get_buffer(-1)
+    assert view is not harness.server.read_buffer and len(view) == len(large) - got[0]  # up to the frame's end
+    got = stream(harness, [(connection, transport, large[got[0] :] + route_frame(2))], 1)
+    assert [a.opaque for a in transport.peer_reads()] == [1, 2]
+    assert connection.get_buffer(-1) is harness.server.read_buffer and connection.decoder.buffered == 0
+
+
+def test_a_10_mib_registration_is_received_at_the_pace_and_registers(harness):
+    ext, body = registration(broker_addr=BROKER, topics=[f"BigTopic{i:06d}{'x' * 60}" for i in range(40_000)])
+    frame = encode(request(RequestCode.REGISTER_BROKER, ext, body, opaque=1))
+    assert len(frame) > 10 * 1024 * KiB
+    connection, transport = harness.connect(7000)
+    start = harness.clock.now
+    stream(harness, [(connection, transport, frame)], 10)
+    took = harness.clock.now - start
+    pace = len(frame) / server_mod.LARGE_FRAME_BYTES_PER_S  # 0.35 s
+    # less the first read, one read's worth of credit and the slack
+    assert pace - 2 * READ_PACE_S - SLACK_S <= took <= pace * 1.1
+    wait_until(lambda: harness.loop.ready, 30, "the registration to be applied")  # off the loop: a large body
+    harness.loop.run_ready()
+    assert [a.code for a in transport.peer_reads()] == [ResponseCode.SUCCESS]
+    assert len(routes_of(harness).get_all_topic_list()) >= 40_000
 
 
 def test_a_connection_held_back_past_the_limit_is_closed_unless_a_broker_registered_on_it(harness, monkeypatch):
