@@ -228,27 +228,24 @@ class Connection(asyncio.BufferedProtocol):
         return self.server.read_buffer if view is None else view
 
     def buffer_updated(self, nbytes: int) -> None:
-        if not self.into_frame:
+        if self.into_frame:  # already in the frame's memory: only counted
+            self._take(self.decoder.received, nbytes, nbytes)
+        else:
             self.data_received(self.server.read_buffer[:nbytes])
-            return
+
+    def data_received(self, data: bytes | memoryview) -> None:
+        self._take(self.decoder.feed, data, len(data))
+
+    def _take(self, store: Callable[[Any], None], what: Any, nbytes: int) -> None:
+        """``store(what)`` into the decoder (``nbytes`` received), answer what is whole, pace what is not."""
         self.last_active = self.server.clock()
         try:
-            self.decoder.received(nbytes)
+            store(what)
             self._answer_buffered()
         except Exception as e:  # a bug on our side must cost this connection, never the node's log or loop
             self.drop(departure.read_failed(e))
             return
         self._received(nbytes)
-
-    def data_received(self, data: bytes | memoryview) -> None:
-        self.last_active = self.server.clock()
-        try:
-            self.decoder.feed(data)
-            self._answer_buffered()
-        except Exception as e:  # a bug on our side must cost this connection, never the node's log or loop
-            self.drop(departure.read_failed(e))
-            return
-        self._received(len(data))
 
     def _received(self, nbytes: int) -> None:
         """After a read of ``nbytes``: count what we hold, and pace the reads of a large frame."""
