@@ -96,6 +96,7 @@ from namesrv.events.schema import (  # noqa: E402
     encode_event,
     event_key,
 )
+from streaming.events import EVENTS_METRIC  # noqa: E402
 
 CLUSTER = "DefaultCluster"
 T0 = 1_700_000_000_000  # synthetic event times of the throughput load start here
@@ -250,6 +251,12 @@ def produce(bootstrap: str, topic: str, events: Iterator[Event]) -> int:
     return count
 
 
+def events_read(progress: Any) -> int:
+    """Events a micro-batch read, from the job's observed ``events`` metric (its rows are bundles)."""
+    metric = progress.observedMetrics.get(EVENTS_METRIC)
+    return int(metric["events"]) if metric is not None else 0
+
+
 def raw_consume(bootstrap: str, topic: str, decode: bool) -> tuple[int, float]:
     """Read every record of ``topic`` once, as the job's source tasks do: assign, seek, poll to the end."""
     from kafka import TopicPartition
@@ -380,15 +387,19 @@ def bench_throughput(spark, kafka: KafkaService, redis_url: str, tmp: Path, s: S
             gate.close()
             monitor.process_all_available()
             wall = time.perf_counter() - opened
-            progress = [p for p in monitor.query.recentProgress if p.numInputRows > 0]
-            rows = [p.numInputRows for p in progress]
+            # the source's rows are bundles of events (streaming.events): count the events
+            progress = [p for p in monitor.query.recentProgress if events_read(p) > 0]
+            rows = [events_read(p) for p in progress]
             if not rows or rows[0] != first or sum(rows[1:]) != n:
                 raise SystemExit(f"expected a batch of {first} events, then {n} in all; got batches of {rows}")
             # the source can see a partition's end one call late (see the report), so "all at once"
             # may still be two batches
             batches, batch_s = len(rows) - 1, sum(p.batchDuration for p in progress[1:]) / 1000
             for p in progress[1:]:  # where a measured batch's time went, as Spark splits it
-                say(f"throughput:   batch {p.batchId}: {p.numInputRows} events, durationMs {dict(p.durationMs)}")
+                say(
+                    f"throughput:   batch {p.batchId}: {events_read(p)} events in {p.numInputRows} rows, "
+                    f"durationMs {dict(p.durationMs)}"
+                )
         finally:
             monitor.stop()
         if monitor.query.exception() is not None:

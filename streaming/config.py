@@ -149,6 +149,7 @@ class StreamingConfig:
             opts["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
         if self.kafka_format == "namesrv-kafka":
             opts["endOffsets"] = self.end_offsets
+            opts["maxClockSkewMs"] = str(self.max_clock_skew_millis)
         else:
             # the native connector tolerates retention gaps only when told to
             opts["failOnDataLoss"] = "false"

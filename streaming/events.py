@@ -1,14 +1,14 @@
-"""Kafka records to checked events: the job's first step after the source.
+"""Kafka records to checked events in bundles: the job's first step after the source.
 
 The event schema is :mod:`namesrv.events.schema`, shared with the nodes; this module only
-decides which of its fields the job carries as columns and how a record becomes a row.
-Validation is the schema's own ``decode_event``, run in Python workers by :func:`parsed_batch`:
-inside the ``namesrv-kafka`` source's own read (option ``output=events``, what the job uses), or
-through ``mapInArrow`` behind Spark's ``kafka`` format. A record that fails it becomes a row with
-``error`` set (counted by :func:`count_events` and dropped by :func:`valid_events`), never an
-exception that would stop the query.
+decides which of its fields the job carries and how records become rows. Validation is the
+schema's own ``decode_event``, run in Python workers by :func:`bundled_rows`: inside the
+``namesrv-kafka`` source's own read (option ``output=events``, what the job uses), or through
+``mapInArrow`` behind Spark's ``kafka`` format. A record that fails it is counted in its read's
+report row (:func:`count_events`, dropped by :func:`valid_events`), never an exception that would
+stop the query. The checked events of one read travel in bundles, one row per state key.
 
-Every row gets a grouping ``key`` for the stateful step: one of :data:`STATE_BUCKETS` buckets
+Every event gets a grouping ``key`` for the stateful step: one of :data:`STATE_BUCKETS` buckets
 for a broker's events (by its cluster and address: the same address in two clusters is two
 brokers, as in the route tables), one per node for its TICKs, and one per node for its ADMIN and
 ORDER_TOPIC_CONF events (they only need to reach the route materialisation, in order).
@@ -19,8 +19,10 @@ from __future__ import annotations
 import functools
 import logging
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from namesrv.events.schema import (
     EVENT_FIELDS,
@@ -28,7 +30,6 @@ from namesrv.events.schema import (
     EventType,
     SchemaError,
     decode_event_values,
-    event_field_types,
 )
 
 if TYPE_CHECKING:
@@ -56,24 +57,15 @@ RAW_TYPES = frozenset({EventType.REGISTER, EventType.ADMIN, EventType.ORDER_TOPI
 #: event types keyed by node that go to the route materialisation unchanged
 ROUTE_ONLY_TYPES = frozenset({EventType.ADMIN, EventType.ORDER_TOPIC_CONF})
 
-#: the column that carries an event's fields to the stateful step as one JSON object (see
-#: :func:`streaming.job.decide`): Spark's row-based transformWithState turns every cell of its input
-#: into a Python object on its own (a pyarrow scalar and ``as_py``), which cost more than everything
-#: the processor does with the event
-PACKED = "event"
-#: the fields packed: the liveness fields and the registration's raw JSON
+#: the fields of an event the stateful step gets, in each bundle's JSON objects: the liveness fields
+#: and the registration's raw JSON (see :func:`bundled_batch`)
 PACKED_FIELDS: tuple[str, ...] = (*LIVENESS_FIELDS, "raw")
+#: the column holding a bundle's events, a JSON array of objects with :data:`PACKED_FIELDS` (nulls written)
+PACKED = "events"
 
 BROKER_KEY = "broker:"
 NODE_KEY = "node:"
 ADMIN_KEY = "admin:"
-
-
-def parsed_ddl() -> str:
-    """Columns of a parsed event row: key, the liveness fields, raw JSON, and error."""
-    types = event_field_types()
-    cols = [f"`{name}` {types[name]}" for name in LIVENESS_FIELDS]
-    return ", ".join(["`key` STRING", *cols, "`raw` STRING", "`error` STRING"])
 
 
 #: brokers share state keys, this many of them. Spark's Python stateful API costs a few JVM round trips
@@ -162,82 +154,149 @@ def parse_record(value: bytes | str | None) -> dict[str, Any]:
     return row
 
 
-def parsed_batch(values: list[bytes | str | None], schema: pa.Schema) -> pa.RecordBatch:
-    """Record values -> one Arrow batch of ``schema`` (:func:`parsed_ddl`), bad ones flagged; logs them once."""
+#: the columns of a bundle row (:func:`bundle_ddl`), in order. A row is either a bundle (``key`` set):
+#: ``count`` checked events of one state key from one read, ``eventTime`` the latest of them; or a
+#: read's report (``key`` null) of its malformed records and of those stamped ahead of the clock
+BUNDLE_COLUMNS: tuple[str, ...] = (
+    "key", "eventTime", PACKED, "count", "bad", "ahead", "aheadNode", "aheadOtherNode", "aheadMax",
+)  # fmt: skip
+_BUNDLE_TYPES = ("STRING", "BIGINT", "STRING", "INT", "INT", "INT", "STRING", "STRING", "BIGINT")
+#: a bundle is closed at this many bytes of its events' records and another begun for the same key: a
+#: row stays far below Arrow's 2 GiB per column whatever the records hold
+BUNDLE_MAX_BYTES = 8 << 20
+#: node names in a report are cut to this many characters (they only name the culprit in an alert)
+_NODE_NAME_SHOWN = 200
+
+
+def bundle_ddl() -> str:
+    """Columns of a bundle row (:data:`BUNDLE_COLUMNS`)."""
+    return ", ".join(f"`{c}` {t}" for c, t in zip(BUNDLE_COLUMNS, _BUNDLE_TYPES, strict=True))
+
+
+@functools.cache
+def bundle_arrow_schema() -> pa.Schema:
+    """The Arrow schema of :func:`bundle_ddl`, built without a JVM (a Python worker has none); once per process."""
     import pyarrow as pa
 
-    rows = [parse_values(v) for v in values]
-    columns = list(zip(*rows, strict=True)) if rows else [()] * len(PARSED_COLUMNS)
-    errors = columns[-1]
-    if rows and any(e is not None for e in errors):
-        bad = [e for e in errors if e is not None]
-        # one line per batch: a flood of bad records must not flood the log
-        log.warning("skipping %d malformed event(s) of %d; first: %s", len(bad), len(rows), bad[0])
+    arrow = {"STRING": pa.string(), "BIGINT": pa.int64(), "INT": pa.int32()}
+    return pa.schema([(c, arrow[t]) for c, t in zip(BUNDLE_COLUMNS, _BUNDLE_TYPES, strict=True)])
+
+
+def bundled_rows(values: Iterable[bytes | str | None], clock_ms: int, max_clock_skew_ms: int) -> list[tuple[Any, ...]]:
+    """Record values -> bundle rows (:data:`BUNDLE_COLUMNS`): each value checked, keyed and packed.
+
+    Spark's row-based transformWithState makes a Python object of every cell it is given, one at a
+    time, which cost more than everything the processor does with an event; a bundle carries all of
+    one read's events for a state key in one cell. Which events share a bundle changes nothing the
+    job decides: Spark drops a row only when its latest event is at or before the watermark, and the
+    processor drops each event at or before it (:func:`streaming.liveness.events_of`).
+
+    An event stamped more than ``max_clock_skew_ms`` after ``clock_ms`` goes in no bundle, so it
+    cannot move the watermark (the largest event time any node claims: one node's clock running
+    ahead would otherwise expire the whole fleet); it is counted in the report with malformed records.
+    ``clock_ms`` is fixed per micro-batch and kept in Spark's offset log (see the callers), so a
+    replayed batch refuses exactly what it refused the first time.
+    """
+    limit = clock_ms + max_clock_skew_ms
+    bundles: dict[str, tuple[list[dict[str, Any]], list[int]]] = {}  # key -> (events, [latest, bytes])
+    rows: list[tuple[Any, ...]] = []
+    errors: list[str] = []
+    ahead_nodes: list[str] = []
+    ahead_max: int | None = None
+    for value in values:
+        parsed = parse_values(value)
+        if parsed[-1] is not None:
+            errors.append(parsed[-1])
+            continue
+        key: str = parsed[0]
+        event_time: int = parsed[_EVENT_TIME_AT]
+        if event_time > limit:
+            ahead_nodes.append(parsed[_NODE_AT][:_NODE_NAME_SHOWN])
+            ahead_max = event_time if ahead_max is None else max(ahead_max, event_time)
+            continue
+        held = bundles.get(key)
+        if held is None:
+            held = bundles[key] = ([], [event_time, 0])
+        events, meta = held
+        events.append(dict(zip(PACKED_FIELDS, parsed[1:-1], strict=True)))
+        if event_time > meta[0]:
+            meta[0] = event_time
+        meta[1] += len(value) if value is not None else 0
+        if meta[1] >= BUNDLE_MAX_BYTES:
+            rows.append(_bundle_row(key, events, meta[0]))
+            del bundles[key]
+    rows.extend(_bundle_row(key, events, meta[0]) for key, (events, meta) in bundles.items())
+    if errors:
+        # one line per read: a flood of bad records must not flood the log
+        log.warning("skipping %d malformed event(s) of this read; first: %s", len(errors), errors[0])
+    if errors or ahead_nodes:
+        nodes = (max(ahead_nodes), min(ahead_nodes)) if ahead_nodes else (None, None)
+        rows.append((None, None, None, 0, len(errors), len(ahead_nodes), *nodes, ahead_max))
+    return rows
+
+
+#: where parse_values puts event time and the node
+_EVENT_TIME_AT = PARSED_COLUMNS.index("eventTime")
+_NODE_AT = PARSED_COLUMNS.index("node")
+
+
+def _bundle_row(key: str, events: list[dict[str, Any]], latest: int) -> tuple[Any, ...]:
+    # orjson's UTF-8 bytes go into the Arrow string column as they are: a str in between cost ten times more
+    return (key, latest, orjson.dumps(events), len(events), 0, 0, None, None, None)
+
+
+def bundled_batch(values: Iterable[bytes | str | None], clock_ms: int, max_clock_skew_ms: int) -> pa.RecordBatch:
+    """:func:`bundled_rows` as one Arrow batch of :func:`bundle_arrow_schema`."""
+    import pyarrow as pa
+
+    schema = bundle_arrow_schema()
+    rows = bundled_rows(values, clock_ms, max_clock_skew_ms)
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(BUNDLE_COLUMNS)
     return pa.RecordBatch.from_arrays(
         [pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)], schema=schema
     )
 
 
-def parse_arrow_batches(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` body: batches with a ``value`` column in, rows of ``schema`` (:func:`parsed_ddl`) out."""
+def bundle_arrow_batches(batches: Iterator[pa.RecordBatch], max_clock_skew_ms: int) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body: batches with ``value`` and ``clock`` (the batch's time) in, bundle rows out."""
     for batch in batches:
-        yield parsed_batch(batch.column(batch.schema.get_field_index("value")).to_pylist(), schema)
+        if batch.num_rows == 0:
+            continue
+        clock = batch.column(batch.schema.get_field_index("clock"))[0].as_py()
+        values = batch.column(batch.schema.get_field_index("value")).to_pylist()
+        yield bundled_batch(values, clock, max_clock_skew_ms)
 
 
-@functools.cache
-def parsed_arrow_schema() -> pa.Schema:
-    """The Arrow schema of :func:`parsed_ddl`, built without a JVM (a Python worker has none); once
-    per process, not once per batch the source reads."""
-    import pyarrow as pa
-
-    arrow = {"STRING": pa.string(), "BIGINT": pa.int64(), "INT": pa.int32(), "BOOLEAN": pa.bool_()}
-    types = event_field_types()
-    return pa.schema([(c, arrow["STRING" if c in ("key", "raw", "error") else types[c]]) for c in PARSED_COLUMNS])
+def is_bundled(records: DataFrame) -> bool:
+    """True for rows the source bundled already (``format("namesrv-kafka")`` with ``output=events``)."""
+    return tuple(records.columns) == BUNDLE_COLUMNS
 
 
-def is_parsed(records: DataFrame) -> bool:
-    """True for rows the source parsed already (``format("namesrv-kafka")`` with ``output=events``)."""
-    return tuple(records.columns) == PARSED_COLUMNS
+def parse_events(records: DataFrame, max_clock_skew_ms: int) -> DataFrame:
+    """Kafka source rows (``value`` binary) -> bundle rows (:func:`bundle_ddl`).
 
-
-def parse_events(records: DataFrame) -> DataFrame:
-    """Kafka source rows (``value`` binary) -> parsed rows (:func:`parsed_ddl`), bad ones flagged.
-
-    Rows the source parsed in its own read (:func:`is_parsed`: the job's ``namesrv-kafka`` source)
-    pass as they are: the same :func:`parsed_batch` ran there, a JVM-Python round trip earlier.
+    Rows the source bundled in its own read (:func:`is_bundled`: the job's ``namesrv-kafka`` source,
+    whose clock is the one it wrote into the batch's end offset) pass as they are; from Spark's own
+    ``kafka`` format they are bundled here, in a ``mapInArrow``, by the micro-batch's timestamp.
     """
-    if is_parsed(records):
+    if is_bundled(records):
         return records
+    from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
     # DDL is parsed by the JVM: here on the driver, for Spark; the workers build the Arrow schema themselves
-    struct = StructType.fromDDL(parsed_ddl())
+    struct = StructType.fromDDL(bundle_ddl())
     assert isinstance(struct, StructType)  # fromDDL is typed on DataType; a struct's DDL gives a StructType
-    body = functools.partial(parse_arrow_batches, schema=parsed_arrow_schema())
-    return records.select("value").mapInArrow(body, struct)
+    body = functools.partial(bundle_arrow_batches, max_clock_skew_ms=max_clock_skew_ms)
+    clock = F.unix_millis(F.current_timestamp()).alias("clock")
+    return records.select("value", clock).mapInArrow(body, struct)
 
 
 #: name of the observed metric; its columns are ``events``, ``bad`` and the ``ahead*`` ones below
 EVENTS_METRIC = "events"
-#: node names in the metric are cut to this many characters (they only name the culprit in an alert)
-_NODE_NAME_SHOWN = 200
 
 
-def ahead_of_clock(max_clock_skew_ms: int) -> Any:
-    """True for a valid event stamped more than ``max_clock_skew_ms`` after the job's clock.
-
-    The clock is the micro-batch's timestamp (``current_timestamp()``), which Spark keeps in the
-    offset log, so a replayed batch refuses exactly what it refused the first time. Event time is
-    the largest time any node claims: one node's clock running ahead (a TICK stamped in 2100)
-    would otherwise move the watermark for everyone and expire the whole fleet.
-    """
-    from pyspark.sql import functions as F
-
-    limit = F.unix_millis(F.current_timestamp()) + F.lit(max_clock_skew_ms)
-    return F.col("error").isNull() & (F.col("eventTime") > limit)
-
-
-def count_events(parsed: DataFrame, max_clock_skew_ms: int) -> DataFrame:
+def count_events(bundles: DataFrame) -> DataFrame:
     """Report, per micro-batch, how many records arrived, how many were malformed, how many were ahead.
 
     The counts reach :class:`streaming.job.ProgressLogger` in the query progress
@@ -247,21 +306,22 @@ def count_events(parsed: DataFrame, max_clock_skew_ms: int) -> DataFrame:
     """
     from pyspark.sql import functions as F
 
-    ahead = ahead_of_clock(max_clock_skew_ms)
-    node = F.substring(F.col("node"), 1, _NODE_NAME_SHOWN)
-    return parsed.observe(
+    def total(col: Any) -> Any:
+        return F.coalesce(F.sum(col), F.lit(0))
+
+    return bundles.observe(
         EVENTS_METRIC,
-        F.count(F.lit(1)).alias("events"),
-        F.count(F.col("error")).alias("bad"),
-        F.count(F.when(ahead, F.lit(1))).alias("ahead"),
-        F.max(F.when(ahead, node)).alias("aheadNode"),
-        F.min(F.when(ahead, node)).alias("aheadOtherNode"),
-        F.max(F.when(ahead, F.col("eventTime"))).alias("aheadMax"),
+        total(F.col("count") + F.col("bad") + F.col("ahead")).alias("events"),
+        total(F.col("bad")).alias("bad"),
+        total(F.col("ahead")).alias("ahead"),
+        F.max("aheadNode").alias("aheadNode"),
+        F.min("aheadOtherNode").alias("aheadOtherNode"),
+        F.max("aheadMax").alias("aheadMax"),
     )
 
 
-def valid_events(parsed: DataFrame, max_clock_skew_ms: int) -> DataFrame:
-    """Drop the malformed rows and those stamped ahead of the job's clock (both already counted)."""
+def valid_events(bundles: DataFrame) -> DataFrame:
+    """The bundles (key, latest event time, events); the reads' reports, already counted, dropped."""
     from pyspark.sql import functions as F
 
-    return parsed.filter(F.col("error").isNull() & ~ahead_of_clock(max_clock_skew_ms)).drop("error")
+    return bundles.filter(F.col("key").isNotNull()).select("key", "eventTime", PACKED)

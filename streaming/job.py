@@ -7,10 +7,11 @@ can run any of them on a small frame:
 
 1. :func:`read_events` - the events topic, through ``format("namesrv-kafka")`` (or Spark's
    own ``kafka`` format when configured);
-2. :func:`parse` - records to checked events; malformed ones are counted (query progress,
-   metric ``events.bad``) and dropped, never fatal. With ``namesrv-kafka`` the decoding runs in
-   the source's read, in the same Python worker (see :func:`read_events`), and this step counts
-   and drops;
+2. :func:`parse` - records to checked events, bundled: one row per state key and read
+   (:mod:`streaming.events`); malformed ones and those stamped ahead of the clock are counted
+   (query progress, metric ``events.bad``) and dropped, never fatal. With ``namesrv-kafka`` the
+   decoding runs in the source's read, in the same Python worker (see :func:`read_events`), and
+   this step counts and drops;
 3. :func:`with_event_time` - ``eventTs`` from ``eventTime`` and the watermark (120 s by
    default). TICKs go through this step like any event: filtering them out after it would be
    pushed below the watermark by the optimizer and stop them from moving it;
@@ -79,7 +80,7 @@ from streaming.alerts import (
     route_incidents,
 )
 from streaming.config import StreamingConfig
-from streaming.events import PACKED, PACKED_FIELDS, count_events, parse_events, valid_events
+from streaming.events import PACKED, count_events, parse_events, valid_events
 from streaming.health import HealthBook
 from streaming.liveness import (
     KIND_ACTION,
@@ -124,6 +125,10 @@ def _installed(root: Path) -> bool:
     return root in installed
 
 
+#: the Python worker daemon the executors run
+DAEMON_MODULE = "streaming.spark_daemon"
+
+
 def python_settings(
     spark_conf: Mapping[str, str],
     environ: Mapping[str, str],
@@ -139,14 +144,19 @@ def python_settings(
     (``python_streaming_source_runner.py``). PySpark runs ``$PYSPARK_PYTHON``, else ``python3``
     from PATH, which outside an activated venv has neither. So, whatever the master and launcher:
     ``spark.pyspark.python`` if given (``spark_conf``: the job's settings and the launcher's), else
-    ``$PYSPARK_PYTHON``, else this
-    interpreter (on a cluster: install the project at the same path on every host, as the
-    deployment's one image does). When the project is not installed for that interpreter but run
-    from a source tree, the tree goes to the executors' ``PYTHONPATH`` too, unless the settings
-    give ``spark.executorEnv.PYTHONPATH``.
+    ``$PYSPARK_PYTHON``, else this interpreter (on a cluster: install the project at the same path on
+    every host, as the deployment's one image does). When the project is not installed for that
+    interpreter but run from a source tree, the tree goes to the executors' ``PYTHONPATH`` too,
+    unless the settings give ``spark.executorEnv.PYTHONPATH``. Workers are forked from
+    :mod:`streaming.spark_daemon` unless ``spark.python.daemon.module`` is given.
     """
     python = spark_conf.get("spark.pyspark.python") or environ.get("PYSPARK_PYTHON") or executable
-    conf = {"spark.pyspark.python": python, "spark.pyspark.driver.python": executable}
+    conf = {
+        "spark.pyspark.python": python,
+        "spark.pyspark.driver.python": executable,
+        # workers forked with the job's imports done (see streaming.spark_daemon)
+        "spark.python.daemon.module": DAEMON_MODULE,
+    }
     if not (_installed(root) if installed is None else installed):
         conf["spark.executorEnv.PYTHONPATH"] = str(root)
     return python, {k: v for k, v in conf.items() if k not in spark_conf}
@@ -250,12 +260,13 @@ def read_events(spark: SparkSession, cfg: StreamingConfig) -> DataFrame:
 
 
 def parse(records: DataFrame, max_clock_skew_ms: int) -> DataFrame:
-    """2. Checked events; malformed records and events stamped ahead of the job's clock counted and dropped.
+    """2. Checked events in bundles (``key``, ``eventTime``, ``events``: one row per state key and read);
+    malformed records and events stamped ahead of the job's clock counted and dropped.
 
     Records from ``namesrv-kafka`` were parsed in the source (:func:`streaming.events.parse_events`
     passes them on); from Spark's own ``kafka`` format they are parsed here, in a ``mapInArrow``.
     """
-    return valid_events(count_events(parse_events(records), max_clock_skew_ms), max_clock_skew_ms)
+    return valid_events(count_events(parse_events(records, max_clock_skew_ms)))
 
 
 def with_event_time(events: DataFrame, delay_ms: int) -> DataFrame:
@@ -282,16 +293,13 @@ def liveness_settings(cfg: StreamingConfig) -> LivenessSettings:
 def decide(events: DataFrame, settings: LivenessSettings) -> DataFrame:
     """4. Actions, alerts and route events (:data:`streaming.liveness.OUTPUT_DDL`) per key.
 
-    The processor gets each event's fields as one JSON object (column :data:`PACKED`, nulls
-    written), beside the key and ``eventTs``, which Spark needs to drop events later than the
-    watermark: PySpark makes a Python object of every input cell one by one, and three cells a row
-    instead of fourteen made the stateful step several times faster.
+    The processor gets a key's bundles (column :data:`PACKED`, a JSON array of events) beside
+    ``eventTs``, which Spark needs to drop rows later than the watermark: PySpark makes a Python
+    object of every input cell one by one, so three cells a bundle instead of fourteen an event
+    made the stateful step many times faster.
     """
-    from pyspark.sql import functions as F
-
-    packed = F.to_json(F.struct(*PACKED_FIELDS), {"ignoreNullFields": "false"}).alias(PACKED)
     return (
-        events.select("key", EVENT_TS, packed)
+        events.select("key", EVENT_TS, PACKED)
         .groupBy("key")
         .transformWithState(
             statefulProcessor=LivenessProcessor(settings),
@@ -763,6 +771,10 @@ def _make_listener_class() -> type:
             wm = _iso_ms(p.eventTime.get("watermark"))
             metrics = p.observedMetrics.get("events")
             bad = int(metrics["bad"]) if metrics is not None else 0
+            # the source's rows are bundles of events (streaming.events): the events are counted apart
+            events = int(metrics["events"]) if metrics is not None else 0
+            rows = int(p.numInputRows)
+            rate = float(p.inputRowsPerSecond or 0.0) * events / rows if rows else 0.0
             ahead = int(metrics["ahead"] or 0) if metrics is not None else 0
             s = self.status
             if ahead:
@@ -777,18 +789,18 @@ def _make_listener_class() -> type:
                     metrics["aheadMax"],
                 )
             s.batches += 1
-            s.events += int(p.numInputRows)
+            s.events += events
             s.bad_events += bad
             s.batch_durations_ms.append(int(p.batchDuration))
             s.batch_seconds.observe(p.batchDuration / 1000)
-            s.input_rate = float(p.inputRowsPerSecond or 0.0)
+            s.input_rate = rate
             del s.batch_durations_ms[:-1000]
             if wm:
                 s.watermark_ms = wm
             behind = f"event time {(now_ms() - (wm + self.delay_ms)) / 1000:.1f} s behind" if wm else "no watermark yet"
             log.info(
-                "batch %d: %d events (%d bad) input %.1f/s processed %.1f/s in %d ms; %s",
-                p.batchId, p.numInputRows, bad, p.inputRowsPerSecond, p.processedRowsPerSecond, p.batchDuration, behind,
+                "batch %d: %d events (%d bad) in %d rows, input %.1f events/s, in %d ms; %s",
+                p.batchId, events, bad, rows, rate, p.batchDuration, behind,
             )  # fmt: skip
 
         def onQueryIdle(self, event: Any) -> None:

@@ -64,10 +64,17 @@ SOURCE_SCHEMA = (
     "key binary, value binary, topic string, partition int, offset bigint, " "timestamp timestamp, timestampType int"
 )
 
-#: a stream offset: topic -> partition (as a string, JSON keys are strings) -> next offset
+#: a stream offset: topic -> partition (as a string, JSON keys are strings) -> next offset; with
+#: ``output=events`` an end offset also holds :data:`CLOCK_KEY`
 Offsets = dict[str, dict[str, int]]
+#: the end offset's entry for the driver's clock when it chose the batch (``{"ms": ...}``): the time
+#: ``output=events`` checks event times against, kept with the offsets in Spark's offset log so a
+#: replayed batch is read against the same time. ``@`` is no letter of a Kafka topic's name
+CLOCK_KEY = "@clock"
 
 _ARROW_BATCH_ROWS = 8192
+#: ...or once the records read hold this many bytes: a batch's columns stay far below Arrow's 2 GiB
+_ARROW_BATCH_BYTES = 256 << 20
 _EARLIEST = "earliest"
 _LATEST = "latest"
 _END_OFFSET_MODES = ("highwater", "listoffsets")
@@ -90,13 +97,13 @@ def _flag(text: str, name: str) -> bool:
         raise KafkaSourceError(f"option {name}={text!r} is not a valid {BOOLEAN_EXPECTED}") from None
 
 
-def _positive_int(text: str, name: str) -> int:
+def _positive_int(text: str, name: str, *, zero: bool = False) -> int:
     try:
         value = int(text)
     except ValueError:
-        value = 0
-    if value <= 0:
-        raise KafkaSourceError(f"option {name}: {text!r} is not a positive integer")
+        value = -1
+    if value < 0 or (value == 0 and not zero):
+        raise KafkaSourceError(f"option {name}: {text!r} is not a {'non-negative' if zero else 'positive'} integer")
     return value
 
 
@@ -130,9 +137,11 @@ class KafkaOptions:
     #: ``coalesceBelowRecords``: a batch with fewer records than this is read by one task (see :meth:`partitions`)
     coalesce_below_records: int = 10_000
     #: ``output``: records (Spark's Kafka source columns, :data:`SOURCE_SCHEMA`) | events (each value parsed
-    #: as a name-server event in the read, :func:`streaming.events.parsed_ddl`: the job's step 2 done in the
-    #: same Python worker, one JVM round trip fewer)
+    #: as a name-server event in the read and bundled, :func:`streaming.events.bundle_ddl`: the job's step 2
+    #: done in the same Python worker, one JVM round trip fewer)
     output: str = "records"
+    #: ``maxClockSkewMs`` (``output=events``): events stamped further ahead of the batch's clock are refused
+    max_clock_skew_ms: int = 10_000
     #: every ``kafka.*`` option but bootstrap.servers and security, as kafka-python keyword arguments
     client_config: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
     #: ``kafka.security.protocol``, ``kafka.sasl.*``, ``kafka.ssl.*``: TLS and SASL
@@ -178,6 +187,7 @@ class KafkaOptions:
             fail_on_data_loss=_flag(opts.get("failondataloss", "true"), "failOnDataLoss"),
             coalesce_below_records=_positive_int(opts.get("coalescebelowrecords", "10000"), "coalesceBelowRecords"),
             output=output,
+            max_clock_skew_ms=_positive_int(opts.get("maxclockskewms", "10000"), "maxClockSkewMs", zero=True),
             client_config=client,
             security=security,
         )
@@ -197,6 +207,18 @@ def parse_offsets(text: str) -> Offsets:
         return {str(t): {str(int(p)): int(o) for p, o in parts.items()} for t, parts in raw.items()}
     except (TypeError, ValueError):
         raise KafkaSourceError(f"startingOffsets {text!r}: partitions and offsets must be integers") from None
+
+
+def topic_offsets(offsets: Mapping[str, Any]) -> Offsets:
+    """``offsets`` without the clock entry: topic -> partition -> offset."""
+    return {t: parts for t, parts in offsets.items() if t != CLOCK_KEY}
+
+
+def clock_of(offsets: Mapping[str, Any]) -> int | None:
+    """The clock an end offset was stamped with (ms), or None (an offset from a version without it)."""
+    entry = offsets.get(CLOCK_KEY)
+    value = entry.get("ms") if isinstance(entry, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def split_limit(start: Offsets, end: Offsets, max_rows: int) -> Offsets:
@@ -276,6 +298,8 @@ class KafkaInputPartition(InputPartition):
     partition: int
     start: int
     end: int
+    #: the batch's clock (``output=events``; see :data:`CLOCK_KEY`), None to read the worker's
+    clock_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -420,10 +444,14 @@ class KafkaStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         tps = self._partitions()
         begin = self._as_tp_map(start, tps)
-        end = _to_offsets(self._end_offsets(tps, begin))
+        end: dict[str, Any] = _to_offsets(self._end_offsets(tps, begin))
         if isinstance(limit, ReadMaxRows):
-            end = split_limit(start, end, limit.max_rows)
-        return end
+            end = split_limit(topic_offsets(start), end, limit.max_rows)
+        if self.opts.output != EVENTS:
+            return end
+        if end == topic_offsets(start):
+            return start  # nothing new: the same offset, clock and all, or Spark would run an empty batch
+        return {**end, CLOCK_KEY: {"ms": int(time.time() * 1000)}}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """One task per partition with new records; a single task for them all in a small batch.
@@ -433,11 +461,12 @@ class KafkaStreamReader(DataSourceStreamReader):
         duration is what expiry latency is made of. A backlog is still read in parallel.
         """
         out = []
-        for topic, parts in sorted(end.items()):
+        clock = clock_of(end)
+        for topic, parts in sorted(topic_offsets(end).items()):
             for p, e in sorted(parts.items(), key=lambda kv: int(kv[0])):
                 s = start.get(topic, {}).get(p, 0)
                 if e > s:
-                    out.append(KafkaInputPartition(topic, int(p), int(s), int(e)))
+                    out.append(KafkaInputPartition(topic, int(p), int(s), int(e), clock))
         if len(out) > 1 and sum(r.end - r.start for r in out) < self.opts.coalesce_below_records:
             return [KafkaRanges(tuple(out))]
         return out
@@ -462,7 +491,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         yield from read_range(self.opts, partition)
 
 
-def _record_batch(records: list[Any], part: KafkaInputPartition) -> pa.RecordBatch:
+def _record_batch(records: list[Any], part: KafkaInputPartition, opts: KafkaOptions) -> pa.RecordBatch:
     """Kafka records as Spark's Kafka source columns (:data:`SOURCE_SCHEMA`)."""
     import pyarrow as pa
 
@@ -484,19 +513,20 @@ def _record_batch(records: list[Any], part: KafkaInputPartition) -> pa.RecordBat
     )
 
 
-def _event_batch(records: list[Any], part: KafkaInputPartition) -> pa.RecordBatch:
-    """Kafka records as parsed name-server events (``output=events``; :func:`streaming.events.parsed_ddl`)."""
+def _event_batch(records: list[Any], part: KafkaInputPartition, opts: KafkaOptions) -> pa.RecordBatch:
+    """Kafka records as bundles of checked name-server events (``output=events``; :func:`streaming.events.bundle_ddl`)."""
     from streaming import events  # the job's parse step; imports only the event schema
 
-    return events.parsed_batch([r.value for r in records], events.parsed_arrow_schema())
+    clock = part.clock_ms if part.clock_ms is not None else int(time.time() * 1000)
+    return events.bundled_batch([r.value for r in records], clock, opts.max_clock_skew_ms)
 
 
 def schema_of(opts: KafkaOptions) -> str:
     """The source's columns for these options (DDL)."""
     if opts.output == EVENTS:
-        from streaming.events import parsed_ddl
+        from streaming.events import bundle_ddl
 
-        return parsed_ddl()
+        return bundle_ddl()
     return SOURCE_SCHEMA
 
 
@@ -512,6 +542,7 @@ def read_range(opts: KafkaOptions, part: KafkaInputPartition) -> Iterator[pa.Rec
         consumer.assign([tp])
         consumer.seek(tp, part.start)
         records: list[Any] = []
+        held_bytes = 0
         to_batch = _event_batch if opts.output == EVENTS else _record_batch
         position = part.start
         last_progress = time.monotonic()
@@ -550,6 +581,7 @@ def read_range(opts: KafkaOptions, part: KafkaInputPartition) -> Iterator[pa.Rec
                 if record.offset >= part.end:
                     break
                 records.append(record)
+                held_bytes += len(record.value or b"")
             # the position also moves over gaps (compaction, transaction markers)
             new_position = consumer.position(tp)
             if new_position > position:
@@ -561,11 +593,12 @@ def read_range(opts: KafkaOptions, part: KafkaInputPartition) -> Iterator[pa.Rec
                     f"{opts.poll_timeout_ms} ms though the range ends at {part.end}; is the broker "
                     f"{opts.bootstrap_servers} up? (option pollTimeoutMs)"
                 )
-            if len(records) >= _ARROW_BATCH_ROWS:
-                yield to_batch(records, part)
+            if len(records) >= _ARROW_BATCH_ROWS or held_bytes >= _ARROW_BATCH_BYTES:
+                yield to_batch(records, part, opts)
                 records = []
+                held_bytes = 0
         if records:
-            yield to_batch(records, part)
+            yield to_batch(records, part, opts)
         healthy = True
     finally:
         if healthy:

@@ -327,17 +327,23 @@ def _by_broker(events: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def _events(rows: Iterator[Row]) -> list[dict[str, Any]]:
-    """One key's rows as dicts in event-time order (then ``seq``; the sort is stable).
+def events_of(rows: Iterator[Row], watermark: int) -> list[dict[str, Any]]:
+    """One key's events as dicts in event-time order (then ``seq``; the sort is stable), late ones left out.
 
-    The job hands each event over packed (:data:`streaming.events.PACKED`, see :func:`streaming.job.decide`).
+    The job hands events over in bundles (:data:`streaming.events.PACKED`, a JSON array; see
+    :func:`streaming.events.bundled_rows`). Spark drops a bundle only when its latest event is at or
+    before the watermark, so each event at or before ``watermark`` is dropped here: which events
+    shared a bundle then changes nothing.
     """
     first = next(rows, None)
     if first is None:
         return []
     at = first.__fields__.index(PACKED)
     loads = orjson.loads
-    out = [loads(first[at]), *(loads(r[at]) for r in rows)]
+    out = loads(first[at])
+    for r in rows:
+        out.extend(loads(r[at]))
+    out = [e for e in out if e["eventTime"] > watermark]
     out.sort(key=lambda e: (e["eventTime"], e["seq"]))
     return out
 
@@ -391,11 +397,11 @@ class LivenessProcessor(StatefulProcessor):
 
     def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Row]:
         k: str = key[0]
-        events = _events(rows)
+        watermark = timerValues.getCurrentWatermarkInMs()
+        events = events_of(rows, watermark)
         if not events:
             return
         out = _Out()
-        watermark = timerValues.getCurrentWatermarkInMs()
         if k.startswith(BROKER_KEY):
             bucket = Bucket.load(self.bucket.get())
             refused = 0

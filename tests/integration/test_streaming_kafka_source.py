@@ -128,3 +128,54 @@ def test_every_call_sees_the_records_produced_before_it(kafka):
     finally:
         producer.close()
         r.stop()
+
+
+def test_events_output_stamps_a_clock_on_a_moved_end_and_reads_bundles_against_it(kafka):
+    """``output=events``: the end offset carries the driver's clock, which the read checks event times
+    against (kept in Spark's offset log, so a replayed batch refuses what it refused the first time)."""
+    import pickle
+    import time
+
+    import orjson
+
+    from namesrv.events.schema import Event, EventType, encode_event
+    from streaming.kafka_io import CLOCK_KEY, clock_of, topic_offsets
+
+    r = reader(kafka, output="events", maxClockSkewMs="10000", coalesceBelowRecords="1000000", startingOffsets="latest")
+    try:
+        start = r.initialOffset()
+        assert r.latestOffset(start, ReadAllAvailable()) == start  # nothing new: no new clock either
+        now = int(time.time() * 1000)
+        producer = kafka_clients.producer(kafka.bootstrap_servers)
+        ticks = [Event(type=EventType.TICK, node="n1", event_time=now + i, seq=i) for i in range(5)]
+        ahead = Event(type=EventType.TICK, node="n9", event_time=now + 60_000, seq=9)
+        for i, e in enumerate([*ticks, ahead]):
+            producer.send("ev", value=encode_event(e), partition=i % 2)
+        producer.send("ev", value=b"junk", partition=0)
+        producer.flush()
+        before = int(time.time() * 1000)
+        end = r.latestOffset(start, ReadAllAvailable())
+        clock = clock_of(end)
+        assert clock is not None and before <= clock <= int(time.time() * 1000) and set(end) == {"ev", CLOCK_KEY}
+        assert sum(topic_offsets(end)["ev"][p] - start["ev"][p] for p in ("0", "1")) == 7
+        assert r.latestOffset(end, ReadAllAvailable()) == end  # the same offset, clock and all
+        (task,) = r.partitions(start, end)
+        assert {p.clock_ms for p in task.ranges} == {clock}
+        rows = [row for b in pickle.loads(pickle.dumps(r)).read(task) for row in b.to_pylist()]
+        # a bundle per key and partition read: node n1's ticks in two, each at its latest event's time
+        bundles = [row for row in rows if row["key"] is not None]
+        assert {b["key"] for b in bundles} == {"node:n1"} and sum(b["count"] for b in bundles) == 5
+        for b in bundles:
+            inside = orjson.loads(b["events"])
+            assert b["count"] == len(inside) and b["eventTime"] == max(e["eventTime"] for e in inside)
+        assert sorted(e["seq"] for b in bundles for e in orjson.loads(b["events"])) == [0, 1, 2, 3, 4]
+        # the junk and the tick from a minute ahead are in no bundle, only in the reads' reports
+        reports = [row for row in rows if row["key"] is None]
+        assert sum(x["bad"] for x in reports) == 1 and sum(x["ahead"] for x in reports) == 1
+        assert [(x["aheadNode"], x["aheadMax"]) for x in reports if x["ahead"]] == [("n9", now + 60_000)]
+        # a replay of the batch plans the same clock from the offset log's end
+        (replayed,) = r.partitions(start, dict(end))
+        assert {p.clock_ms for p in replayed.ranges} == {clock}
+        producer.close()
+    finally:
+        r.stop()

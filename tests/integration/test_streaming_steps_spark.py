@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from namesrv.events.schema import Event, EventType, encode_event
@@ -33,19 +34,21 @@ def parsed(spark):
     return job.parse(records, SKEW)
 
 
-def test_parse_keeps_checked_events_keyed_by_broker_or_node(parsed):
+def test_parse_keeps_checked_events_bundled_by_broker_bucket_or_node(parsed):
     rows = sorted(parsed.collect(), key=lambda r: r.eventTime)
-    assert [(r.key, r.type, r.eventTime) for r in rows] == [
-        (broker_key("C", "10.0.0.1:1"), "REGISTER", T0),  # a broker's events go to its bucket
-        ("node:n2", "TICK", T0 + 5),
+    got = [(r.key, r.eventTime, [(e["type"], e["eventTime"]) for e in orjson.loads(r.events)]) for r in rows]
+    assert got == [
+        (broker_key("C", "10.0.0.1:1"), T0, [("REGISTER", T0)]),  # a broker's events go to its bucket
+        ("node:n2", T0 + 5, [("TICK", T0 + 5)]),  # junk and the TICK from 2100 are in no bundle
     ]
-    assert rows[0].raw.startswith('{"v":1,"type":"REGISTER"') and rows[1].raw is None
-    assert "error" not in parsed.columns
+    register_event, tick = (orjson.loads(r.events)[0] for r in rows)
+    assert register_event["raw"].startswith('{"v":1,"type":"REGISTER"') and tick["raw"] is None
+    assert parsed.columns == ["key", "eventTime", "events"]
 
 
 def test_event_time_is_a_timestamp_with_a_watermark(parsed):
     timed = job.with_event_time(parsed, 2_000)
-    (row,) = timed.filter("type = 'TICK'").collect()
+    (row,) = timed.filter("key = 'node:n2'").collect()
     assert int(row.eventTs.timestamp() * 1000) == T0 + 5
 
 

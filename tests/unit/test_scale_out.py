@@ -24,6 +24,7 @@ def test_every_python_of_the_job_is_this_interpreter_unless_the_settings_say_oth
     assert conf == {
         "spark.pyspark.python": "/venv/bin/python",
         "spark.pyspark.driver.python": "/venv/bin/python",
+        "spark.python.daemon.module": "streaming.spark_daemon",
         # run from a source tree: the executors import the tree
         "spark.executorEnv.PYTHONPATH": "/src",
     }
@@ -31,7 +32,7 @@ def test_every_python_of_the_job_is_this_interpreter_unless_the_settings_say_oth
 
 def test_an_installed_project_adds_no_pythonpath_and_given_settings_win():
     python, conf = job.python_settings(
-        {"spark.pyspark.python": "/opt/py", "spark.executorEnv.PYTHONPATH": "/x"},
+        {"spark.pyspark.python": "/opt/py", "spark.executorEnv.PYTHONPATH": "/x", "spark.python.daemon.module": "d"},
         {"PYSPARK_PYTHON": "/env/py"},
         executable="/venv/bin/python",
         root=Path("/src"),

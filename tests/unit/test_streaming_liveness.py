@@ -7,13 +7,15 @@ event time by the shipped watermark delay (120 s), which must never be added to 
 from __future__ import annotations
 
 import orjson
+import pytest
 from pyspark.sql import Row
 from pyspark.sql.streaming.tws_tester import TwsTester
 
 from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo, encode_event
-from streaming.events import PACKED, PACKED_FIELDS, STATE_BUCKETS, broker_key, group_key, parse_record
+from streaming.events import PACKED, STATE_BUCKETS, broker_key, bundled_rows, group_key
 from streaming.health import KIND_HEALTH
 from streaming.liveness import KIND_ACTION, KIND_ALERT, KIND_ROUTE, LivenessProcessor, LivenessSettings
+from tests.support.streaming import YEAR_2100
 
 CLUSTER = "DefaultCluster"
 ADDR = "10.0.0.1:10911"
@@ -43,13 +45,11 @@ def heartbeat(t: int, node: str = "n1", source: str = "BROKER_HEARTBEAT") -> Eve
 
 
 def rows(*events: Event) -> list[Row]:
-    """The rows the processor gets for ``events``: parsed and packed as the job does (``streaming.job.decide``),
-    with ``eventTime`` beside them for the tester's clock (the job's is the ``eventTs`` column)."""
-    parsed = [parse_record(encode_event(e)) for e in events]
-    return [
-        Row(key=p["key"], eventTime=p["eventTime"], **{PACKED: orjson.dumps({f: p[f] for f in PACKED_FIELDS}).decode()})
-        for p in parsed
-    ]
+    """The rows the processor gets for ``events``: checked and bundled as the job's source does
+    (``streaming.events.bundled_rows``), one bundle per key; ``eventTime`` is a bundle's latest, which
+    the tester, like Spark, drops rows at or before the watermark by."""
+    bundles = bundled_rows([encode_event(e) for e in events], clock_ms=YEAR_2100, max_clock_skew_ms=0)
+    return [Row(key=b[0], eventTime=b[1], **{PACKED: b[2].decode()}) for b in bundles if b[0] is not None]
 
 
 def make_tester(**settings) -> TwsTester:
@@ -441,3 +441,44 @@ def test_a_full_bucket_takes_no_new_broker_and_keeps_deciding_for_those_it_holds
     assert out == [] and kept(t) == {f"{CLUSTER}|{a}", f"{CLUSTER}|{b}"}
     assert "1 new one(s) not monitored" in caplog.text
     assert sorted(r["brokerAddr"] for r in kinds(fire(t, T0 + TIMEOUT + 1), KIND_ACTION)) == sorted([a, b])
+
+
+# --------------------------------------------------------------------------- bundles
+
+
+def _bundles_of(events: list[Event], sizes: list[int]) -> list[Row]:
+    """``events`` cut into consecutive bundles of ``sizes`` events (what several reads would give)."""
+    out, at = [], 0
+    for n in sizes:
+        out.extend(rows(*events[at : at + n]))
+        at += n
+    return out
+
+
+@pytest.mark.parametrize("sizes", [[1] * 8, [8], [3, 5], [5, 2, 1]], ids=["singles", "one", "3+5", "5+2+1"])
+def test_how_events_are_bundled_changes_nothing_the_processor_decides_late_events_included(sizes):
+    """Spark drops a row at or before the watermark; in a bundle only the latest event decides that, so
+    the processor drops each event at or before it itself. Whatever the cut, the outputs are those of one
+    event per row (what the tester, like Spark, filters one by one)."""
+    wm = T0 + 30_000 - DELAY  # event time has reached T0 + 30 s
+    events = [
+        register(T0 + 31_000, seq=1),
+        heartbeat(T0 + 25_000),  # behind the watermark's event time... still on time (delay 120 s)
+        heartbeat(wm - 5_000),  # late: 125 s behind the latest event time
+        heartbeat(wm),  # at the watermark: late
+        heartbeat(T0 + 33_000, node="n2"),
+        ev(EventType.UNREGISTER, wm - 1, seq=7, broker_name="broker-a", broker_id=0, source="UNREGISTER_BROKER"),  # late
+        heartbeat(T0 + 34_000, node="n2"),
+        heartbeat(T0 + 35_000),
+    ]  # fmt: skip
+
+    def run(batch: list[Row]) -> list[dict]:
+        t = make_tester()
+        t.setWatermark(wm)
+        out = [r.asDict() for r in t.test(KEY, batch)]
+        return out + fire(t, T0 + 35_000 + TIMEOUT + 1)
+
+    one_per_row = run(_bundles_of(events, [1] * len(events)))
+    assert run(_bundles_of(events, sizes)) == one_per_row
+    # the late unregistration was dropped, so the broker was alive until it expired
+    assert [r["type"] for r in kinds(one_per_row, KIND_ACTION)] == ["EXPIRE"]

@@ -96,15 +96,17 @@ def test_redis_writes_are_timed_and_failures_counted():
 def test_the_progress_listener_feeds_input_rate_batch_duration_and_counts():
     status = job.MonitorStatus()
     listener = job._make_listener_class()(status, 120_000, 10_000, lambda: "q")
-    for batch, (rows, rate, duration_ms) in enumerate([(10, 5.0, 400), (30, 15.0, 3000)]):
+    # the source's rows are bundles of events: the rate and the counts are the events'
+    for batch, (rows, events, rate, duration_ms) in enumerate([(2, 10, 1.0, 400), (3, 30, 1.5, 3000)]):
         progress = SimpleNamespace(
             id="q", batchId=batch, numInputRows=rows, inputRowsPerSecond=rate, processedRowsPerSecond=rate,
-            batchDuration=duration_ms, eventTime={"watermark": "2023-11-14T22:13:20.000Z"}, observedMetrics={},
+            batchDuration=duration_ms, eventTime={"watermark": "2023-11-14T22:13:20.000Z"},
+            observedMetrics={"events": {"events": events, "bad": 0, "ahead": 0}},
         )  # fmt: skip
         listener.onQueryProgress(SimpleNamespace(progress=progress))
     sink, _ = make_sink(None, "m4")
     got = scrape(MonitorCollector(sink, status, delay_ms=120_000, clock=lambda: T0 + 130_000))
-    assert value(got, P + "input_rows_per_second") == 15.0
+    assert value(got, P + "input_rows_per_second") == 15.0  # 1.5 bundles/s of 10 events each
     assert value(got, P + "events_total") == 40 and value(got, P + "batches_total") == 2
     assert value(got, P + "batch_duration_seconds_bucket", le="0.5") == 1
     assert value(got, P + "batch_duration_seconds_bucket", le="5.0") == 2

@@ -133,3 +133,49 @@ def test_each_state_layout_has_its_own_checkpoint_and_an_old_one_is_named(tmp_pa
         second = job.checkpoint_location(root)
     assert second != first and second.is_dir()
     assert first.name in caplog.text
+
+
+# --------------------------------------------------------------------------- bundles
+
+
+def test_a_read_becomes_one_bundle_per_state_key_and_a_report_of_what_was_refused():
+    import orjson
+
+    from namesrv.events.schema import EventType
+
+    clock, skew = T0, 10_000
+    tick = lambda node, t, seq: Event(type=EventType.TICK, node=node, event_time=t, seq=seq)  # noqa: E731
+    values = [
+        encode_event(tick("n1", T0 - 5, 1)),
+        b"junk",
+        encode_event(tick("n2", T0 + skew, 1)),  # at the bound: on time
+        encode_event(tick("n1", T0 - 9, 2)),
+        encode_event(tick("n7", T0 + skew + 1, 1)),  # ahead
+        None,
+        encode_event(tick("n3", T0 + 99_999, 1)),  # ahead, further
+    ]
+    rows = [dict(zip(events.BUNDLE_COLUMNS, r, strict=True)) for r in events.bundled_rows(values, clock, skew)]
+    bundles = {r["key"]: r for r in rows if r["key"] is not None}
+    assert {k: (b["count"], b["eventTime"]) for k, b in bundles.items()} == {
+        "node:n1": (2, T0 - 5),  # the latest of its events, whatever their order
+        "node:n2": (1, T0 + skew),
+    }
+    packed = orjson.loads(bundles["node:n1"]["events"])
+    assert [e["seq"] for e in packed] == [1, 2]  # in read order
+    assert packed[0] == {f: parse_record(values[0])[f] for f in events.PACKED_FIELDS}
+    (report,) = [r for r in rows if r["key"] is None]
+    assert (report["count"], report["bad"], report["ahead"]) == (0, 2, 2)
+    assert (report["aheadNode"], report["aheadOtherNode"], report["aheadMax"]) == ("n7", "n3", T0 + 99_999)
+    # a read with nothing refused has no report
+    assert all(r[0] is not None for r in events.bundled_rows(values[:1], clock, skew))
+
+
+def test_a_bundle_is_closed_at_its_byte_bound_and_another_begun(monkeypatch):
+    from namesrv.events.schema import EventType
+
+    monkeypatch.setattr(events, "BUNDLE_MAX_BYTES", 300)
+    values = [encode_event(Event(type=EventType.TICK, node="n1", event_time=T0 + i, seq=i)) for i in range(10)]
+    per_bundle = -(-300 // len(values[0]))  # records until the bound is reached
+    rows = events.bundled_rows(values, T0, 10_000)
+    assert [r[3] for r in rows] == [per_bundle] * (10 // per_bundle) + ([10 % per_bundle] if 10 % per_bundle else [])
+    assert all(r[0] == "node:n1" for r in rows)

@@ -1,0 +1,86 @@
+"""Spark's Python worker daemon for this job: PySpark's own, started with the job's imports done.
+
+Spark starts one daemon per executor (``spark.python.daemon.module``, set by
+:func:`streaming.job.python_settings`) and forks a worker from it for each task that finds no idle
+one: the second task of a backlog's batch, every task after a minute of quiet. A fork of PySpark's
+daemon imports the worker, the data source and the stateful processor afresh, and PySpark from the
+``pyspark.zip`` Spark puts first on the workers' path, compiled from source every time (nothing
+caches bytecode for a zip): 1.0-1.6 s of a core per worker, and the batch waits for its slowest
+task. Forked from this one, a worker has all of that already.
+
+Two things are done before PySpark's daemon takes over:
+
+1. When the ``pyspark.zip`` on the path is the one inside the installed ``pyspark`` package (a
+   pip-installed PySpark: the same files), the installed package goes first: its modules have
+   compiled bytecode. Any other zip (a Spark distribution's) keeps its place.
+2. The modules every task imports that start no thread are imported. PySpark's daemon imports
+   nothing before it forks because a fork copies no thread but the caller's, and a lock another
+   thread held stays held in the child. pyarrow and pandas start threads on import, so they are
+   left to the workers; what is imported here is checked to have started none, else the daemon
+   stops with a message rather than fork broken workers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import os
+import sys
+from pathlib import Path
+
+#: imported before the first fork: pure Python or extension modules that start no thread
+PRELOAD = (
+    "pyspark.worker",
+    "pyspark.sql.streaming.stateful_processor",
+    "pyspark.sql.streaming.stateful_processor_api_client",
+    "kafka",
+    "orjson",
+    "streaming.events",
+    "streaming.kafka_io",
+    "streaming.liveness",
+)
+
+
+def prefer_installed_pyspark(path: list[str]) -> list[str]:
+    """``path`` with the PySpark zips moved last when they belong to the installed ``pyspark`` found without them."""
+    zips = [p for p in path if p.endswith(".zip") and Path(p).name.startswith(("pyspark", "py4j"))]
+    rest = [p for p in path if p not in zips]
+    spec = importlib.machinery.PathFinder.find_spec("pyspark", rest)
+    if not zips or spec is None or not spec.submodule_search_locations:
+        return path
+    package = Path(next(iter(spec.submodule_search_locations))).resolve()
+    if all(package in Path(z).resolve().parents for z in zips):
+        return rest + zips
+    return path
+
+
+def threads() -> int:
+    """Threads of this process, as the kernel counts them (native ones too)."""
+    return len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
+
+
+def preload(modules: tuple[str, ...] = PRELOAD) -> None:
+    """Import ``modules`` (those missing are skipped: a worker reports them itself), and check that no thread started."""
+    before = threads()
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+    if threads() != before:
+        raise SystemExit(
+            f"streaming.spark_daemon: importing {', '.join(modules)} started a thread ({before} -> {threads()}), "
+            "so workers forked from this daemon could hang; unset spark.python.daemon.module to use PySpark's own"
+        )
+
+
+def main() -> None:
+    sys.path[:] = prefer_installed_pyspark(sys.path)
+    preload()
+    from pyspark import daemon
+
+    daemon.manager()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""The executors' Python worker daemon (streaming/spark_daemon.py): what it imports before it forks, and from where."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pyspark
+import pytest
+
+from streaming import spark_daemon
+
+INSTALLED = Path(pyspark.__file__).parent
+ZIPS = [str(INSTALLED / "python" / "lib" / z.name) for z in sorted((INSTALLED / "python" / "lib").glob("*.zip"))]
+
+
+def test_the_zips_of_the_installed_pyspark_go_after_it_and_any_other_keeps_its_place():
+    assert ZIPS, "a pip-installed PySpark ships pyspark.zip and py4j's"
+    site = str(INSTALLED.parent)
+    assert spark_daemon.prefer_installed_pyspark([*ZIPS, "/work", site]) == ["/work", site, *ZIPS]
+    foreign = ["/opt/spark/python/lib/pyspark.zip", "/work", site]  # a Spark distribution's own
+    assert spark_daemon.prefer_installed_pyspark(foreign) == foreign
+    assert spark_daemon.prefer_installed_pyspark(["/work", site]) == ["/work", site]
+
+
+def test_what_the_daemon_imports_starts_no_thread_as_the_workers_path_has_it():
+    """Run as Spark runs it: the zips first on the path, a fresh interpreter; the preload must not raise."""
+    code = (
+        "import sys; from streaming import spark_daemon as d; sys.path[:] = d.prefer_installed_pyspark(sys.path); "
+        "d.preload(); import pyspark.worker; print(pyspark.worker.__file__, 'pyarrow' in sys.modules, d.threads())"
+    )
+    env_path = ":".join([*ZIPS, str(Path(__file__).resolve().parents[2])])
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={"PYTHONPATH": env_path}, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    where, pyarrow, threads = out.stdout.split()
+    assert ".zip" not in where and pyarrow == "False" and threads == "1"
+
+
+def test_a_module_that_starts_a_thread_stops_the_daemon_with_a_message(tmp_path, monkeypatch):
+    (tmp_path / "spawns_a_thread.py").write_text(
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(5,), daemon=True).start()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(SystemExit, match="started a thread .* unset spark.python.daemon.module"):
+        spark_daemon.preload(("json", "spawns_a_thread"))
