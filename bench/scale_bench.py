@@ -64,8 +64,10 @@ from tests.support.wait import wait_until  # noqa: E402
 
 #: RocketMQ's registration / heartbeat period (BrokerConfig.registerNameServerPeriod)
 HEARTBEAT_S = 30
-#: "batch 12: 345 events (0 bad) input 1.0/s processed 2.0/s in 1234 ms; ..." (streaming/job.py)
-_BATCH = re.compile(r"batch (\d+): (\d+) events \(\d+ bad\) input ([\d.]+)/s processed ([\d.]+)/s in (\d+) ms")
+#: "batch 12: 345 events (0 bad) in 20 rows, input 1.0/s processed 2.0/s in 1234 ms; ..." (streaming/job.py)
+_BATCH = re.compile(
+    r"batch (\d+): (\d+) events \(\d+ bad\)(?: in \d+ rows,)? input ([\d.]+)/s processed ([\d.]+)/s in (\d+) ms"
+)
 _REDIS = re.compile(r"redis: batch (\d+) written in ([\d.]+) ms")
 MIB = 1024 * 1024
 

@@ -774,7 +774,8 @@ def _make_listener_class() -> type:
             # the source's rows are bundles of events (streaming.events): the events are counted apart
             events = int(metrics["events"]) if metrics is not None else 0
             rows = int(p.numInputRows)
-            rate = float(p.inputRowsPerSecond or 0.0) * events / rows if rows else 0.0
+            per_row = events / rows if rows else 0.0
+            rate = float(p.inputRowsPerSecond or 0.0) * per_row
             ahead = int(metrics["ahead"] or 0) if metrics is not None else 0
             s = self.status
             if ahead:
@@ -799,8 +800,9 @@ def _make_listener_class() -> type:
                 s.watermark_ms = wm
             behind = f"event time {(now_ms() - (wm + self.delay_ms)) / 1000:.1f} s behind" if wm else "no watermark yet"
             log.info(
-                "batch %d: %d events (%d bad) in %d rows, input %.1f events/s, in %d ms; %s",
-                p.batchId, events, bad, rows, rate, p.batchDuration, behind,
+                "batch %d: %d events (%d bad) in %d rows, input %.1f/s processed %.1f/s in %d ms; %s",
+                p.batchId, events, bad, rows, rate, per_row * float(p.processedRowsPerSecond or 0.0), p.batchDuration,
+                behind,
             )  # fmt: skip
 
         def onQueryIdle(self, event: Any) -> None:
