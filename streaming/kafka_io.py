@@ -97,13 +97,13 @@ def _flag(text: str, name: str) -> bool:
         raise KafkaSourceError(f"option {name}={text!r} is not a valid {BOOLEAN_EXPECTED}") from None
 
 
-def _positive_int(text: str, name: str, *, zero: bool = False) -> int:
+def _int_option(text: str, name: str, minimum: int = 1) -> int:
     try:
         value = int(text)
     except ValueError:
-        value = -1
-    if value < 0 or (value == 0 and not zero):
-        raise KafkaSourceError(f"option {name}: {text!r} is not a {'non-negative' if zero else 'positive'} integer")
+        value = minimum - 1
+    if value < minimum:
+        raise KafkaSourceError(f"option {name}: {text!r} is not an integer >= {minimum}")
     return value
 
 
@@ -179,15 +179,13 @@ class KafkaOptions:
             bootstrap_servers=bootstrap,
             topics=topics,
             starting_offsets=opts.get("startingoffsets", _EARLIEST).strip() or _EARLIEST,
-            max_offsets_per_trigger=(
-                _positive_int(max_per_trigger, "maxOffsetsPerTrigger") if max_per_trigger else None
-            ),
+            max_offsets_per_trigger=(_int_option(max_per_trigger, "maxOffsetsPerTrigger") if max_per_trigger else None),
             end_offsets=end_mode,
-            poll_timeout_ms=_positive_int(opts.get("polltimeoutms", "30000"), "pollTimeoutMs"),
+            poll_timeout_ms=_int_option(opts.get("polltimeoutms", "30000"), "pollTimeoutMs"),
             fail_on_data_loss=_flag(opts.get("failondataloss", "true"), "failOnDataLoss"),
-            coalesce_below_records=_positive_int(opts.get("coalescebelowrecords", "10000"), "coalesceBelowRecords"),
+            coalesce_below_records=_int_option(opts.get("coalescebelowrecords", "10000"), "coalesceBelowRecords"),
             output=output,
-            max_clock_skew_ms=_positive_int(opts.get("maxclockskewms", "10000"), "maxClockSkewMs", zero=True),
+            max_clock_skew_ms=_int_option(opts.get("maxclockskewms", "10000"), "maxClockSkewMs", minimum=0),
             client_config=client,
             security=security,
         )

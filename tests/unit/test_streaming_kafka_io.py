@@ -30,6 +30,21 @@ def test_options_are_case_insensitive_and_kafka_keys_reach_kafka_python():
     assert lenient.fail_on_data_loss is False
     with pytest.raises(KafkaSourceError, match="maxOffsetsPerTrigger"):
         KafkaOptions.from_options({"kafka.bootstrap.servers": "h:1", "maxOffsetsPerTrigger": "-1"})
+    # no skew allowed is a setting; a negative or wordy one is not
+    assert KafkaOptions.from_options({"kafka.bootstrap.servers": "h:1", "maxClockSkewMs": "0"}).max_clock_skew_ms == 0
+    for bad in ("-1", "ten"):
+        with pytest.raises(KafkaSourceError, match=f"option maxClockSkewMs: '{bad}' is not an integer >= 0"):
+            KafkaOptions.from_options({"kafka.bootstrap.servers": "h:1", "maxClockSkewMs": bad})
+
+
+def test_the_clock_of_an_end_offset_is_an_integer_or_none():
+    from streaming.kafka_io import CLOCK_KEY, clock_of, topic_offsets
+
+    end = {"t": {"0": 5}, CLOCK_KEY: {"ms": 1_700_000_000_000}}
+    assert clock_of(end) == 1_700_000_000_000 and topic_offsets(end) == {"t": {"0": 5}}
+    # an offset of a version without the clock, or an entry that is not one, reads as no clock
+    for junk in ({"t": {"0": 5}}, {CLOCK_KEY: "soon"}, {CLOCK_KEY: {"ms": True}}, {CLOCK_KEY: {"ms": "1"}}):
+        assert clock_of(junk) is None
 
 
 def test_starting_offsets_json():
