@@ -179,3 +179,23 @@ def test_a_bundle_is_closed_at_its_byte_bound_and_another_begun(monkeypatch):
     rows = events.bundled_rows(values, T0, 10_000)
     assert [r[3] for r in rows] == [per_bundle] * (10 // per_bundle) + ([10 % per_bundle] if 10 % per_bundle else [])
     assert all(r[0] == "node:n1" for r in rows)
+
+
+def test_route_incidents_are_checked_only_when_a_batch_changed_the_routes(monkeypatch):
+    """Checking them walks every topic (200 ms a batch at 100,000 topics); the tables alone decide them."""
+    from streaming.alerts import AlertKind
+    from tests.support.streaming import expire_row, register, route_row
+
+    sink, pub = make_sink(None, "ri")
+    sink.set_lineage("q")
+    walks = []
+    real = sink.model.manager.route_health
+    monkeypatch.setattr(sink.model.manager, "route_health", lambda topics: walks.append(1) or real(topics))
+    sink.process([route_row(register())], 0)
+    assert len(walks) == 1  # the first batch always checks
+    sink.process([], 1)
+    sink.process([], 2)
+    assert len(walks) == 1  # nothing changed: nothing walked, nothing said
+    sink.process([expire_row(T0 + 20_000)], 3)  # the group's only broker expires: its topics are lost
+    assert len(walks) == 2
+    assert [a.kind for a in sink.book.open.values()] == [AlertKind.TOPIC_NOT_WRITABLE]
