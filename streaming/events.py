@@ -121,7 +121,7 @@ def group_key(event: Event) -> str:
 _ATTRS = {f.name: f.attr for f in EVENT_FIELDS}
 
 
-#: the columns of a parsed event row (:func:`parsed_ddl`), in order
+#: the columns of a parsed event row (:func:`parse_values`), in order
 PARSED_COLUMNS: tuple[str, ...] = ("key", *LIVENESS_FIELDS, "raw", "error")
 _LIVENESS_ATTRS = tuple(_ATTRS[c] for c in LIVENESS_FIELDS)
 _NOTHING = (None,) * (len(PARSED_COLUMNS) - 1)

@@ -48,7 +48,7 @@ from pyspark.sql.types import StructType
 # both import only the standard library: this module runs inside Spark's Python workers
 from namesrv import kafka_clients
 from namesrv.kafka_clients import SECURITY_KEYS, KafkaSecurity, bootstrap_list
-from namesrv.options import BOOLEAN_EXPECTED, ConfigError, parse_bool
+from namesrv.options import BOOLEAN_EXPECTED, ConfigError, integer, parse_bool
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -98,13 +98,11 @@ def _flag(text: str, name: str) -> bool:
 
 
 def _int_option(text: str, name: str, minimum: int = 1) -> int:
+    convert = integer(minimum)  # the one integer syntax of every option table
     try:
-        value = int(text)
+        return convert(text)
     except ValueError:
-        value = minimum - 1
-    if value < minimum:
-        raise KafkaSourceError(f"option {name}: {text!r} is not an integer >= {minimum}")
-    return value
+        raise KafkaSourceError(f"option {name}: {text!r} is not an {convert.expected}") from None
 
 
 def _client_value(text: str) -> Any:
