@@ -34,6 +34,7 @@ MONITOR_HEARTBEAT action the nodes watch, and raises or resolves MONITOR_LAGGING
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -752,11 +753,57 @@ def _iso_ms(text: str | None) -> int | None:
     return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
 
 
+class _ProgressAsJson:
+    """The JVM's side of :class:`ProgressLogger` (Py4J): each batch's progress crosses as its JSON.
+
+    PySpark's own bridge builds a progress from the JVM object one getter at a time: some thirty
+    Py4J calls a batch, each of which has the JVM look the member up by reflection through every jar
+    on its class path. That kept a JVM thread and the driver's Python busy for a quarter of a core
+    beside a steady stream on two cores (JFR and py-spy). ``progress().json()`` is one call, and
+    :meth:`StreamingQueryProgress.fromJson` is what ``query.lastProgress`` itself uses.
+    """
+
+    def __init__(self, listener: Any) -> None:
+        self.listener = listener
+
+    def onQueryStarted(self, jevent: Any) -> None:
+        from pyspark.sql.streaming.listener import QueryStartedEvent
+
+        self.listener.onQueryStarted(QueryStartedEvent.fromJObject(jevent))
+
+    def onQueryProgress(self, jevent: Any) -> None:
+        from pyspark.sql.streaming.listener import QueryProgressEvent
+
+        self.listener.onQueryProgress(QueryProgressEvent.fromJson({"progress": json.loads(jevent.progress().json())}))
+
+    def onQueryIdle(self, jevent: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, jevent: Any) -> None:
+        from pyspark.sql.streaming.listener import QueryTerminatedEvent
+
+        self.listener.onQueryTerminated(QueryTerminatedEvent.fromJObject(jevent))
+
+    class Java:
+        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+
+
 def _make_listener_class() -> type:
     from pyspark.sql.streaming import StreamingQueryListener
 
     class ProgressLogger(StreamingQueryListener):
         """Logs every batch: input rate, duration, watermark and event-time lag; feeds MonitorStatus."""
+
+        @property
+        def _jlistener(self) -> Any:
+            # what spark.streams.addListener/removeListener hand the JVM: our JSON bridge, made once
+            if getattr(self, "_json_bridge", None) is None:
+                from pyspark import SparkContext
+
+                jvm = SparkContext._jvm
+                assert jvm is not None, "a listener is added to a running session"
+                self._json_bridge = jvm.PythonStreamingQueryListenerWrapper(_ProgressAsJson(self))
+            return self._json_bridge
 
         def __init__(
             self, status: MonitorStatus, delay_ms: int, max_skew_ms: int, query_id: Callable[[], str | None]

@@ -13,11 +13,16 @@ Two things are done before PySpark's daemon takes over:
 1. When the ``pyspark.zip`` on the path is the one inside the installed ``pyspark`` package (a
    pip-installed PySpark: the same files), the installed package goes first: its modules have
    compiled bytecode. Any other zip (a Spark distribution's) keeps its place.
-2. The modules every task imports that start no thread are imported. PySpark's daemon imports
-   nothing before it forks because a fork copies no thread but the caller's, and a lock another
-   thread held stays held in the child. pyarrow and pandas start threads on import, so they are
-   left to the workers; what is imported here is checked to have started none, else the daemon
-   stops with a message rather than fork broken workers.
+2. The modules every task imports are imported. PySpark's daemon imports nothing before it forks
+   because a fork copies no thread but the caller's, and a lock another thread held stays held in
+   the child. numpy (OpenBLAS's pool) and pyarrow (jemalloc's purging thread) start one each on
+   import unless told not to (:data:`NO_THREADS`); the daemon tells them, for itself and the workers
+   it forks, and imports them, and pandas, only when the environment left it those settings. What
+   is imported is checked to have started no thread, else the daemon stops with a message rather
+   than fork broken workers.
+
+   numpy, pyarrow and pandas are a third of a second of a core, more on a busy machine, paid by
+   every fresh worker before its first batch: a source task's first Arrow array imports pandas.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import importlib
 import importlib.machinery
 import os
 import sys
+from collections.abc import MutableMapping
 from pathlib import Path
 
 #: imported before the first fork: pure Python or extension modules that start no thread
@@ -39,6 +45,19 @@ PRELOAD = (
     "streaming.kafka_io",
     "streaming.liveness",
 )
+
+#: the settings under which these start no thread on import; workers inherit them (they use neither
+#: BLAS nor Arrow's decay purging for anything that matters)
+NO_THREADS = {"OPENBLAS_NUM_THREADS": "1", "JE_ARROW_MALLOC_CONF": "background_thread:false"}
+#: imported before the first fork when the environment holds :data:`NO_THREADS`
+PRELOAD_THREADLESS = ("numpy", "pyarrow", "pandas", "pyspark.sql.pandas.serializers")
+
+
+def threadless_settings(environ: MutableMapping[str, str]) -> bool:
+    """Set :data:`NO_THREADS` where unset; True when ``environ`` then holds them (an operator's own value wins)."""
+    for name, value in NO_THREADS.items():
+        environ.setdefault(name, value)
+    return all(environ[name] == value for name, value in NO_THREADS.items())
 
 
 def prefer_installed_pyspark(path: list[str]) -> list[str]:
@@ -76,7 +95,8 @@ def preload(modules: tuple[str, ...] = PRELOAD) -> None:
 
 def main() -> None:
     sys.path[:] = prefer_installed_pyspark(sys.path)
-    preload()
+    threadless = threadless_settings(os.environ)
+    preload(PRELOAD + PRELOAD_THREADLESS if threadless else PRELOAD)
     from pyspark import daemon
 
     daemon.manager()

@@ -39,6 +39,33 @@ def test_what_the_daemon_imports_starts_no_thread_as_the_workers_path_has_it():
     assert ".zip" not in where and pyarrow == "False" and threads == "1"
 
 
+def test_numpy_pyarrow_and_pandas_are_imported_before_the_fork_without_a_thread_as_the_daemon_starts():
+    """The daemon's own sequence in a fresh interpreter: the settings it gives itself keep the imports threadless."""
+    code = (
+        "import os, sys; from streaming import spark_daemon as d; sys.path[:] = d.prefer_installed_pyspark(sys.path); "
+        "quiet = d.threadless_settings(os.environ); d.preload(d.PRELOAD + d.PRELOAD_THREADLESS); "
+        "print(quiet, all(m in sys.modules for m in ('numpy', 'pyarrow', 'pandas')), d.threads())"
+    )
+    env = {"PYTHONPATH": ":".join([*ZIPS, str(Path(__file__).resolve().parents[2])])}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True", "1"]
+
+
+def test_without_the_daemons_settings_the_imports_start_threads_so_an_operators_own_value_skips_them():
+    """The settings are what keeps the fork safe (this fails if numpy or pyarrow stop starting threads:
+    then NO_THREADS and PRELOAD_THREADLESS can go); an operator's own value is kept and the three skipped."""
+    code = "import numpy, pyarrow; from streaming import spark_daemon as d; print(d.threads())"
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OPENBLAS_NUM_THREADS": "2"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) > 1
+    environ = {"OPENBLAS_NUM_THREADS": "4"}
+    assert spark_daemon.threadless_settings(environ) is False
+    assert environ == {"OPENBLAS_NUM_THREADS": "4", "JE_ARROW_MALLOC_CONF": "background_thread:false"}
+    assert spark_daemon.threadless_settings({}) is True
+
+
 def test_a_module_that_starts_a_thread_stops_the_daemon_with_a_message(tmp_path, monkeypatch):
     (tmp_path / "spawns_a_thread.py").write_text(
         "import threading, time\nthreading.Thread(target=time.sleep, args=(5,), daemon=True).start()\n"

@@ -3,6 +3,7 @@ read back as Prometheus would (no Spark, no Redis, no server)."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -91,6 +92,38 @@ def test_redis_writes_are_timed_and_failures_counted():
     assert value(got, P + "redis_write_seconds_count") == 2
     assert value(got, P + "redis_write_seconds_bucket", le="+Inf") == 2
     assert value(got, P + "redis_write_failures_total") == 1
+
+
+def test_the_progress_reaches_the_listener_as_json_from_one_jvm_call():
+    """The JVM bridge asks the progress for its JSON once, and the listener gets what query.lastProgress would give."""
+    status = job.MonitorStatus()
+    listener = job._make_listener_class()(status, 120_000, 10_000, lambda: "8d6e8a43-4f57-4b1b-9c54-000000000001")
+    progress = {
+        "id": "8d6e8a43-4f57-4b1b-9c54-000000000001", "runId": "8d6e8a43-4f57-4b1b-9c54-000000000002",
+        "name": "namesrv-liveness", "timestamp": "2023-11-14T22:13:20.000Z", "batchId": 7, "batchDuration": 640,
+        "numInputRows": 4, "inputRowsPerSecond": 2.0, "processedRowsPerSecond": 8.0,
+        "durationMs": {"triggerExecution": 640}, "eventTime": {"watermark": "2023-11-14T22:13:20.000Z"},
+        "stateOperators": [], "sources": [], "sink": {"description": "foreachBatch", "numOutputRows": -1},
+        "observedMetrics": {"events": {"events": 100, "bad": 1, "ahead": 0, "aheadNode": None,
+                                       "aheadOtherNode": None, "aheadMax": None}},
+    }  # fmt: skip
+    calls: list[str] = []
+
+    class JProgress:
+        def json(self) -> str:
+            calls.append("json")
+            return json.dumps(progress)
+
+    class JEvent:
+        def progress(self) -> JProgress:
+            calls.append("progress")
+            return JProgress()
+
+    job._ProgressAsJson(listener).onQueryProgress(JEvent())
+    assert calls == ["progress", "json"]
+    assert (status.batches, status.events, status.bad_events) == (1, 100, 1)
+    assert status.batch_durations_ms == [640] and status.input_rate == 50.0  # 2 bundles/s of 25 events each
+    assert status.watermark_ms == 1_700_000_000_000
 
 
 def test_the_progress_listener_feeds_input_rate_batch_duration_and_counts():
