@@ -32,7 +32,7 @@ from pathlib import Path
 
 import streaming_bench as sb  # this directory: the throughput bench's stack, load and helpers
 
-from infra.services import KafkaService, RedisService, TopicSpec, free_port
+from infra.services import TopicSpec
 from namesrv import kafka_clients
 from namesrv.events.schema import encode_event, event_key
 
@@ -54,17 +54,9 @@ def main() -> int:
     sb.say(f"job from {tree}; {args.brokers} brokers, {args.rate} events/s for {args.seconds:.0f} s")
     with tempfile.TemporaryDirectory(prefix="steady-batches-") as tmp_name, sb.Stack() as stack:
         tmp = Path(tmp_name)
-        kafka = KafkaService(port=free_port(), run_dir=tmp, data_dir=tmp / "kafka")
-        redis = RedisService(port=free_port(), run_dir=tmp)
-        stack.later("kafka", kafka.stop)
-        kafka.start()
-        stack.later("redis", redis.stop)
-        redis.start()
+        kafka, redis = sb.start_backends(stack, tmp)
+        spark = sb.start_spark(stack, partitions=None)
         shipped = load_config(sb.STREAMING_CONF, {"spark.master": "local[2]"})
-        spark = job.build_spark(shipped)
-        spark.sparkContext.setLogLevel("ERROR")
-        jvm = getattr(spark.sparkContext._gateway, "proc", None)
-        stack.later("spark", lambda: (spark.stop(), sb.stop_pid(jvm, "spark JVM")))
 
         name, bootstrap = "steady", kafka.bootstrap_servers
         kafka.ensure_topics([TopicSpec(f"{name}-events", 4), TopicSpec(f"{name}-actions", 1),

@@ -172,11 +172,26 @@ def stop_pid(proc: subprocess.Popen | None, what: str) -> None:
         proc.wait(5)
 
 
-def start_spark(stack: Stack):
+def start_backends(stack: Stack, tmp: Path) -> tuple[KafkaService, RedisService]:
+    """noida-db and Redis on free loopback ports, stopped with ``stack``."""
+    kafka = KafkaService(port=free_port(), run_dir=tmp, data_dir=tmp / "kafka")
+    redis = RedisService(port=free_port(), run_dir=tmp)
+    stack.later("kafka", kafka.stop)
+    kafka.start()
+    stack.later("redis", redis.stop)
+    redis.start()
+    return kafka, redis
+
+
+def start_spark(stack: Stack, partitions: str | None = str(PARTITIONS)):
+    """Spark ``local[2]`` with ``conf/streaming.properties``; ``partitions``: shuffle partitions (None: as shipped)."""
     from streaming import job
     from streaming.config import load_config
 
-    cfg = load_config(STREAMING_CONF, {"spark.master": "local[2]", "spark.sql.shuffle.partitions": str(PARTITIONS)})
+    overrides = {"spark.master": "local[2]"}
+    if partitions is not None:
+        overrides["spark.sql.shuffle.partitions"] = partitions
+    cfg = load_config(STREAMING_CONF, overrides)
     spark = job.build_spark(cfg)
     spark.sparkContext.setLogLevel("ERROR")
     jvm = getattr(spark.sparkContext._gateway, "proc", None)  # the spark-submit -> java process we launched
@@ -1144,12 +1159,7 @@ def main() -> int:
         tmp = Path(tmp_name)
         if not args.skip_throughput:
             with Stack() as stack:  # stopped before the live part: its processes get the machine to themselves
-                kafka = KafkaService(port=free_port(), run_dir=tmp, data_dir=tmp / "kafka")
-                redis = RedisService(port=free_port(), run_dir=tmp)
-                stack.later("kafka", kafka.stop)
-                kafka.start()
-                stack.later("redis", redis.stop)
-                redis.start()
+                kafka, redis = start_backends(stack, tmp)
                 say(f"noida-db on {kafka.bootstrap_servers} (pid {kafka.status().pid}), redis on {redis.url} "
                     f"(pid {redis.status().pid}); starting Spark local[2]")  # fmt: skip
                 spark = start_spark(stack)
