@@ -66,6 +66,22 @@ def test_without_the_daemons_settings_the_imports_start_threads_so_an_operators_
     assert spark_daemon.threadless_settings({}) is True
 
 
+def test_what_the_daemon_imported_is_left_out_of_the_collections_a_reused_worker_runs_after_each_task():
+    """PySpark's worker loop runs gc.collect() after every task; in a child forked after prepare(), only
+    what the child made itself is scanned (gc.get_objects lists what a collection would walk)."""
+    code = (
+        "import gc, os, sys; from streaming import spark_daemon as d; d.prepare(); "
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os._exit(0 if len(gc.get_objects()) < 1000 and gc.get_freeze_count() > 50000 else 3)\n"
+        "print(os.waitpid(pid, 0)[1] >> 8, 'pandas' in sys.modules)"
+    )
+    env = {"PYTHONPATH": ":".join([*ZIPS, str(Path(__file__).resolve().parents[2])])}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "True"]
+
+
 def test_a_module_that_starts_a_thread_stops_the_daemon_with_a_message(tmp_path, monkeypatch):
     (tmp_path / "spawns_a_thread.py").write_text(
         "import threading, time\nthreading.Thread(target=time.sleep, args=(5,), daemon=True).start()\n"
