@@ -24,62 +24,51 @@ def test_the_zips_of_the_installed_pyspark_go_after_it_and_any_other_keeps_its_p
     assert spark_daemon.prefer_installed_pyspark(["/work", site]) == ["/work", site]
 
 
+REPO = str(Path(__file__).resolve().parents[2])
+
+
+def fresh_python(code: str, path: list[str], **env: str) -> list[str]:
+    """What ``code`` prints, run in a fresh interpreter with ``path`` as its PYTHONPATH and only ``env`` besides."""
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={"PYTHONPATH": ":".join(path), **env}, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
 def test_what_the_daemon_imports_starts_no_thread_as_the_workers_path_has_it():
     """Run as Spark runs it: the zips first on the path, a fresh interpreter; the preload must not raise."""
     code = (
         "import sys; from streaming import spark_daemon as d; sys.path[:] = d.prefer_installed_pyspark(sys.path); "
         "d.preload(); import pyspark.worker; print(pyspark.worker.__file__, 'pyarrow' in sys.modules, d.threads())"
     )
-    env_path = ":".join([*ZIPS, str(Path(__file__).resolve().parents[2])])
-    out = subprocess.run(
-        [sys.executable, "-c", code], env={"PYTHONPATH": env_path}, capture_output=True, text=True, timeout=120
-    )
-    assert out.returncode == 0, out.stderr
-    where, pyarrow, threads = out.stdout.split()
+    where, pyarrow, threads = fresh_python(code, [*ZIPS, REPO])
     assert ".zip" not in where and pyarrow == "False" and threads == "1"
 
 
-def test_numpy_pyarrow_and_pandas_are_imported_before_the_fork_without_a_thread_as_the_daemon_starts():
-    """The daemon's own sequence in a fresh interpreter: the settings it gives itself keep the imports threadless."""
+def test_prepare_imports_numpy_pyarrow_and_pandas_threadless_and_frozen_out_of_a_forked_workers_collections():
+    """The daemon's own sequence: the settings it gives itself keep the imports threadless, and in a child
+    forked after it only what the child made itself is scanned by the gc.collect() PySpark's worker loop
+    runs after every task (gc.get_objects lists what a collection would walk)."""
     code = (
-        "import os, sys; from streaming import spark_daemon as d; sys.path[:] = d.prefer_installed_pyspark(sys.path); "
-        "quiet = d.threadless_settings(os.environ); d.preload(d.PRELOAD + d.PRELOAD_THREADLESS); "
-        "print(quiet, all(m in sys.modules for m in ('numpy', 'pyarrow', 'pandas')), d.threads())"
+        "import gc, os, sys; from streaming import spark_daemon as d; d.prepare(); pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os._exit(0 if len(gc.get_objects()) < 1000 and gc.get_freeze_count() > 50000 else 3)\n"
+        "print(all(m in sys.modules for m in ('numpy', 'pyarrow', 'pandas')), d.threads(), os.waitpid(pid, 0)[1] >> 8)"
     )
-    env = {"PYTHONPATH": ":".join([*ZIPS, str(Path(__file__).resolve().parents[2])])}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["True", "True", "1"]
+    assert fresh_python(code, [*ZIPS, REPO]) == ["True", "1", "0"]
 
 
 def test_without_the_daemons_settings_the_imports_start_threads_so_an_operators_own_value_skips_them():
     """The settings are what keeps the fork safe (this fails if numpy or pyarrow stop starting threads:
     then NO_THREADS and PRELOAD_THREADLESS can go); an operator's own value is kept and the three skipped."""
     code = "import numpy, pyarrow; from streaming import spark_daemon as d; print(d.threads())"
-    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OPENBLAS_NUM_THREADS": "2"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert int(out.stdout) > 1
+    assert int(fresh_python(code, [REPO], OPENBLAS_NUM_THREADS="2")[0]) > 1
     environ = {"OPENBLAS_NUM_THREADS": "4"}
     assert spark_daemon.threadless_settings(environ) is False
     assert environ == {"OPENBLAS_NUM_THREADS": "4", "JE_ARROW_MALLOC_CONF": "background_thread:false"}
     assert spark_daemon.threadless_settings({}) is True
-
-
-def test_what_the_daemon_imported_is_left_out_of_the_collections_a_reused_worker_runs_after_each_task():
-    """PySpark's worker loop runs gc.collect() after every task; in a child forked after prepare(), only
-    what the child made itself is scanned (gc.get_objects lists what a collection would walk)."""
-    code = (
-        "import gc, os, sys; from streaming import spark_daemon as d; d.prepare(); "
-        "pid = os.fork()\n"
-        "if pid == 0:\n"
-        "    os._exit(0 if len(gc.get_objects()) < 1000 and gc.get_freeze_count() > 50000 else 3)\n"
-        "print(os.waitpid(pid, 0)[1] >> 8, 'pandas' in sys.modules)"
-    )
-    env = {"PYTHONPATH": ":".join([*ZIPS, str(Path(__file__).resolve().parents[2])])}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["0", "True"]
 
 
 def test_a_module_that_starts_a_thread_stops_the_daemon_with_a_message(tmp_path, monkeypatch):
