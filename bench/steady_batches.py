@@ -47,8 +47,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=40, help="how long the rate is offered (default 40)")
     parser.add_argument("--warmup", type=int, default=5, help="batches with events left out first (default 5)")
     args = parser.parse_args()
+    if args.rate < 1 or args.brokers < 1 or args.seconds <= 0 or args.warmup < 0:
+        parser.error("--rate, --brokers and --seconds must be positive, --warmup at least 0")
     from streaming import job
-    from streaming.config import load_config
 
     tree = Path(job.__file__).resolve().parents[1]
     sb.say(f"job from {tree}; {args.brokers} brokers, {args.rate} events/s for {args.seconds:.0f} s")
@@ -56,7 +57,6 @@ def main() -> int:
         tmp = Path(tmp_name)
         kafka, redis = sb.start_backends(stack, tmp)
         spark = sb.start_spark(stack, partitions=None)
-        shipped = load_config(sb.STREAMING_CONF, {"spark.master": "local[2]"})
 
         name, bootstrap = "steady", kafka.bootstrap_servers
         kafka.ensure_topics([TopicSpec(f"{name}-events", 4), TopicSpec(f"{name}-actions", 1),
@@ -64,7 +64,7 @@ def main() -> int:
         settings = sb.Settings(events=0, brokers=args.brokers, expiring=0, crashing=0, registrations=0,
                                timeout_ms=10_000, poll_ms=25, end_offsets="highwater")  # fmt: skip
         cfg = sb.job_config(bootstrap, redis.url, name, tmp / "ckpt", settings, **{
-            "spark.sql.shuffle.partitions": shipped.spark["spark.sql.shuffle.partitions"],
+            "spark.sql.shuffle.partitions": spark.conf.get("spark.sql.shuffle.partitions"),  # as shipped
             "alerts.monitorLagMillis": str(10**13),  # synthetic event times are years behind
         })  # fmt: skip
         load = sb.synthetic_load(args.brokers)

@@ -794,17 +794,6 @@ def _make_listener_class() -> type:
     class ProgressLogger(StreamingQueryListener):
         """Logs every batch: input rate, duration, watermark and event-time lag; feeds MonitorStatus."""
 
-        @property
-        def _jlistener(self) -> Any:
-            # what spark.streams.addListener/removeListener hand the JVM: our JSON bridge, made once
-            if getattr(self, "_json_bridge", None) is None:
-                from pyspark import SparkContext
-
-                jvm = SparkContext._jvm
-                assert jvm is not None, "a listener is added to a running session"
-                self._json_bridge = jvm.PythonStreamingQueryListenerWrapper(_ProgressAsJson(self))
-            return self._json_bridge
-
         def __init__(
             self, status: MonitorStatus, delay_ms: int, max_skew_ms: int, query_id: Callable[[], str | None]
         ) -> None:
@@ -812,6 +801,18 @@ def _make_listener_class() -> type:
             self.delay_ms = delay_ms
             self.max_skew_ms = max_skew_ms
             self.query_id = query_id
+            self._json_bridge: Any = None
+
+        @property
+        def _jlistener(self) -> Any:
+            # what spark.streams.addListener/removeListener hand the JVM: our JSON bridge, made once
+            if self._json_bridge is None:
+                from pyspark import SparkContext
+
+                jvm = SparkContext._jvm
+                assert jvm is not None, "a listener is added to a running session"
+                self._json_bridge = jvm.PythonStreamingQueryListenerWrapper(_ProgressAsJson(self))
+            return self._json_bridge
 
         def onQueryStarted(self, event: Any) -> None:
             log.info("query %s started (run %s)", event.id, event.runId)
