@@ -11,6 +11,7 @@ PYTEST_ARGS ?=
 
 setup: $(STAMP)
 	@bash infra/install.sh
+	@bash infra/jvm/resolve.sh
 	@bash tests/peers/install.sh
 
 $(STAMP): pyproject.toml

