@@ -1,12 +1,12 @@
 """How long an action waits between landing in Kafka and reaching the node, and what an idle node pays.
 
 The node's action consumer (``namesrv.events.actions.ActionConsumer``) polls without blocking and
-pauses ``idle_pause_s`` after an empty fetch: noida-db answers an empty fetch at once instead of
-waiting ``fetch_max_wait_ms``, and kafka-python's blocking ``poll(timeout_ms=...)`` then spins
-(this script measures that too, as the reference).  For each pause this script, against a real
-noida-db on a free loopback port:
+pauses ``idle_pause_s`` after an empty fetch; kafka-python's blocking ``poll(timeout_ms=...)``, which
+leaves the waiting to the broker (it holds an empty fetch up to ``fetch_max_wait_ms``), is measured
+too, as the reference.  For each pause this script, against Apache Kafka (one KRaft node) on free
+loopback ports:
 
-1. runs the consumer idle for ``--idle`` seconds and reports the CPU it and noida-db used;
+1. runs the consumer idle for ``--idle`` seconds and reports the CPU it and the broker used;
 2. produces ``--actions`` actions one at a time, at random moments, and reports the time from the
    producer's acknowledgement (the record is in Kafka) to the consumer's ``deliver`` call (where the
    node hands it to its loop), median / p90 / max.
@@ -117,18 +117,17 @@ def main() -> None:
     parser.add_argument("--actions", type=int, default=60, help="actions timed per pause")
     parser.add_argument("--idle", type=float, default=10.0, help="seconds of idle consumer per pause")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, kafka_broker("noida", Path(tmp), {TOPIC: 3}) as kafka:
+    with tempfile.TemporaryDirectory() as tmp, kafka_broker(Path(tmp), {TOPIC: 3}) as kafka:
         broker_pid = int(kafka.pidfile.read_text())
         producer = kafka_clients.producer(kafka.bootstrap_servers, acks=1, linger_ms=0, **CLIENT)
         try:
             own, broker = blocking_poll_reference(kafka.bootstrap_servers, args.idle, broker_pid)
             print(
                 f"reference: kafka-python poll(timeout_ms=100), idle: this process {own:.1f}% CPU, "
-                f"noida-db {broker:.1f}%"
+                f"Kafka {broker:.1f}%"
             )
             print(
-                "| idle pause | idle CPU, consumer process | idle CPU, noida-db | Kafka -> deliver median "
-                "| p90 | max |"
+                "| idle pause | idle CPU, consumer process | idle CPU, Kafka | Kafka -> deliver median " "| p90 | max |"
             )
             print("|---:|---:|---:|---:|---:|---:|")
             for pause in (float(p) for p in args.pauses.split(",")):

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 The stack is the end-to-end suite's (:class:`tests.integration.backends.System` with three nodes on
-:class:`~tests.integration.backends.ProcessInfra`: noida-db and redis-server as local processes),
+:class:`~tests.integration.backends.ProcessInfra`: Apache Kafka and redis-server as local processes),
 every process started from the shipped ``conf/`` files with only addresses and paths overridden.
 The load is what RocketMQ 5.x brokers send: ``rmq-loadgen setup`` registers ``--brokers`` brokers
 of ``--topics-per-broker`` topics at each node and then sends QUERY_DATA_VERSION for every broker
@@ -224,7 +224,7 @@ def run(args: argparse.Namespace, res: Result, tmp: Path) -> None:
     system = System(ProcessInfra(tmp), tmp, Timing(), nodes=3)
     holders: list[subprocess.Popen] = []
     try:
-        say("starting Kafka (noida-db), Redis and 3 nodes")
+        say("starting Kafka (Apache Kafka, one KRaft node), Redis and 3 nodes")
         system.infra.start()
         for i in range(3):
             system.start_node(i)

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 A monitor in service does not take backlogs: it takes, every batch, what arrived during the last
 one, and a broker's expiry waits for the batch after its deadline. So the figure that matters for
-expiry at scale is a steady batch's duration, and what it is made of. This script starts noida-db,
+expiry at scale is a steady batch's duration, and what it is made of. This script starts Apache Kafka,
 Redis and Spark ``local[2]`` in its own process, with ``conf/streaming.properties`` as shipped (shuffle
 partitions, trigger, state store, checkpoint manager; only addresses and paths are set), registers a
 synthetic fleet (``streaming_bench.synthetic_load``: every broker through two nodes), then produces

@@ -1,4 +1,4 @@
-"""Local services for development and tests: a Kafka-protocol broker and Redis on loopback ports.
+"""Local services for development and tests: Apache Kafka (one KRaft node) and Redis on loopback ports.
 
 See :mod:`infra.services` (``python -m infra.services start|stop|status``) and
 ``infra/deploy/`` for a real deployment. Names are re-exported lazily so that
@@ -13,7 +13,6 @@ from typing import Any
 __all__ = [
     "BinaryNotFoundError",
     "ConfigError",
-    "KafkaBackend",
     "KafkaService",
     "PortInUseError",
     "RedisBackend",

@@ -26,6 +26,7 @@ import argparse
 import base64
 import contextlib
 import errno
+import fcntl
 import importlib.util
 import logging
 import os
@@ -187,6 +188,11 @@ def config_from_properties(props: Mapping[str, str], base_dir: Path | None = Non
             continue
         values[opt.attr] = options.convert(_SOURCE, key, text, opt.convert)
     config = ServicesConfig(**values)  # type: ignore[arg-type]
+    if config.kafka_controller_port == config.kafka_port:
+        raise ConfigError(
+            f"{_SOURCE}: kafka.controllerPort={config.kafka_controller_port} is kafka.port too: "
+            "the KRaft controller needs a port of its own"
+        )
     return replace(
         config,
         kafka_data_dir=(base / config.kafka_data_dir).resolve(),
@@ -637,8 +643,12 @@ class ProcessService:
 #: where ``make setup`` puts the jars of infra/jvm/pom.xml, one folder per module
 JVM_DIR = Path(__file__).resolve().parents[1] / "build" / "jvm"
 KAFKA_MAIN = "kafka.Kafka"
+#: the broker JVM's options besides -Xmx, the log4j2 file and the class path (the container image's too)
+KAFKA_JVM_OPTIONS = (
+    "-Xms64m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
+)  # fmt: skip
 #: a quiet broker: warnings and errors only, on stdout (the service's log file)
-_KAFKA_LOG4J2 = """\
+KAFKA_LOG4J2 = """\
 status = warn
 appender.out.type = Console
 appender.out.name = out
@@ -671,6 +681,25 @@ def java_binary() -> Path:
     return found
 
 
+def data_dir_locked(data_dir: Path) -> bool:
+    """True while a Kafka process holds ``data_dir/.lock`` (Java's ``FileChannel.tryLock``: an fcntl lock)."""
+    try:
+        fd = os.open(data_dir / ".lock", os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EAGAIN):
+            return True
+        raise
+    else:
+        fcntl.lockf(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
 def kafka_cluster_id() -> str:
     """A fresh KRaft cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's Uuid form)."""
     return base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
@@ -687,7 +716,7 @@ class KafkaService(ProcessService):
 
     name = "kafka"
     port_key = "kafka.port"
-    backend_key = "kafka.backend"
+    backend_key = "kafka"
 
     def __init__(
         self,
@@ -788,20 +817,19 @@ class KafkaService(ProcessService):
         self.run_dir.mkdir(parents=True, exist_ok=True)
         lines = [f"{key}={value}" for key, value in self.server_properties().items()]
         self.config_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        (self.run_dir / "kafka-log4j2.properties").write_text(_KAFKA_LOG4J2, encoding="utf-8")
+        (self.run_dir / "kafka-log4j2.properties").write_text(KAFKA_LOG4J2, encoding="utf-8")
 
     def _java(self, main: str, *args: str) -> list[str]:
         return [
-            str(self._binary()),
-            f"-Xmx{self.heap}", "-Xms64m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-            "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
+            str(self._binary()), f"-Xmx{self.heap}", *KAFKA_JVM_OPTIONS,
             f"-Dlog4j2.configurationFile={self.run_dir / 'kafka-log4j2.properties'}",
             "-cp", f"{jvm_jars('kafka-broker')}/*",
             main, *args,
         ]  # fmt: skip
 
-    def _format_storage(self) -> None:
+    def format_storage(self) -> None:
         """``kafka-storage format`` once per data directory (it keeps meta.properties there)."""
+        self._write_config()
         if (self.data_dir / "meta.properties").is_file():
             return
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -817,8 +845,14 @@ class KafkaService(ProcessService):
             )
 
     def _command(self, binary: Path) -> list[str]:
-        self._write_config()
-        self._format_storage()
+        if data_dir_locked(self.data_dir):
+            # a second broker+controller JVM writes the metadata log before its broker half finds the
+            # lock taken: it would wedge the running one, so it is never started
+            raise ServiceError(
+                f"kafka: {self.data_dir} is in use by another Kafka process (it holds {self.data_dir / '.lock'}); "
+                "stop that one or set kafka.dataDir to another directory"
+            )
+        self.format_storage()
         return self._java(KAFKA_MAIN, str(self.config_file))
 
     def _probe(self, timeout: float) -> bool:

@@ -1,6 +1,6 @@
 """The whole system on one machine: ``make run`` and ``make stop``.
 
-``up`` starts, in order, the local Kafka-protocol broker and Redis (:mod:`infra.services`), the
+``up`` starts, in order, the local Apache Kafka and Redis (:mod:`infra.services`), the
 name-server nodes (publishing events to Kafka and applying the monitor's actions), the live
 cluster-health console (``namesrv console``, :class:`ConsoleService`) and the Spark streaming job
 in local mode, prints where everything is, and stays in the foreground, restarting
@@ -66,6 +66,7 @@ from infra.services import (
     _log_tail,
     _read_pidfile,
     _write_pidfile,
+    jvm_jars,
     load_config,
     package_file,
     pid_alive,
@@ -230,8 +231,10 @@ class StreamingJob(ProcessService):
         sets = [arg for key, value in self.overrides.items() for arg in ("-D", f"{key}={value}")]
         if self.launcher is Launcher.PYTHON:
             return [str(binary), "-m", "streaming", "-c", str(self.conf), *sets]
-        # no --master: the job's spark.master (conf, -D) is applied by the session builder and wins
-        return [str(binary), str(self._script()), "-c", str(self.conf), *sets]
+        # no --master: the job's spark.master (conf, -D) is applied by the session builder and wins;
+        # --jars: Spark's Kafka connector, which the driver's JVM (spark-submit's) must start with
+        jars = f"{jvm_jars('spark-kafka')}/*.jar"
+        return [str(binary), "--jars", jars, str(self._script()), "-c", str(self.conf), *sets]
 
     def _environment(self) -> dict[str, str] | None:
         if self.launcher is Launcher.PYTHON:
@@ -597,11 +600,14 @@ def banner(stack: list[ProcessService], node_ports: list[int]) -> str:
     for service in stack:
         status = service.status()
         lines.append(f"  {status.name:<16} {status.address:<22} pid {status.pid or '-':<8} log {status.log_file}")
+    kafka = next(s for s in stack if isinstance(s, KafkaService))
     redis = next(s for s in stack if isinstance(s, RedisService))
     console = next((s for s in stack if isinstance(s, ConsoleService)), None)
     lines += [
         "",
         *([f"  Cluster health:      {console.url}   (live console in the browser)"] if console else []),
+        f"  Kafka:               Apache Kafka, one KRaft node: bootstrap {kafka.bootstrap_servers}, controller "
+        f"{kafka.host}:{kafka.controller_port}, data {kafka.data_dir}",
         f"  Brokers and clients: namesrvAddr={namesrv_addr}   (or NAMESRV_ADDR='{namesrv_addr}')",
         f"  Admin:               .venv/bin/namesrv admin -n 127.0.0.1:{node_ports[0]} clusterList",
         f"  A simulated fleet:   .venv/bin/namesrv simulate -n '{namesrv_addr}' --brokers 3 --topics 10 "

@@ -4,13 +4,14 @@ Theory of operation
 -------------------
 :class:`ActionConsumer` is a daemon thread with a kafka-python ``KafkaConsumer`` that reads *every*
 partition of the actions topic with ``assign()`` (no consumer group: every node must see every
-action, and the local brokers' group support is unreliable).  It starts at the end of each
-partition: it seeks to ``end_offsets()`` and then skips whatever the first fetch returns below that
-fetch's high watermark.  On Apache Kafka and noida-db ``end_offsets()`` is already the end; Tansu
-answers ListOffsets(LATEST) with an offset inside the last batch, so the skip matters there.  If a
-partition's high watermark later falls below our position (the broker lost its log, e.g. Tansu
-restarted with memory storage), the partition is read again from its beginning: replaying old
-actions is harmless (see fencing below).
+action, and a group would share the partitions out).  It starts at the end of each partition, the
+offsets Kafka's ListOffsets answers (``end_offsets()``): actions decided before the node started are
+not its business.  If the log under our position goes (the broker lost it, or the topic was made
+again), Kafka's own rules move the consumer back into the new log: past its end, OFFSET_OUT_OF_RANGE
+resets it to the earliest offset (``auto_offset_reset``); where the new log's leader epochs diverge
+from what it read (KIP-320), it resumes at the divergence.  Replayed actions are harmless (see fencing
+below); actions written below the divergence before the consumer noticed are not read, so restart
+the nodes after making the actions topic again.
 
 Each record is decoded with :func:`~namesrv.events.schema.decode_action` (types, and every value
 within the schema's bounds); malformed records and unknown action types are counted and skipped.
@@ -38,14 +39,14 @@ Valid actions are handed to the node's event loop (``loop.call_soon_threadsafe``
   monitor the scan stays on, as in Apache RocketMQ.
 
 Latency: the consumer polls without blocking and, when a fetch brings nothing, pauses
-``idle_pause_s`` before the next one.  noida-db answers an empty fetch at once instead of waiting
-``fetch_max_wait_ms``, and kafka-python's blocking ``poll(timeout_ms=...)`` then spins (a third of
-a core, idle), so the pause sets both the latency and the idle cost: a record is fetched by the
-first fetch after it lands and handed over at the poll after that.  ``bench/action_latency.py``
-(noida-db, from the producer's acknowledgement to ``deliver``) measured, per pause: 200 ms (the old
-default): median 216 ms, p90 385 ms, 1.2% of a core idle; 100 ms: 122 / 195 ms, 2.2%; **50 ms**:
-64 / 110 ms, 4.2%; 20 ms: 26 / 42 ms, 11%.  50 ms keeps an action within ~100 ms of Kafka, well
-inside the 2 s the monitor has from a deadline to gone everywhere, at a few percent of a core.
+``idle_pause_s`` before the next one.  Kafka holds an empty fetch up to ``fetch_max_wait_ms`` and
+answers it as soon as a record lands; the record is handed over at the first poll after that, so the
+pause sets the latency and part of the idle cost.  ``bench/action_latency.py`` (Apache Kafka 4.1.1,
+one KRaft node; from the producer's acknowledgement to ``deliver``) measured, per pause: 200 ms:
+median 130 ms, p90 358 ms, 0.7% of a core idle; 100 ms: 61 / 155 ms, 1.0%; **50 ms**: 25 / 47 ms,
+1.5%; 20 ms: 11 / 19 ms, 2.1% (a blocking ``poll(timeout_ms=100)`` idles at 1.9%).  50 ms keeps an
+action within ~50 ms of Kafka, well inside the 2 s the monitor has from a deadline to gone
+everywhere, at under 2% of a core.
 """
 
 from __future__ import annotations
@@ -448,14 +449,13 @@ class ActionConsumer:
             return
         for tp in tps:
             consumer.seek(tp, ends[tp])
-        #: per partition, records below this offset predate our start (None: not known yet)
-        start: dict[Any, int | None] = dict.fromkeys(tps)
         log.info(
             "reading actions from %s partitions %s at %s",
             self.settings.topic,
             partitions,
             {tp.partition: o for tp, o in ends.items()},
         )
+        self.ready.set()
         while not self._stopping.is_set():
             try:
                 batches = consumer.poll(timeout_ms=0)  # one fetch round; the idle pause below paces us
@@ -464,38 +464,11 @@ class ActionConsumer:
                 self._stopping.wait(0.5)
                 continue
             if not batches:
-                # noida-db answers an empty fetch at once instead of waiting fetch_max_wait_ms, and
-                # kafka-python then fetches again at once: pause, or an idle node burns a core
+                # poll(timeout_ms=0) returns at once: pause, or an idle node burns a core
                 self._stopping.wait(self.settings.idle_pause_s)
-            for tp, records in batches.items():
-                if start[tp] is None:
-                    start[tp] = consumer.highwater(tp)
-                floor = start[tp] or 0
+            for records in batches.values():
                 for record in records:
-                    if record.offset >= floor:
-                        self._handle(record.value)
-            self._settle(consumer, tps, start)
-
-    def _settle(self, consumer: Any, tps: list[Any], start: dict[Any, int | None]) -> None:
-        for tp in tps:
-            hw = consumer.highwater(tp)
-            if hw is None:
-                continue
-            if start[tp] is None:
-                start[tp] = hw
-            position = consumer.position(tp, timeout_ms=self.settings.request_timeout_ms)
-            if position is not None and hw < position:
-                log.warning(
-                    "actions partition %s shrank below our offset %d (high watermark %d): the broker "
-                    "lost its log; reading it from the beginning",
-                    tp.partition,
-                    position,
-                    hw,
-                )
-                consumer.seek_to_beginning(tp)
-                start[tp] = 0
-        if not self.ready.is_set() and all(v is not None for v in start.values()):
-            self.ready.set()
+                    self._handle(record.value)
 
     def _handle(self, value: bytes | None) -> None:
         self.received += 1

@@ -25,8 +25,8 @@ Producer settings, and why:
 * ``acks="all"``: a registration (with its topic table) must survive the loss of the partition
   leader in a replicated cluster; the extra latency is paid on this thread, not by requests.
 * idempotence off, ``max_in_flight_requests_per_connection=1``: retries keep per-partition order
-  without producer ids.  An idempotent producer turns a broker that lost producer state (Tansu
-  restarted with memory storage) into a fatal error that aborts every later send.
+  without producer ids.  An idempotent producer turns a broker that lost producer state (its log
+  gone, e.g. a local Kafka whose data directory was wiped) into a fatal error that aborts every later send.
 * ``api_version`` pinned (:mod:`namesrv.kafka_clients`, which builds every client): without it the
   constructor blocks to probe the broker and raises when Kafka is down at start-up.  With it,
   connecting, reconnecting (``reconnect_backoff_max_ms``) and metadata retries are the library's business.
@@ -652,8 +652,8 @@ def _short(text: str | None) -> str:
 
 
 def _worth_retrying(error: BaseException) -> bool:
-    """Anything but errors that the same record would get again (Tansu answers UnknownError while
-    a topic is being recreated, so 'not retriable' in kafka-python's sense is not enough)."""
+    """Anything but errors that the same record would get again (a broker answers UNKNOWN_SERVER_ERROR,
+    which kafka-python calls not retriable, for any unexpected fault of its own, passing ones too)."""
     from kafka import errors
 
     permanent = (

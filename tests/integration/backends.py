@@ -2,16 +2,17 @@
 
 Theory of operation
 -------------------
-A :class:`System` is what ``make run`` starts: a Kafka-protocol broker and Redis (the *infra*),
+A :class:`System` is what ``make run`` starts: Apache Kafka and Redis (the *infra*),
 two name-server nodes (:class:`infra.stack.NamesrvNode`) and the Spark liveness monitor
 (:class:`infra.stack.StreamingJob`), all on free loopback ports, with a short liveness timeout
 (:class:`Timing`). Only the infra differs between backends:
 
-* :class:`ProcessInfra` runs noida-db and redis-server as local processes
+* :class:`ProcessInfra` runs Apache Kafka (one KRaft node) and redis-server as local processes
   (:mod:`infra.services`), stopped by PID;
 * :class:`ContainerInfra` runs them as testcontainers containers (Ryuk off, connection mode
   ``docker_host``), from images whose names are configurable; the default images are built
-  from this machine's binaries by :mod:`tests.integration.images.build`, with no registry.
+  from this machine's JDK, Kafka jars and redis-server by :mod:`tests.integration.images.build`,
+  with no registry.
 
 Nodes and the job are always local processes: tests restart them, SIGKILL the job, and read
 their logs. Each incarnation of a process gets its own run directory, so a restart does not
@@ -60,6 +61,7 @@ from namesrv.client import NameServerClient
 from namesrv.protocol import bodies
 from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.simulate import Fleet, FleetConfig, State
+from tests.integration.images import build
 from tests.support.wait import wait_until
 
 log = logging.getLogger(__name__)
@@ -167,13 +169,13 @@ def kafka_answers(bootstrap: str, timeout: float = 1.0) -> bool:
 
 
 class ProcessInfra:
-    """noida-db and redis-server as local processes on free loopback ports."""
+    """Apache Kafka and redis-server as local processes on free loopback ports."""
 
     name = "processes"
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self.kafka_port = free_port()
+        self.kafka_port, self.kafka_controller_port = free_port(), free_port()
         self.kafka_data = run_dir / "kafka-data"
         self._kafka_runs = 0
         self.kafka = self._new_kafka()
@@ -181,9 +183,10 @@ class ProcessInfra:
 
     def _new_kafka(self) -> KafkaService:
         self._kafka_runs += 1
-        # same port and data directory, a fresh run directory: the log of the previous run stays
+        # same ports and data directory, a fresh run directory: the log of the previous run stays
         return KafkaService(
             port=self.kafka_port,
+            controller_port=self.kafka_controller_port,
             run_dir=self.run_dir / f"kafka-{self._kafka_runs}",
             data_dir=self.kafka_data,
             topics=DEFAULT_TOPICS,
@@ -214,7 +217,7 @@ class ProcessInfra:
         self.kafka.start()
 
     def describe(self) -> str:
-        return f"processes: noida-db {self.kafka_bootstrap} (log {self.kafka.log_file}), redis {self.redis_url}"
+        return f"processes: Apache Kafka {self.kafka_bootstrap} (log {self.kafka.log_file}), redis {self.redis_url}"
 
 
 # --------------------------------------------------------------------------- infra: containers
@@ -285,12 +288,13 @@ def docker_env(host: str) -> Iterator[None]:
 
 
 class ContainerInfra:
-    """A Kafka-protocol broker and Redis as testcontainers containers.
+    """Apache Kafka and Redis as testcontainers containers.
 
-    The Kafka image must run noida-db's command line (``start --data-dir D --host H --only kafka
-    --kafka-port P``); noida-db advertises the port it listens on, so the container listens on
-    a free port P that is published as the same port on 127.0.0.1. The Redis image is any image
-    testcontainers' RedisContainer can ping (the official ``redis`` image works too).
+    The Kafka image must listen on 9092 and take ``--override advertised.listeners=PLAINTEXT://H:P``
+    as its arguments (an entrypoint running ``kafka.Kafka server.properties``, as the image built by
+    :mod:`tests.integration.images.build` does): 9092 is published on a free loopback port P, which
+    the broker advertises. The Redis image is any image testcontainers' RedisContainer can ping (the
+    official ``redis`` image works too).
     """
 
     name = "containers"
@@ -319,8 +323,6 @@ class ContainerInfra:
         """Build the default images that are missing; returns what was built."""
         import docker
 
-        from tests.integration.images import build
-
         specs = []
         if self.kafka_image == build.KAFKA_IMAGE:
             specs.append(build.kafka_spec())
@@ -345,19 +347,16 @@ class ContainerInfra:
             self.redis = RedisContainer(self.redis_image)
             self.redis.start()
             self._redis_port = int(self.redis.get_exposed_port(6379))
-            self.kafka = DockerContainer(self.kafka_image).with_command([
-                "start", "--data-dir", "/data", "--host", "0.0.0.0", "--only", "kafka",
-                "--kafka-port", str(self.kafka_port),
-            ])  # fmt: skip
-            # same port inside and out, on loopback only: clients connect where the broker advertises
-            self.kafka.ports[f"{self.kafka_port}/tcp"] = ("127.0.0.1", self.kafka_port)
+            self.kafka = DockerContainer(self.kafka_image).with_command(list(build.kafka_command(self.kafka_port)))
+            # on loopback only, at the port the broker advertises
+            self.kafka.ports[f"{build.KAFKA_CONTAINER_PORT}/tcp"] = ("127.0.0.1", self.kafka_port)
             self.kafka.start()
             self._kafka_ready()
         except BaseException:
             self.stop()
             raise
 
-    def _kafka_ready(self, timeout: float = 30.0) -> None:
+    def _kafka_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while not kafka_answers(self.kafka_bootstrap):
             self.kafka.reload()
@@ -381,7 +380,7 @@ class ContainerInfra:
             self._env = None
 
     def stop_kafka(self) -> None:
-        # stop, not remove: the container's /data (noida-db's log) survives, as a broker's disk would
+        # stop, not remove: the container's /data (Kafka's log) survives, as a broker's disk would
         self.kafka.get_wrapped_container().stop(timeout=10)
 
     def start_kafka(self) -> None:
@@ -751,6 +750,19 @@ class Seen:
     partition: int
 
 
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """partition -> end offset of ``topic`` (Kafka's ListOffsets)."""
+    from kafka import TopicPartition
+
+    consumer = kafka_clients.consumer(bootstrap, timeout_ms=5000)
+    try:
+        ids = wait_until(lambda: consumer.partitions_for_topic(topic), 15, f"topic {topic}")
+        ends = consumer.end_offsets([TopicPartition(topic, p) for p in sorted(ids)])
+        return {tp.partition: int(offset) for tp, offset in ends.items()}
+    finally:
+        consumer.close()
+
+
 class KafkaTap:
     """Every record of the events, actions and alerts topics, read from the beginning in a thread."""
 
@@ -761,6 +773,7 @@ class KafkaTap:
         from streaming.alerts import decode_alert
 
         self._decoders = {EVENTS: decode_event, ACTIONS: decode_action, ALERTS: decode_alert}
+        self._bootstrap = bootstrap
         self._consumer = kafka_clients.consumer(
             bootstrap,
             auto_offset_reset="earliest",
@@ -775,6 +788,8 @@ class KafkaTap:
         self._consumer.assign(parts)
         self._consumer.seek_to_beginning(*parts)
         self._records: dict[str, list[Seen]] = {t: [] for t in topics}
+        #: (topic, partition) -> the offset after the last record read there
+        self._next: dict[tuple[str, int], int] = {}
         self.malformed = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -784,18 +799,16 @@ class KafkaTap:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                polled = self._consumer.poll(timeout_ms=0)
+                polled = self._consumer.poll(timeout_ms=100)  # the broker holds an empty fetch up to 100 ms
             except Exception as exc:  # noqa: BLE001 - a restarting broker; kafka-python reconnects
                 log.debug("tap poll failed: %r", exc)
                 self._stop.wait(0.2)
                 continue
-            if not polled:
-                # noida-db answers an empty fetch at once and kafka-python fetches again at once:
-                # without a pause an idle tap burns a core
-                self._stop.wait(0.05)
             now = time.monotonic()
             with self._lock:
                 for tp, records in polled.items():
+                    if records:
+                        self._next[(tp.topic, tp.partition)] = records[-1].offset + 1
                     for r in records:
                         try:
                             value = self._decoders[tp.topic](r.value)
@@ -810,6 +823,12 @@ class KafkaTap:
 
     def events(self) -> list[Any]:
         return [s.value for s in self.seen(EVENTS)]
+
+    def reached(self, topic: str) -> bool:
+        """True once the tap has read every partition of ``topic`` up to its end offset as of now."""
+        ends = end_offsets(self._bootstrap, topic)
+        with self._lock:
+            return all(self._next.get((topic, p), 0) >= end for p, end in ends.items())
 
     def actions(self) -> list[Any]:
         return [s.value for s in self.seen(ACTIONS)]

@@ -3,18 +3,18 @@
 ``system`` (module scope) starts Kafka, Redis, two name-server nodes and the streaming job and
 stops them afterwards (:mod:`tests.integration.backends`). Which backend runs Kafka and Redis:
 
-* ``--backend=processes``: local noida-db and redis-server on free loopback ports;
+* ``--backend=processes``: local Apache Kafka (one KRaft node) and redis-server on free loopback ports;
 * ``--backend=containers``: testcontainers containers; when no Docker daemon answers, one is
   started by hand for the session (root only) and stopped by PID at the end;
 * ``--backend=auto`` (the default; or ``$NAMESRV_IT_BACKEND``): containers when a Docker daemon
   already answers (``$DOCKER_HOST`` or /var/run/docker.sock), processes otherwise.
 
 Images: ``--kafka-image`` / ``$NAMESRV_IT_KAFKA_IMAGE`` and ``--redis-image`` /
-``$NAMESRV_IT_REDIS_IMAGE``; the defaults are built locally from this machine's binaries when
-missing (:mod:`tests.integration.images.build`).
+``$NAMESRV_IT_REDIS_IMAGE``; the defaults are built locally from this machine's JVM, Kafka jars
+and redis-server when missing (:mod:`tests.integration.images.build`).
 
-The modules that drive the streaming job directly use ``services`` instead: a local noida-db and
-Redis on free loopback ports, per module.
+The modules that drive the streaming job directly use ``services`` instead: a local Apache Kafka
+and Redis on free loopback ports, per module.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--kafka-image",
         default=None,
-        help=f"Kafka-protocol image for the containers backend (default: ${ENV_KAFKA_IMAGE} "
+        help=f"Apache Kafka image for the containers backend (default: ${ENV_KAFKA_IMAGE} "
         f"or {build.KAFKA_IMAGE}, built locally)",
     )
     group.addoption(
@@ -164,7 +164,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 @pytest.fixture(scope="module")
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaService, RedisService]]:
-    """A noida-db Kafka broker and a Redis for one module, stopped by PID afterwards."""
+    """Apache Kafka (one KRaft node) and a Redis for one module, stopped by PID afterwards."""
     run = tmp_path_factory.mktemp("services")
     kafka = KafkaService(port=free_port(), run_dir=run, data_dir=run / "kafka")
     redis = RedisService(port=free_port(), run_dir=run)

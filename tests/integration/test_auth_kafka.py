@@ -1,161 +1,251 @@
-"""Kafka with SASL against the local Kafka-protocol broker: the node's producer and consumer, the job's
-source and publisher; and a node whose security the broker does not offer.
+"""The node's Kafka clients over SASL and TLS, against Apache Kafka, which checks what they present.
 
-What the local brokers support (found by trying them; the README's Security section says the same):
+The module starts two Kafka nodes (each once, on free ports):
 
-* noida-db 0.2.3 answers SaslHandshake offering only PLAIN and accepts any user and password (it does
-  not check them, and it serves clients without SASL too); SCRAM is refused
-  (UnsupportedSaslMechanismError) and TLS is not spoken at all (the handshake ends in EOF).
-* Tansu 0.6.0 checks SCRAM credentials with ``--authentication``, but its users can only be created
-  over an authenticated connection on memory storage, and its ``--cert``/``--key`` options cannot be
-  given together, so neither can be started here with SASL or TLS that works.
+* ``sasl_kafka``: a SASL_PLAINTEXT listener offering PLAIN (its users in the listener's JAAS line) and
+  SCRAM-SHA-256/512 (users created by ``kafka-storage format --add-scram``);
+* ``tls_kafka``: an SSL listener with a certificate from the test CA (PEM key and trust stores) that
+  requires a client certificate signed by that CA.
 
-So SASL PLAIN is tested end to end against noida-db, with a spy on kafka-python's SASL mechanism
-factory proving each client ran the exchange with our user; SCRAM and TLS are tested as a node
-configured with them against that broker: it keeps serving and says, within seconds, which security
-settings the broker may not accept.  The mapping of every key is unit-tested
-(tests/unit/test_kafka_security.py).
+Against them, a node (in-process) publishes its events and applies the monitor's actions over each
+mechanism and over TLS; a node (``namesrv start``, its own process and log) with a wrong password, or
+a certificate from another CA, is refused and says so; a node configured with a security the broker
+does not offer says so within seconds.  Either way the refused node keeps serving.  The mapping of
+every key is unit-tested (tests/unit/test_kafka_security.py); the streaming job reads over SASL through
+Spark's own connector, tested with the job.
 """
 
 from __future__ import annotations
 
-import logging
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
-import kafka.net.connection
 import pytest
 
+from infra.services import KafkaService
+from namesrv import kafka_clients
 from namesrv.client import NameServerClient
-from namesrv.events.schema import EventType
+from namesrv.events.schema import Action, ActionType, EventType
 from namesrv.kafka_clients import KafkaSecurity
-from namesrv.protocol.codes import RequestCode, ResponseCode
-from streaming.kafka_io import KafkaInputPartition, KafkaOptions, read_range
 from tests.support.brokers import register_broker
-from tests.support.kafka import EventReader, kafka_broker
+from tests.support.kafka import CLIENT, EventReader, fresh_topics, kafka_broker, publish_actions
 from tests.support.node import running_node
-from tests.support.tls import make_certificates
+from tests.support.process import node_process
+from tests.support.tls import Certificates, make_certificates
 from tests.support.wait import wait_until
 
-EVENTS, ACTIONS, SOURCE = "namesrv-events", "namesrv-actions", "auth-source"
-USER, PASSWORD_ENV = "node-a", "NAMESRV_TEST_KAFKA_PASSWORD"
-PASSWORD = "kafka-secret-7"
+PASSWORD_ENV = "NAMESRV_TEST_KAFKA_PASSWORD"
+#: mechanism -> (user, password) the broker knows
+USERS = {
+    "PLAIN": ("node-plain", "plain-secret-7"),
+    "SCRAM-SHA-256": ("node-256", "scram-256-secret"),
+    "SCRAM-SHA-512": ("node-512", "scram-512-secret"),
+}
+ADMIN = ("admin", "admin-secret-3")
+PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+#: what the node says when no broker completes a connection with the security it was given
+REFUSED = "this is also what a broker looks like that does not offer that protocol or mechanism or refuses"
 
 
-@pytest.fixture(scope="module")
-def noida(tmp_path_factory: pytest.TempPathFactory):
-    with kafka_broker("noida", tmp_path_factory.mktemp("kafka"), {EVENTS: 2, ACTIONS: 1, SOURCE: 1}) as service:
-        yield service
-
-
-@pytest.fixture
-def sasl_exchanges(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str | None]]:
-    """(mechanism, user) of every SASL exchange kafka-python starts in this process."""
-    seen: list[tuple[str, str | None]] = []
-    real = kafka.net.connection.get_sasl_mechanism
-
-    def spy(name: str):
-        mechanism = real(name)
-
-        def make(**config):
-            seen.append((name, config.get("sasl_plain_username")))
-            return mechanism(**config)
-
-        return make
-
-    monkeypatch.setattr(kafka.net.connection, "get_sasl_mechanism", spy)
-    return seen
-
-
-def sasl_plain() -> KafkaSecurity:
+def sasl(mechanism: str, user: str, password: str) -> KafkaSecurity:
     return KafkaSecurity.from_settings(
-        {
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "PLAIN",
-            "sasl.username": USER,
-            "sasl.password": PASSWORD,
-        }
+        {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism, "sasl.username": user,
+         "sasl.password": password}
+    )  # fmt: skip
+
+
+def tls(pki: Certificates, *, stranger: bool = False) -> KafkaSecurity:
+    cert, key = (pki.stranger_cert, pki.stranger_key) if stranger else (pki.client_cert, pki.client_key)
+    return KafkaSecurity.from_settings(
+        {"security.protocol": "SSL", "ssl.cafile": str(pki.ca), "ssl.certfile": str(cert), "ssl.keyfile": str(key)}
     )
 
 
-def test_node_publishes_events_and_reads_actions_over_sasl_plain(noida, tmp_path, monkeypatch, sasl_exchanges):
-    monkeypatch.setenv(PASSWORD_ENV, PASSWORD)
+def node_settings(security: KafkaSecurity) -> dict[str, str]:
+    """The node's ``kafka.*`` security keys for ``security``."""
+    return security.settings(prefix="kafka.")
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    return make_certificates(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def sasl_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaService]:
+    plain_users = " ".join(f'user_{u}="{p}"' for u, p in (ADMIN, USERS["PLAIN"]))
+    listener = "listener.name.sasl_plaintext"
+    with kafka_broker(
+        tmp_path_factory.mktemp("sasl-kafka"),
+        listener="SASL_PLAINTEXT",
+        broker_properties={
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            # the broker's own client (the inter-broker listener is this one) logs in as ADMIN
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            f"{listener}.plain.sasl.jaas.config": (
+                f'{PLAIN_MODULE} required username="{ADMIN[0]}" password="{ADMIN[1]}" {plain_users};'
+            ),
+            f"{listener}.scram-sha-256.sasl.jaas.config": f"{SCRAM_MODULE} required;",
+            f"{listener}.scram-sha-512.sasl.jaas.config": f"{SCRAM_MODULE} required;",
+        },
+        format_args=[
+            arg
+            for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512")
+            for arg in ("--add-scram", f"{mechanism}=[name={USERS[mechanism][0]},password={USERS[mechanism][1]}]")
+        ],
+        security=sasl("PLAIN", *ADMIN),
+    ) as service:
+        yield service
+
+
+@pytest.fixture(scope="module")
+def tls_kafka(tmp_path_factory: pytest.TempPathFactory, pki: Certificates) -> Iterator[KafkaService]:
+    run = tmp_path_factory.mktemp("tls-kafka")
+    # a PEM key store is one file: the private key (PKCS#8) and the certificate chain
+    keystore = run / "broker-keystore.pem"
+    keystore.write_text(pki.peer_key.read_text() + pki.peer_cert.read_text())
+    with kafka_broker(
+        run,
+        listener="SSL",
+        broker_properties={
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(pki.ca),
+            "ssl.client.auth": "required",
+        },
+        security=tls(pki),
+    ) as service:
+        yield service
+
+
+# --------------------------------------------------------------------------- what works
+
+
+@pytest.mark.parametrize("how", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "SSL"])
+def test_node_publishes_events_and_applies_actions_over_sasl_and_tls(request, tmp_path, monkeypatch, how):
+    if how == "SSL":
+        kafka, security = request.getfixturevalue("tls_kafka"), tls(request.getfixturevalue("pki"))
+    else:
+        kafka, security = request.getfixturevalue("sasl_kafka"), sasl(how, *USERS[how])
+    topics = fresh_topics(kafka, events=2, actions=1)
+    settings = node_settings(security)
+    if security.sasl:  # the password as operators keep it: out of the file
+        monkeypatch.setenv(PASSWORD_ENV, USERS[how][1])
+        settings["kafka.sasl.password"] = f"${{env:{PASSWORD_ENV}}}"
     props = {
-        "kafkaBootstrapServers": noida.bootstrap_servers, "eventsTopic": EVENTS, "actionsTopic": ACTIONS,
-        "nodeName": "auth-node", "tickIntervalMillis": "300",
-        "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "PLAIN",
-        "kafka.sasl.username": USER, "kafka.sasl.password": f"${{env:{PASSWORD_ENV}}}",
+        "kafkaBootstrapServers": kafka.bootstrap_servers, "eventsTopic": topics["events"],
+        "actionsTopic": topics["actions"], "nodeName": "auth-node", "tickIntervalMillis": "300", **settings,
     }  # fmt: skip
-    reader = EventReader(noida.bootstrap_servers, EVENTS, security=sasl_plain())
+    reader = EventReader(kafka.bootstrap_servers, topics["events"], security=security)
     try:
         with running_node(tmp_path, **props) as node, NameServerClient(node.addr) as client:
             link = node.running.kafka
             assert link is not None and link.consumer is not None
-            # the action consumer read the topic's partitions and end offsets: over SASL
-            wait_until(link.consumer.ready.is_set, 20, "the action consumer to be ready")
-            register_broker(client, broker_name="broker-sasl", broker_addr="127.0.0.1:10999", topics=["TopicS"])
-            events = reader.wait_for_events(
-                lambda e: e.type is EventType.REGISTER and e.broker_name == "broker-sasl", what="the registration"
+            wait_until(link.consumer.ready.is_set, 20, "the action consumer at the end of the actions topic")
+            register_broker(client, broker_name="broker-sec", broker_addr="127.0.0.1:10999", topics=["TopicS"])
+            (registered,) = reader.wait_for_events(
+                lambda e: e.type is EventType.REGISTER and e.broker_name == "broker-sec", what="the registration"
             )
-            assert events[0].node == "auth-node"
+            assert registered.node == "auth-node"
+            expire = Action(
+                ActionType.EXPIRE, "auth-monitor", int(time.time() * 1000), cluster_name=registered.cluster_name,
+                broker_addr="127.0.0.1:10999", broker_name="broker-sec", broker_id=0,
+                last_heartbeat=registered.event_time, watermark=registered.event_time,
+            )  # fmt: skip
+            publish_actions(kafka.bootstrap_servers, topics["actions"], expire, security=security)
+            wait_until(lambda: link.action_stats().applied == 1, 20, "the EXPIRE read and applied")
+            assert "broker-sec" not in {name for name, b in client.cluster_info()[0].items() if b.broker_addrs}
     finally:
         reader.close()
-    # every connection of the node's admin, consumer and producer (and the test's reader) authenticated as USER
-    assert sasl_exchanges and set(sasl_exchanges) == {("PLAIN", USER)}
 
 
-def test_job_source_and_publisher_read_and_write_over_sasl_plain(noida, sasl_exchanges):
-    from streaming.job import KafkaPublisher
+# --------------------------------------------------------------------------- what is refused
 
-    security = sasl_plain()
-    publisher = KafkaPublisher.connect(noida.bootstrap_servers, security=security)
-    assert publisher is not None
-    try:
-        for i in range(5):
-            publisher.send(SOURCE, b"k", f"v{i}".encode())
-        publisher.flush(10)
-    finally:
-        publisher.close()
-    # the options the job hands format("namesrv-kafka"), as Spark passes them (lower-cased), with a JAAS line
-    options = {
-        "kafka.bootstrap.servers": noida.bootstrap_servers, "subscribe": SOURCE,
-        "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "PLAIN",
-        "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required '
-                                  f'username="{USER}" password="{PASSWORD}";',
+
+def refused_node(tmp_path: Path, kafka: KafkaService, security: KafkaSecurity):
+    """``namesrv start`` with ``security`` against ``kafka``: its own process and log, as operators run it."""
+    topics = fresh_topics(kafka, events=1, actions=1)
+    props = {
+        "kafkaBootstrapServers": kafka.bootstrap_servers, "eventsTopic": topics["events"],
+        "actionsTopic": topics["actions"], "nodeName": "refused-node", "tickIntervalMillis": "200",
+        **node_settings(security),
     }  # fmt: skip
-    opts = KafkaOptions.from_options(options)
-    assert opts.security == security and PASSWORD not in repr(opts)
-    batches = list(read_range(opts, KafkaInputPartition(SOURCE, 0, 0, 5)))
-    values = [v for batch in batches for v in batch.column("value").to_pylist()]
-    assert values == [f"v{i}".encode() for i in range(5)]
-    assert sasl_exchanges and set(sasl_exchanges) == {("PLAIN", USER)}
+    return topics, node_process(tmp_path, log_level="INFO", **props)
 
 
-@pytest.mark.parametrize("security", ["SCRAM-SHA-256", "SSL"])
-def test_a_node_whose_security_the_broker_lacks_says_so_and_keeps_serving(noida, tmp_path, caplog, security):
-    props = {"kafkaBootstrapServers": noida.bootstrap_servers, "eventsTopic": EVENTS, "actionsTopic": ACTIONS}
-    if security == "SSL":
-        pki = make_certificates(tmp_path / "pki")
-        props |= {"kafka.security.protocol": "SSL", "kafka.ssl.cafile": str(pki.ca)}
-    else:
-        props |= {
-            "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": security,
-            "kafka.sasl.username": USER, "kafka.sasl.password": PASSWORD,
-        }  # fmt: skip
-    started = time.monotonic()
-    with (
-        caplog.at_level(logging.WARNING, "namesrv.events"),
-        running_node(tmp_path, **props) as node,
-        NameServerClient(node.addr) as client,
-    ):
-        # the node serves at once, whatever Kafka does
+def says_refused(node, started: float, *wanted: str) -> str:
+    """The node's one warning about Kafka, once logged (the request timeout, 5 s, plus start-up); has ``wanted``."""
+    said = "cannot read the partitions of the actions topic"
+    wait_until(lambda: said in node.log_text(), 20, "the node's warning")
+    assert time.monotonic() - started < 20
+    (warning,) = [line for line in node.log_text().splitlines() if said in line]
+    for text in wanted:
+        assert text in warning, warning
+    return warning
+
+
+def records_in(kafka: KafkaService, topic: str) -> int:
+    """How many records ``topic`` holds (read with the broker's admin credentials)."""
+    from kafka import TopicPartition
+
+    consumer = kafka_clients.consumer(kafka.bootstrap_servers, security=kafka.security, **CLIENT)
+    try:
+        partitions = wait_until(lambda: consumer.partitions_for_topic(topic), 10, f"topic {topic}")
+        ends = consumer.end_offsets([TopicPartition(topic, p) for p in partitions])
+        return sum(ends.values())
+    finally:
+        consumer.close()
+
+
+def serves(node) -> None:
+    with NameServerClient(node.addr) as client:
         register_broker(client, broker_name="broker-x", broker_addr="127.0.0.1:10998", topics=["TopicX"])
-        route = client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicX"})
-        assert route.code == ResponseCode.SUCCESS
-        # and says, once and soon, what to check: the request timeout (5 s) plus scheduling
-        wait_until(lambda: "cannot read the partitions of the actions topic" in caplog.text, 20, "the warning")
-        assert time.monotonic() - started < 20
-    warning = next(r.getMessage() for r in caplog.records if "actions topic" in r.getMessage())
-    expected = f"sasl.mechanism={security}" if security != "SSL" else "security.protocol=SSL"
-    assert expected in warning and "refuses the credentials or certificate" in warning
-    assert PASSWORD not in caplog.text
-    assert sum("cannot read the partitions" in r.getMessage() for r in caplog.records) == 1
+        assert client.topic_route("TopicX").broker_datas[0].broker_addrs == {0: "127.0.0.1:10998"}
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+def test_a_wrong_password_is_refused_and_the_node_says_so(sasl_kafka, tmp_path, mechanism):
+    user, password = USERS[mechanism]
+    wrong = password + "-not"
+    topics, node_cm = refused_node(tmp_path, sasl_kafka, sasl(mechanism, user, wrong))
+    started = time.monotonic()
+    with node_cm as node:
+        serves(node)  # at once, whatever Kafka says
+        says_refused(node, started, f"sasl.mechanism={mechanism}", f"sasl.username='{user}'", REFUSED)
+        # seconds of ticks and a registration, and none of it reached the topic
+        assert records_in(sasl_kafka, topics["events"]) == 0
+        log = node.log_text()
+    assert wrong not in log and password not in log
+
+
+def test_a_certificate_from_another_ca_is_refused(tls_kafka, pki, tmp_path):
+    topics, node_cm = refused_node(tmp_path, tls_kafka, tls(pki, stranger=True))
+    started = time.monotonic()
+    with node_cm as node:
+        serves(node)
+        says_refused(node, started, "security.protocol=SSL", f"ssl.certfile={pki.stranger_cert}", REFUSED)
+        assert records_in(tls_kafka, topics["events"]) == 0
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["TLS to the SASL listener", "SASL to the TLS listener", "plaintext to the SASL listener"],
+)
+def test_a_node_whose_security_the_broker_does_not_offer_says_so_within_seconds(request, pki, tmp_path, case):
+    if case == "TLS to the SASL listener":
+        kafka, security, wanted = request.getfixturevalue("sasl_kafka"), tls(pki), ["security.protocol=SSL", REFUSED]
+    elif case == "SASL to the TLS listener":
+        kafka, security = request.getfixturevalue("tls_kafka"), sasl("SCRAM-SHA-512", *USERS["SCRAM-SHA-512"])
+        wanted = ["security.protocol=SASL_PLAINTEXT", "sasl.mechanism=SCRAM-SHA-512", REFUSED]
+    else:
+        kafka, security, wanted = request.getfixturevalue("sasl_kafka"), KafkaSecurity(), []
+    _, node_cm = refused_node(tmp_path, kafka, security)
+    started = time.monotonic()
+    with node_cm as node:
+        serves(node)
+        warning = says_refused(node, started, *wanted)
+    if not wanted:  # a plaintext node has no security settings to point at: Kafka looks down
+        assert REFUSED not in warning

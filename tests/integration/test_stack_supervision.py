@@ -103,7 +103,7 @@ def start_stack(tmp: Path, *, streaming: bool) -> Stack:
     run_dir = tmp / "run"
     conf = tmp / "services.properties"
     conf.write_text(
-        f"kafka.port={free_port()}\nredis.port={free_port()}\nrun.dir={run_dir}\n"
+        f"kafka.port={free_port()}\nkafka.controllerPort={free_port()}\nredis.port={free_port()}\nrun.dir={run_dir}\n"
         f"kafka.dataDir={run_dir / 'kafka'}\n"
     )
     argv = ["--services-conf", str(conf), "--node-ports", f"{free_port()},{free_port()}"]

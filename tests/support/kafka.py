@@ -1,30 +1,34 @@
-"""A real local Kafka-protocol broker for a test, and small readers/writers for event and action topics."""
+"""Apache Kafka for a test module, fresh topics for each test, and small readers/writers for event and action topics."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import itertools
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-
-from kafka import TopicPartition
+from typing import Any
 
 from infra.services import KafkaService, TopicSpec, free_port
 from namesrv import kafka_clients
 from namesrv.events.schema import Action, Event, decode_event, encode_action
 from tests.support.wait import wait_until
 
-BACKENDS = ("noida", "tansu")
 #: settings of the tests' clients (namesrv.kafka_clients): pinned, like the node's, and quick to give up
 CLIENT = dict(pinned=True, timeout_ms=5000, reconnect_backoff_max_ms=500)
+_topic_numbers = itertools.count(1)
 
 
 @contextmanager
-def kafka_broker(backend: str, run_dir: Path, topics: dict[str, int]) -> Iterator[KafkaService]:
-    """noida-db or Tansu on a free loopback port with ``topics`` (name -> partitions); stopped by PID."""
+def kafka_broker(run_dir: Path, topics: Mapping[str, int] | None = None, **options: Any) -> Iterator[KafkaService]:
+    """Apache Kafka (one KRaft node) on free loopback ports with ``topics`` (name -> partitions); stopped by PID.
+
+    It starts in seconds and holds ~350 MB, so a module starts one and its tests take fresh topics
+    (:func:`fresh_topics`). ``options`` go to :class:`KafkaService` (listener, broker_properties,
+    format_args, security).
+    """
     service = KafkaService(
-        port=free_port(), run_dir=run_dir, backend=backend,
-        topics=[TopicSpec(name, n) for name, n in topics.items()],
-    )  # fmt: skip
+        port=free_port(), run_dir=run_dir, topics=[TopicSpec(name, n) for name, n in (topics or {}).items()], **options
+    )
     service.start()
     try:
         yield service
@@ -32,34 +36,34 @@ def kafka_broker(backend: str, run_dir: Path, topics: dict[str, int]) -> Iterato
         service.stop()
 
 
+def fresh_topics(kafka: KafkaService, **partitions: int) -> dict[str, str]:
+    """New topics on ``kafka``, one per keyword (its partition count); returns keyword -> topic name."""
+    n = next(_topic_numbers)
+    names = {key: f"{key}-{n}" for key in partitions}
+    kafka.ensure_topics([TopicSpec(names[key], count) for key, count in partitions.items()])
+    return names
+
+
 class TopicReader:
     """Reads every partition of a topic from its beginning, keeping what it has read."""
 
     def __init__(self, bootstrap: str, topic: str, security: kafka_clients.KafkaSecurity | None = None) -> None:
+        # no group: kafka-python assigns itself every partition; with no committed offset it starts at the earliest
         self.consumer = kafka_clients.consumer(
             bootstrap, auto_offset_reset="earliest", fetch_max_wait_ms=100, security=security, **CLIENT
         )
+        self.consumer.subscribe([topic])
         self.topic = topic
         self.records: list = []
-        self._assigned = False
-
-    def _assign(self) -> None:
-        parts = wait_until(lambda: self.consumer.partitions_for_topic(self.topic), 10, f"topic {self.topic} to appear")
-        tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
-        self.consumer.assign(tps)
-        self.consumer.seek_to_beginning(*tps)
-        self._assigned = True
 
     def poll(self) -> list:
-        if not self._assigned:
-            self._assign()
         got = [r for batch in self.consumer.poll(timeout_ms=100).values() for r in batch]
         self.records.extend(got)
         return got
 
     def wait_for(self, predicate: Callable[[list], bool], timeout: float = 15.0, what: str = "records") -> list:
         """Poll until ``predicate(all records so far)`` holds; fail after ``timeout`` seconds."""
-        # each poll waits up to 100 ms for records itself: no pause between them
+        # each poll waits up to 100 ms for records itself (the broker holds the fetch): no pause between them
         wait_until(
             lambda: predicate(self.records) or (self.poll() and False),
             timeout,

@@ -34,6 +34,10 @@ class Certificates:
     stranger_key: Path
     #: that other CA: trusting only it must fail a handshake with ``server_cert``
     other_ca: Path
+    #: for localhost/127.0.0.1 and good at both ends of a handshake, as a Kafka broker that requires
+    #: client certificates wants its own (it checks that its key store could talk to itself)
+    peer_cert: Path
+    peer_key: Path
 
 
 def _openssl(*args: str | Path) -> None:
@@ -62,7 +66,7 @@ def _signed(d: Path, name: str, ca: tuple[Path, Path], extensions: str) -> tuple
 
 def make_certificates(d: Path) -> Certificates:
     """A CA, a node certificate for localhost/127.0.0.1 signed by it, a client certificate signed by
-    it, and a client certificate signed by another CA."""
+    it, a client certificate signed by another CA, and a peer certificate (both ends) signed by the CA."""
     d.mkdir(parents=True, exist_ok=True)
     ca = _ca(d, "ca")
     server = _signed(d, "server", ca, "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
@@ -71,7 +75,8 @@ def make_certificates(d: Path) -> Certificates:
     client = _signed(d, "client", ca, "extendedKeyUsage=clientAuth\n")
     other = _ca(d, "other-ca")
     stranger = _signed(d, "stranger", other, "extendedKeyUsage=clientAuth\n")
-    return Certificates(ca[0], *server, encrypted, *client, *stranger, other[0])
+    peer = _signed(d, "peer", ca, "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n")
+    return Certificates(ca[0], *server, encrypted, *client, *stranger, other[0], *peer)
 
 
 def node_tls(certs: Certificates, **more: str) -> dict[str, str]:

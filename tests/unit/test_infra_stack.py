@@ -32,7 +32,9 @@ def test_spark_submit_runs_this_tree_s_main_script_with_the_same_arguments_as_py
     binary = j._binary()
     assert binary.name == "spark-submit" and binary.is_file()
     args = ["-c", "/c/streaming.properties", "-D", "redis.url=redis://h:1/0", "-D", "spark.master=local[2]"]
-    assert j._command(binary) == [str(binary), str(REPO / "streaming" / "__main__.py"), *args]
+    # with Spark's Kafka connector on the driver's class path (make setup resolved it into build/jvm)
+    jars = ["--jars", f"{REPO / 'build' / 'jvm' / 'spark-kafka'}/*.jar"]
+    assert j._command(binary) == [str(binary), *jars, str(REPO / "streaming" / "__main__.py"), *args]
     python = job(tmp_path, "python")
     assert python._command(Path(sys.executable)) == [sys.executable, "-m", "streaming", *args]
 
