@@ -22,7 +22,10 @@ for fails the wait at once, with the end of its output; one that lost a port pic
 process before binding it (the machine is shared) is started again on new ports, up to three times.
 
 The JVMs run small (128-256 MB heap, the serial collector, C1 only): the tests need them to answer,
-not to be fast, and two cores are shared.
+not to be fast, and two cores are shared. ``bench/namesrv_bench.py`` starts the NameServers through
+:func:`start_java_namesrv` with JVM options of its own (a full JIT). TLS, which RocketMQ configures with
+system properties only, goes to a broker, mqadmin or the Java client as ``system_props``; mqadmin's
+ACL credentials as the ``conf/tools.yml`` it reads.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -41,6 +45,7 @@ from typing import TypeVar
 
 from infra.services import java_binary, jvm_jars
 from namesrv.client import NameServerClient
+from namesrv.protocol import fastjson
 from namesrv.protocol.bodies import decode_data_version, decode_kv_table, encode_data_version
 from namesrv.protocol.codec import encode
 from namesrv.protocol.codes import RequestCode
@@ -134,12 +139,13 @@ def _on_free_ports(start: Callable[[], T], home: Callable[[], Path], attempts: i
 class JavaProcess:
     """One JVM we started: stopped by its PID, its output and log in its home directory."""
 
-    def __init__(self, name: str, argv: Sequence[str], home: Path, env: dict[str, str]) -> None:
+    def __init__(self, name: str, argv: Sequence[str], home: Path, env: dict[str, str], *, again: bool = False) -> None:
         self.name = name
         self.home = home
         self.out = home / f"{name}.out"
         self.log = home / f"{name}.log"
-        with self.out.open("wb") as out:
+        self.argv, self.env = list(argv), env
+        with self.out.open("ab" if again else "wb") as out:
             self.proc = subprocess.Popen(
                 list(argv),
                 cwd=home,
@@ -169,6 +175,11 @@ class JavaProcess:
             tail = self.tail()
             error = PortTakenError if "Address already in use" in tail else AssertionError
             raise error(f"{self.name} (pid {self.pid}) exited with code {self.proc.returncode}\n{tail}")
+
+    def again(self) -> JavaProcess:
+        """The same command started anew in the same home (after :meth:`stop`), its output appended."""
+        assert not self.alive(), f"{self.name} (pid {self.pid}) is still running"
+        return JavaProcess(self.name, self.argv, self.home, self.env, again=True)
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGKILL to our PID (its files are all temporary) and reap it."""
@@ -216,8 +227,10 @@ def _env(home: Path) -> dict[str, str]:
     return env
 
 
-def _java(jars: Path, props: Sequence[str], main: str, *args: str) -> list[str]:
-    return [str(java_binary()), *JVM_OPTIONS, *props, "-cp", f"{jars}/*", main, *args]
+def _java(
+    jars: Path, props: Sequence[str], main: str, *args: str, jvm_options: Sequence[str] = JVM_OPTIONS
+) -> list[str]:
+    return [str(java_binary()), *jvm_options, *props, "-cp", f"{jars}/*", main, *args]
 
 
 def _properties(path: Path, props: dict[str, str]) -> Path:
@@ -258,12 +271,25 @@ def java_namesrv(release: Release, base: Path, name: str = "namesrv", timeout: f
         started.stop()
 
 
-def start_java_namesrv(release: Release, base: Path, name: str = "namesrv", timeout: float = 90.0) -> JavaNamesrv:
-    """Apache RocketMQ's NameServer of ``release`` on a free loopback port, answering; see :func:`java_namesrv`."""
-    return _on_free_ports(lambda: _start_java_namesrv(release, base, name, timeout), lambda: base / name)
+def start_java_namesrv(
+    release: Release,
+    base: Path,
+    name: str = "namesrv",
+    timeout: float = 90.0,
+    *,
+    jvm_options: Sequence[str] = JVM_OPTIONS,
+) -> JavaNamesrv:
+    """Apache RocketMQ's NameServer of ``release`` on a free loopback port, answering; see :func:`java_namesrv`.
+
+    ``jvm_options`` replace the tests' small and quiet :data:`JVM_OPTIONS` (``bench/namesrv_bench.py``
+    gives it a full JIT).
+    """
+    return _on_free_ports(lambda: _start_java_namesrv(release, base, name, timeout, jvm_options), lambda: base / name)
 
 
-def _start_java_namesrv(release: Release, base: Path, name: str, timeout: float) -> JavaNamesrv:
+def _start_java_namesrv(
+    release: Release, base: Path, name: str, timeout: float, jvm_options: Sequence[str]
+) -> JavaNamesrv:
     home, props = _home(base, name, release, "namesrv")
     port = free_port()
     conf = _properties(
@@ -274,7 +300,8 @@ def _start_java_namesrv(release: Release, base: Path, name: str, timeout: float)
             "kvConfigPath": str(home / "kvConfig.json"),
         },
     )
-    process = JavaProcess(name, _java(release.server_jars(), props, NAMESRV_MAIN, "-c", str(conf)), home, _env(home))
+    argv = _java(release.server_jars(), props, NAMESRV_MAIN, "-c", str(conf), jvm_options=jvm_options)
+    process = JavaProcess(name, argv, home, _env(home))
     addr = f"{LOOPBACK}:{port}"
     try:
         wait_until(lambda: _answers(addr, process), timeout, f"Java NameServer {release.server_version} on {addr}")
@@ -297,6 +324,8 @@ class JavaBroker:
     addr: str
     namesrv_addrs: tuple[str, ...]
     conf: Path
+    #: how this module reaches its name servers (None: plaintext)
+    namesrv_tls: ssl.SSLContext | None = None
 
     def stop(self) -> None:
         self.process.stop()
@@ -321,9 +350,11 @@ def broker_port() -> int:
     raise AssertionError("no free port P with P-2 and P+1 free on 127.0.0.1")
 
 
-def registered(addr: str, broker_name: str, broker_id: int, broker_addr: str) -> bool:
+def registered(
+    addr: str, broker_name: str, broker_id: int, broker_addr: str, tls: ssl.SSLContext | None = None
+) -> bool:
     """True once the name server at ``addr`` lists ``broker_addr`` as ``broker_name``'s member ``broker_id``."""
-    with NameServerClient(addr, timeout=2.0) as c:
+    with NameServerClient(addr, timeout=2.0, tls=tls) as c:
         info = c.cluster_info()
     data = info.broker_addr_table.get(broker_name)
     return data is not None and data.broker_addrs.get(broker_id) == broker_addr
@@ -348,28 +379,36 @@ def start_broker(
     cluster: str = "RealCluster",
     broker_id: int = 0,
     extra: dict[str, str] | None = None,
+    system_props: Sequence[str] = (),
+    namesrv_tls: ssl.SSLContext | None = None,
     timeout: float = 120.0,
 ) -> JavaBroker:
-    """Apache RocketMQ's broker of ``release``, its store in its home, registered with every name server."""
+    """Apache RocketMQ's broker of ``release``, its store in its home, registered with every name server.
+
+    ``extra`` adds to or overrides its broker.conf; ``system_props`` are more ``-D`` options (TLS is
+    configured only so in RocketMQ); ``namesrv_tls`` is how this module reaches the name servers to see
+    the registrations (name servers that refuse plaintext).
+    """
     proc_name = f"broker-{name}-{broker_id}"
-    return _on_free_ports(
-        lambda: _start_broker(release, base, namesrv_addrs, proc_name, name, cluster, broker_id, extra, timeout),
-        lambda: base / proc_name,
-    )
+    how = _BrokerStart(proc_name, name, cluster, broker_id, extra or {}, tuple(system_props), namesrv_tls, timeout)
+    return _on_free_ports(lambda: _start_broker(release, base, namesrv_addrs, how), lambda: base / proc_name)
 
 
-def _start_broker(
-    release: Release,
-    base: Path,
-    namesrv_addrs: Sequence[str],
-    proc_name: str,
-    name: str,
-    cluster: str,
-    broker_id: int,
-    extra: dict[str, str] | None,
-    timeout: float,
-) -> JavaBroker:
-    home, props = _home(base, proc_name, release, "broker")
+@dataclass(frozen=True)
+class _BrokerStart:
+    proc_name: str
+    name: str
+    cluster: str
+    broker_id: int
+    extra: dict[str, str]
+    system_props: tuple[str, ...]
+    namesrv_tls: ssl.SSLContext | None
+    timeout: float
+
+
+def _start_broker(release: Release, base: Path, namesrv_addrs: Sequence[str], how: _BrokerStart) -> JavaBroker:
+    name, cluster, broker_id = how.name, how.cluster, how.broker_id
+    home, props = _home(base, how.proc_name, release, "broker")
     port = broker_port()
     store = home / "store"
     conf = _properties(
@@ -392,38 +431,67 @@ def _start_broker(
             "mappedFileSizeCommitLog": str(64 * 1024 * 1024),
             "mappedFileSizeConsumeQueue": str(30_000 * 20),
             "timerWheelEnable": "false",
-            **(extra or {}),
+            **how.extra,
         },
     )
-    argv = _java(release.server_jars(), props, BROKER_MAIN, "-c", str(conf))
-    process = JavaProcess(proc_name, argv, home, _env(home))
+    argv = _java(release.server_jars(), [*props, *how.system_props], BROKER_MAIN, "-c", str(conf))
+    process = JavaProcess(how.proc_name, argv, home, _env(home))
     broker_addr = f"{LOOPBACK}:{port}"
-    broker = JavaBroker(release, process, cluster, name, broker_id, broker_addr, tuple(namesrv_addrs), conf)
+    broker = JavaBroker(
+        release, process, cluster, name, broker_id, broker_addr, tuple(namesrv_addrs), conf, how.namesrv_tls
+    )
+    _wait_registered(broker, how.timeout)
+    return broker
 
+
+def restart_broker(broker: JavaBroker, timeout: float = 120.0) -> None:
+    """Start a stopped (killed) broker again on its ports, with its store; return once it registered again."""
+    broker.process = broker.process.again()
+    _wait_registered(broker, timeout)
+
+
+def _wait_registered(broker: JavaBroker, timeout: float) -> None:
     def on_every_namesrv() -> bool:
-        process.check_alive()
-        return all(registered(a, name, broker_id, broker_addr) for a in namesrv_addrs)
+        broker.process.check_alive()
+        return all(
+            registered(a, broker.name, broker.broker_id, broker.addr, broker.namesrv_tls) for a in broker.namesrv_addrs
+        )
 
     try:
         wait_until(
             on_every_namesrv,
             timeout,
-            f"broker {name}/{broker_id} ({release.server_version}) at {broker_addr} on {list(namesrv_addrs)}",
+            f"broker {broker.name}/{broker.broker_id} ({broker.release.server_version}) at {broker.addr} "
+            f"on {list(broker.namesrv_addrs)}",
         )
     except BaseException:
-        process.stop()
+        broker.process.stop()
         raise
-    return broker
 
 
 # --------------------------------------------------------------------------- mqadmin and the Java client
 
 
-def mqadmin(release: Release, base: Path, *args: str, timeout: float = 90.0) -> subprocess.CompletedProcess[str]:
-    """Run ``mqadmin ARGS`` (Apache RocketMQ's MQAdminStartup of ``release``'s clients); its output as text."""
+def mqadmin(
+    release: Release,
+    base: Path,
+    *args: str,
+    system_props: Sequence[str] = (),
+    credentials: tuple[str, str] | None = None,
+    timeout: float = 90.0,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``mqadmin ARGS`` (Apache RocketMQ's MQAdminStartup of ``release``'s clients); its output as text.
+
+    ``system_props``: more ``-D`` options (TLS). ``credentials`` (accessKey, secretKey) go where mqadmin
+    reads them, ``conf/tools.yml`` under its ``rocketmq.home.dir``; with them it signs every request.
+    """
     n = sum(1 for _ in base.glob("mqadmin-*"))
     home, props = _home(base, f"mqadmin-{n}", release, "tools")
-    argv = _java(release.client_jars(), props, MQADMIN_MAIN, *args)
+    if credentials is not None:
+        (home / "conf").mkdir(exist_ok=True)
+        access_key, secret_key = credentials
+        (home / "conf" / "tools.yml").write_text(f"accessKey: {access_key}\nsecretKey: {secret_key}\n")
+    argv = _java(release.client_jars(), [*props, *system_props], MQADMIN_MAIN, *args)
     return subprocess.run(argv, cwd=home, env=_env(home), capture_output=True, text=True, timeout=timeout, check=False)
 
 
@@ -443,12 +511,21 @@ def compile_client_probe(release: Release, out: Path) -> Path:
 
 
 def client_probe(
-    release: Release, classes: Path, base: Path, command: str, *args: str, timeout: float = 120.0
+    release: Release,
+    classes: Path,
+    base: Path,
+    command: str,
+    *args: str,
+    system_props: Sequence[str] = (),
+    timeout: float = 120.0,
 ) -> tuple[int, dict]:
-    """Run the compiled ClientProbe (``produce`` or ``consume``); its exit code and its one JSON line."""
+    """Run the compiled ClientProbe (``produce`` or ``consume``); its exit code and its one JSON line.
+
+    ``system_props``: more ``-D`` options (TLS).
+    """
     n = sum(1 for _ in base.glob(f"{command}-*"))
     home, props = _home(base, f"{command}-{n}", release, "client")
-    argv = [str(java_binary()), *JVM_OPTIONS, *props, "-cp", f"{release.client_jars()}/*:{classes}"]
+    argv = [str(java_binary()), *JVM_OPTIONS, *props, *system_props, "-cp", f"{release.client_jars()}/*:{classes}"]
     done = subprocess.run(
         [*argv, "ClientProbe", command, *args],
         cwd=home,
@@ -501,8 +578,9 @@ def stored_data_version(addr: str, broker: JavaBroker) -> DataVersion | None:
     return decode_data_version(answer.body)
 
 
-#: RequestCode.GET_BROKER_RUNTIME_INFO, a broker's (not a name server's) request code
+#: RequestCode.GET_BROKER_RUNTIME_INFO and GET_ALL_TOPIC_CONFIG, a broker's (not a name server's) request codes
 GET_BROKER_RUNTIME_INFO = 28
+GET_ALL_TOPIC_CONFIG = 21
 
 
 def broker_runtime_info(broker: JavaBroker) -> dict[str, str] | None:
@@ -515,3 +593,11 @@ def broker_runtime_info(broker: JavaBroker) -> dict[str, str] | None:
         answer = c.call(GET_BROKER_RUNTIME_INFO)
     assert answer is not None
     return decode_kv_table(answer.body) if answer.code == 0 else None
+
+
+def broker_topics(broker: JavaBroker) -> set[str]:
+    """The topics the broker itself holds a configuration for (a slave: what it copied from its master)."""
+    with NameServerClient(broker.addr, timeout=5.0) as c:
+        answer = c.call(GET_ALL_TOPIC_CONFIG)
+    assert answer is not None and answer.code == 0, answer
+    return set(fastjson.loads(answer.body)["topicConfigTable"])
