@@ -9,7 +9,7 @@ fastjson's legacy dialect unless a caller asks for the standard one (route answe
 from __future__ import annotations
 
 import functools
-import hashlib
+import itertools
 import re
 import struct
 import threading
@@ -124,25 +124,28 @@ class RegisterBodyCache:
     DataVersion that changes whenever any topic does; parsing 1,000 topics into TopicConfig objects
     costs milliseconds, most of a registration.  A plain body (no filter servers: the common shape,
     ``_PLAIN_PREFIX``) is cut after its DataVersion, whose strict form (digits only) cannot hide a
-    quote or brace; everything after it, the tail, is hashed (SHA-256).  Same broker, same tail
-    digest: the same document but for the DataVersion, so the parse of the last registration is
-    reused with the new DataVersion.  A tail that could redefine the DataVersion (a later
-    ``"dataVersion"`` key, or any escape, which could spell one) is never cached, so the reuse is
-    exact.  Any other shape (compressed, filter servers, old versions) is parsed as before.
+    quote or brace; everything after it, the tail, is kept.  Same broker, same tail byte for byte
+    (one memory comparison, cheaper than hashing the tail): the same document but for the
+    DataVersion, so the parse of the last registration is reused with the new DataVersion and its
+    ``table_id``.  A tail that could redefine the DataVersion (a later ``"dataVersion"`` key, or any
+    escape, which could spell one) is never cached, so the reuse is exact.  Any other shape
+    (compressed, filter servers, old versions) is parsed as before.
 
-    Bounded: at most :data:`MAX_TAIL_BYTES` of bodies are remembered (oldest out first), one entry
+    Bounded: at most :data:`MAX_TAIL_BYTES` of tails are remembered (oldest out first), one entry
     per (cluster, address); a parsed body is read-only once returned (nothing mutates a decoded
     table), so entries are shared between registrations.  Thread-safe: the worker thread and the
     loop both decode.
     """
 
     #: sum of the tails of the remembered bodies (~120,000 topics of a usual shape); what stays in memory is
-    #: about 1.7x the text (236 bytes a topic, ~180 beyond the route tables: they share the names)
+    #: about 2.7x the text (the tail itself, and 236 bytes a topic parsed, ~180 beyond the route tables: they
+    #: share the names)
     MAX_TAIL_BYTES = 16 * 1024 * 1024
 
     def __init__(self, max_tail_bytes: int = MAX_TAIL_BYTES) -> None:
         self.max_tail_bytes = max_tail_bytes
-        self._entries: dict[Hashable, tuple[bytes, int, RegisterBrokerBody]] = {}
+        #: key -> (tail, its parse)
+        self._entries: dict[Hashable, tuple[bytes, RegisterBrokerBody]] = {}
         self._bytes = 0
         self._lock = threading.Lock()
         #: registrations answered from the cache / parsed in full while cacheable (for tests and stats)
@@ -153,18 +156,18 @@ class RegisterBodyCache:
         split = self._split(body, compressed, version)
         if split is None:
             return decode_register_broker_body(body, compressed=compressed, version=version)
-        data_version, tail_at, digest = split
-        entry = self._entries.get(key)
-        if entry is not None and entry[0] == digest:
-            self.hits += 1
-            return _with_data_version(entry[2], data_version)
         assert body is not None
+        data_version, tail_at = split
+        entry = self._entries.get(key)
+        if entry is not None and _same_tail(body, tail_at, entry[0]):
+            self.hits += 1
+            return _with_data_version(entry[1], data_version)
         decoded = decode_register_broker_body(body, compressed=False, version=version)
         self.misses += 1
         # no escape, no second DataVersion or wrapper in the tail: nothing there can redefine the DataVersion
         exact = all(body.find(word, tail_at) < 0 for word in _REDEFINES)
         if exact and decoded.data_version == data_version:
-            self._remember(key, (digest, len(body) - tail_at, decoded))
+            self._remember(key, body[tail_at:], decoded)
         return decoded
 
     def reuse(self, key: Hashable, body: bytes | None, *, compressed: bool, version: int) -> RegisterBrokerBody | None:
@@ -172,53 +175,63 @@ class RegisterBodyCache:
         split = self._split(body, compressed, version)
         if split is None:
             return None
+        assert body is not None
         entry = self._entries.get(key)
-        if entry is None or entry[0] != split[2]:
+        if entry is None or not _same_tail(body, split[1], entry[0]):
             return None
         self.hits += 1
-        return _with_data_version(entry[2], split[0])
+        return _with_data_version(entry[1], split[0])
 
     @staticmethod
-    def _split(body: bytes | None, compressed: bool, version: int) -> tuple[DataVersion, int, bytes] | None:
-        """(DataVersion, where the tail starts, the tail's digest) of a plain body; None for any other shape."""
+    def _split(body: bytes | None, compressed: bool, version: int) -> tuple[DataVersion, int] | None:
+        """(DataVersion, where the tail starts) of a plain body; None for any other shape."""
         if compressed or not body or version < Version.V3_0_11 or not body.startswith(_PLAIN_PREFIX):
             return None
         m = _PLAIN_DATA_VERSION.match(body, len(_PLAIN_PREFIX))
         if m is None:
             return None
-        tail_at = m.end()
-        return (
-            DataVersion(int(m[1]), int(m[2]), int(m[3])),
-            tail_at,
-            hashlib.sha256(memoryview(body)[tail_at:]).digest(),
-        )
+        return DataVersion(int(m[1]), int(m[2]), int(m[3])), m.end()
 
     def forget(self, key: Hashable) -> None:
         with self._lock:
             entry = self._entries.pop(key, None)
             if entry is not None:
-                self._bytes -= entry[1]
+                self._bytes -= len(entry[0])
 
-    def _remember(self, key: Hashable, entry: tuple[bytes, int, RegisterBrokerBody]) -> None:
-        if entry[1] > self.max_tail_bytes:
+    def _remember(self, key: Hashable, tail: bytes, decoded: RegisterBrokerBody) -> None:
+        if len(tail) > self.max_tail_bytes:
             return
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
-                self._bytes -= old[1]
-            while self._entries and self._bytes + entry[1] > self.max_tail_bytes:
+                self._bytes -= len(old[0])
+            while self._entries and self._bytes + len(tail) > self.max_tail_bytes:
                 evicted = self._entries.pop(next(iter(self._entries)))
-                self._bytes -= evicted[1]
-            self._entries[key] = entry
-            self._bytes += entry[1]
+                self._bytes -= len(evicted[0])
+            # shared from now on: the route tables may skip rows already written from this table
+            decoded.table_id = next(_TABLE_IDS)
+            self._entries[key] = (tail, decoded)
+            self._bytes += len(tail)
 
     def __len__(self) -> int:
         return len(self._entries)
 
 
+#: RegisterBrokerBody.table_id of each remembered parse; never reused, 0 is "not shared"
+_TABLE_IDS = itertools.count(1)
+
+
+def _same_tail(body: bytes, tail_at: int, tail: bytes) -> bool:
+    return len(body) - tail_at == len(tail) and body.startswith(tail, tail_at)
+
+
 def _with_data_version(cached: RegisterBrokerBody, data_version: DataVersion) -> RegisterBrokerBody:
     return RegisterBrokerBody(
-        data_version, cached.topic_config_table, cached.filter_server_list, cached.topic_queue_mapping_info_map
+        data_version,
+        cached.topic_config_table,
+        cached.filter_server_list,
+        cached.topic_queue_mapping_info_map,
+        cached.table_id,
     )
 
 

@@ -270,8 +270,9 @@ class FrameDecoder:
         self._limits = body_limits or {}
         #: no body is refused below this many bytes, so smaller frames are never looked at early
         self._least_limit = min(self._limits.values(), default=0)
-        #: the unfinished frame at _start was looked at and its body is within its code's limit
-        self._vetted = False
+        #: the header of the unfinished frame at _start, looked at (its body is within its code's
+        #: limit): returned with the frame when it is whole, not parsed again
+        self._vetted: RemotingCommand | None = None
         #: bytes of a refused body still to come: dropped as they arrive
         self._skip = 0
         self._max_header = MAX_LENGTH if max_header is None else max_header
@@ -327,7 +328,7 @@ class FrameDecoder:
         """The buffer and the offset of its first byte not yet handed out, for a reader that answers
         some whole frames itself (:mod:`namesrv.repeats`); None while a large or refused frame is
         in progress, or after an error (then only :meth:`next_command` knows what to do)."""
-        if self._frame is not None or self._skip or self._vetted or self._error is not None:
+        if self._frame is not None or self._skip or self._vetted is not None or self._error is not None:
             return None
         return self._buf, self._start
 
@@ -362,7 +363,7 @@ class FrameDecoder:
             raise RemoteProtocolError(f"header of {header_len} bytes exceeds the limit of {self._max_header}")
         end = start + 4 + length
         header_end = start + 8 + header_len
-        if end - header_end > self._least_limit and self._limits and not self._vetted and size >= header_end:
+        if end - header_end > self._least_limit and self._limits and self._vetted is None and size >= header_end:
             refused = self._refuse_body(buf, start, header_end, end, stype)
             if refused is not None:
                 return refused
@@ -377,8 +378,8 @@ class FrameDecoder:
                 buf.clear()
                 self._start = 0
             return None
-        self._vetted = False
-        cmd = _decode_header(buf, start + 8, header_end, stype)
+        cmd = _decode_header(buf, start + 8, header_end, stype) if self._vetted is None else self._vetted
+        self._vetted = None
         if header_end < end:
             with memoryview(buf) as view:  # one copy of a body of up to 16 MiB, not two
                 cmd.body = bytes(view[header_end:end])
@@ -394,10 +395,12 @@ class FrameDecoder:
         frame, self._frame = self._frame, None
         assert frame is not None
         self._filled = self._frame_len = 0
-        self._vetted = False
         stype, header_len = self._frame_header
         header_end = 8 + header_len
-        cmd = _decode_header(frame[:header_end].tobytes(), 8, header_end, stype)
+        cmd = self._vetted
+        self._vetted = None
+        if cmd is None:
+            cmd = _decode_header(frame[:header_end].tobytes(), 8, header_end, stype)
         if header_end < len(frame):
             cmd.body = frame[header_end:].tobytes()  # the one copy of the body
         return cmd
@@ -409,7 +412,7 @@ class FrameDecoder:
         cmd = _decode_header(buf, start + 8, header_end, stype)
         limit = self._limits.get(cmd.code)
         if limit is None or end - header_end <= limit or cmd.is_response:
-            self._vetted = True  # its header is not parsed again while the rest arrives
+            self._vetted = cmd  # its header is not parsed again while the rest arrives, nor when it is whole
             return None
         cmd.body_dropped = end - header_end
         if end <= len(buf):

@@ -250,3 +250,6 @@ class RegisterBrokerBody:
     filter_server_list: list[str] | None = None
     #: topic -> TopicQueueMappingInfo JSON (static topics, RIP-21)
     topic_queue_mapping_info_map: dict[str, Any] = field(default_factory=dict)
+    #: not on the wire: bodies with the same nonzero id share one parse of one topic table, never
+    #: mutated (RegisterBodyCache); 0: a parse of its own
+    table_id: int = field(default=0, compare=False)

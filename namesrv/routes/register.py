@@ -13,7 +13,8 @@ Theory of operation
 * :func:`_take_id`: the id now maps to this address (a provisional holder elsewhere is dropped);
 * :func:`_apply_group_topics`: the master, or the prime slave (lowest id) of a 5.x group, writes
   the group's topic rows: all of them on a first registration or a changed DataVersion, else
-  only the missing ones (so a name-server-side perm wipe survives, issue #313);
+  only the missing ones (so a name-server-side perm wipe survives, issue #313); none when the rows
+  were made from this very table and no row changed since (:func:`_rows_written_from`);
 * :func:`_refresh_live`: the live entry, stamped with a new sequence number (fencing), and the
   filter servers;
 * :func:`_answer`: what a slave is told about its master, and the NOTIFY_MIN_BROKER_ID_CHANGE.
@@ -79,8 +80,11 @@ def register_broker(
     held = t.broker_live_table.get(key)
     # a copied DataVersion proves nothing about the rows copied with it
     dv_changed = held is None or key in t.provisional or held.data_version != body.data_version
+    rows_from = None
     if _writes_group_topics(reg, addrs):
-        rows_changed, dv_changed = _apply_group_topics(t, settings, reg, bd, body, register_first, dv_changed)
+        rows_changed, dv_changed, rows_from = _apply_group_topics(
+            t, settings, reg, bd, body, register_first, dv_changed
+        )
         changed |= rows_changed
 
     seq, filters_changed = _refresh_live(t, reg, body, now_ms)
@@ -96,6 +100,8 @@ def register_broker(
     _answer(t, settings, reg, addrs, min_id_changed, result)
     if changed:
         t.changed()
+    if rows_from is not None:
+        _note_rows_written(t, reg.broker_name, rows_from)
     return result
 
 
@@ -203,8 +209,12 @@ def _apply_group_topics(
     body: RegisterBrokerBody,
     register_first: bool,
     dv_changed: bool,
-) -> tuple[bool, bool]:
-    """The group's topic rows and static mappings; returns (rows changed, DataVersion counted as changed)."""
+) -> tuple[bool, bool, tuple[int, bool] | None]:
+    """The group's topic rows and static mappings.
+
+    Returns (rows changed, DataVersion counted as changed, what the rows now equal if that is known:
+    see :func:`_apply_topic_configs`).
+    """
     changed = False
     name = reg.broker_name
     if name in t.provisional_groups:
@@ -213,17 +223,18 @@ def _apply_group_topics(
         changed = drop_rows_missing_from(t, name, body.topic_config_table)
         dv_changed = True
     is_prime_slave = reg.broker_id != MASTER_ID
-    changed |= _apply_topic_configs(
+    rows_changed, rows_from = _apply_topic_configs(
         t, settings, name, body, rewrite_all=register_first or dv_changed,
         wipe_write=is_prime_slave and bd.enable_acting_master,
     )  # fmt: skip
-    return changed, dv_changed
+    return changed or rows_changed, dv_changed, rows_from
 
 
 def _apply_topic_configs(
     t: RouteTables, settings: RouteSettingsLike, broker_name: str, body: RegisterBrokerBody, rewrite_all: bool,
     wipe_write: bool,
-) -> bool:  # fmt: skip
+) -> tuple[bool, tuple[int, bool] | None]:  # fmt: skip
+    """(rows changed, (table_id, wipe_write) when the table's rows now equal a shared table, else None)."""
     tqt = t.topic_queue_table
     tct = body.topic_config_table
     mappings = body.topic_queue_mapping_info_map
@@ -232,18 +243,36 @@ def _apply_topic_configs(
     if settings.delete_topic_with_broker_registration and not mappings:
         changed = drop_rows_missing_from(t, broker_name, tct)
 
-    if rewrite_all:
+    rows_from = (body.table_id, wipe_write) if body.table_id else None
+    if rows_from is not None and _rows_written_from(t, broker_name) == rows_from:
+        pass  # the rows are this table's already: none to check, none missing
+    elif rewrite_all:
         changed |= _rewrite_rows(tqt, broker_name, tct.values(), wipe_write)
-    for tc in () if rewrite_all else tct.values():
-        # change detection is per broker: an unchanged DataVersion only fills missing entries,
-        # so a name-server-side perm wipe survives periodic re-registration (issue #313)
-        qmap = tqt.get(tc.topic_name)
-        if not qmap or broker_name not in qmap:
-            changed |= _create_and_update_queue_data(t, broker_name, tc, wipe_write)
+    else:
+        rows_from = None  # a wiped perm stays: the rows need not be the table's
+        for tc in tct.values():
+            # change detection is per broker: an unchanged DataVersion only fills missing entries,
+            # so a name-server-side perm wipe survives periodic re-registration (issue #313)
+            qmap = tqt.get(tc.topic_name)
+            if not qmap or broker_name not in qmap:
+                changed |= _create_and_update_queue_data(t, broker_name, tc, wipe_write)
 
     if rewrite_all:
         changed |= _apply_mappings(t, broker_name, mappings)
-    return changed
+    return changed, rows_from
+
+
+def _rows_written_from(t: RouteTables, broker_name: str) -> tuple[int, bool] | None:
+    """(table_id, wipe_write) the group's rows were made equal to, if no row changed since."""
+    return t.rows_from.get(broker_name) if t.rows_version == t.version else None
+
+
+def _note_rows_written(t: RouteTables, broker_name: str, rows_from: tuple[int, bool]) -> None:
+    """The group's rows equal that table now; after the registration's own version bump."""
+    if t.rows_version != t.version:
+        t.rows_from.clear()  # stale since the bump, every group's
+        t.rows_version = t.version
+    t.rows_from[broker_name] = rows_from
 
 
 def _rewrite_rows(
@@ -251,7 +280,8 @@ def _rewrite_rows(
 ) -> bool:
     """Every row of ``configs`` for ``broker_name``; True if any changed.
 
-    The loop every re-registration with a new DataVersion runs once per topic, so it is
+    The loop a re-registration with a new DataVersion runs once per topic (unless the rows are
+    known to be the table's already), so it is
     :func:`_create_and_update_queue_data` inlined: a row that is already right costs two dict
     lookups and five field reads, no call and no new tuple (building a QueueData through its
     NamedTuple constructor costs more than the rest of the loop together).

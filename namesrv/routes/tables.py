@@ -63,6 +63,11 @@ class RouteTables:
     #: is not taken out here), checked and pruned by :func:`groups_listing`, so that finding an
     #: address's groups costs its own groups rather than a scan of every group
     addr_groups: dict[str, set[str]] = field(default_factory=dict)
+    #: broker group -> (table_id, write wiped) of the registered topic table its rows were last made
+    #: equal to; true while ``version`` is still ``rows_version`` (every change to a row bumps
+    #: ``version``), so a re-registration of that same table has no row to check
+    rows_from: dict[str, tuple[int, bool]] = field(default_factory=dict)
+    rows_version: int = -1
 
     def changed(self) -> None:
         self.version += 1

@@ -69,6 +69,11 @@ def topic_configs(
     return table
 
 
+#: when a dict, registrations carry table ids as RegisterBodyCache's contract allows: equal tables,
+#: equal ids (the cache shares ids only between equal tables of one broker; by content is stricter)
+shared_table_ids: dict[str, int] | None = None
+
+
 def registration(
     broker: Broker,
     *topics: str,
@@ -85,6 +90,9 @@ def registration(
         filter_server_list=[] if filter_servers is None else filter_servers,
         topic_queue_mapping_info_map=mappings or {},
     )
+    if shared_table_ids is not None:
+        key = repr(list(body.topic_config_table.items()))
+        body.table_id = shared_table_ids.setdefault(key, len(shared_table_ids) + 1)
     return Registration(broker.cluster, broker.addr, broker.name, broker.id, broker.ha, zone, timeout, broker.acting,
                         body, channel if channel is not None else object())  # fmt: skip
 

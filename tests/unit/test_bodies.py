@@ -309,6 +309,19 @@ def test_a_re_registration_with_only_a_new_data_version_reuses_the_parse():
     assert cache.reuse(("C", "a:1"), _plain_body(3, {"T1": 6, "T2": 6}), compressed=False, version=409) is not None
 
 
+def test_a_remembered_parse_and_its_reuses_share_a_table_id_no_other_parse_has():
+    cache = bodies.RegisterBodyCache()
+    first = _decode(cache, _plain_body(1, {"T1": 6, "T2": 6}))
+    again = _decode(cache, _plain_body(2, {"T1": 6, "T2": 6}))
+    reused = cache.reuse(("C", "a:1"), _plain_body(3, {"T1": 6, "T2": 6}), compressed=False, version=409)
+    assert first.table_id > 0 and again.table_id == reused.table_id == first.table_id
+    changed = _decode(cache, _plain_body(4, {"T1": 6, "T2": 4}))  # same length, one byte differs
+    other = _decode(cache, _plain_body(4, {"T1": 6, "T2": 4}), key=("C", "b:1"))
+    assert len({first.table_id, changed.table_id, other.table_id}) == 3 and cache.hits == 2
+    assert decode_register_broker_body(_plain_body(4, {"T1": 6, "T2": 4}), compressed=False, version=409).table_id == 0
+    assert changed == decode_register_broker_body(_plain_body(4, {"T1": 6, "T2": 4}), compressed=False, version=409)
+
+
 def test_a_changed_table_or_another_broker_is_parsed_in_full():
     cache = bodies.RegisterBodyCache()
     _decode(cache, _plain_body(1, {"T1": 6}))

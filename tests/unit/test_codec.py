@@ -421,6 +421,24 @@ def test_bodies_within_limits_and_other_codes_are_untouched():
     assert len(decoder.next_command().body) == 5000
 
 
+@pytest.mark.parametrize("body_size", [5000, 300_000], ids=["small", "large"])
+@pytest.mark.parametrize("chunk", [None, 700], ids=["whole", "chunks"])
+def test_a_header_looked_at_for_its_limit_is_parsed_once(monkeypatch, body_size, chunk):
+    from namesrv.protocol import codec
+
+    parsed = []
+    decode = codec._decode_header
+    monkeypatch.setattr(codec, "_decode_header", lambda *a: parsed.append(a) or decode(*a))
+    body = bytes(range(256)) * (body_size // 256)
+    frame = encode(request(103, {"brokerName": "b"}, body, opaque=9))
+    decoder, got = FrameDecoder(LIMITS), []
+    for i in range(0, len(frame), chunk or len(frame)):
+        decoder.feed(frame[i : i + (chunk or len(frame))])
+        got.append(decoder.next_command())
+    assert [(c.opaque, c.ext_fields, c.body) for c in got if c is not None] == [(9, {"brokerName": "b"}, body)]
+    assert len(parsed) == 1 and decoder.buffered == 0
+
+
 # ---------------------------------------------------------------------------------------------
 # large frames: received into memory of their own, copied out once
 

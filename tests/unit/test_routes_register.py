@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+import routes_support
 from routes_support import (
     DEF_BROKER,
     DEF_CLUSTER,
@@ -30,6 +32,13 @@ from namesrv.routes.register import register_broker
 from namesrv.routes.tables import RouteTables
 
 WRITABLE = int(Perm.READ | Perm.WRITE)
+
+
+@pytest.fixture(autouse=True, params=["own tables", "shared tables"])
+def table_ids(request, monkeypatch):
+    """Every test twice: each body its own parse, and equal tables shared as RegisterBodyCache shares them."""
+    if request.param == "shared tables":
+        monkeypatch.setattr(routes_support, "shared_table_ids", {})
 
 
 def test_master_result_is_empty_and_slave_learns_master_ha_address():
@@ -417,3 +426,77 @@ def test_no_min_broker_id_change_for_a_registration_that_lowers_nothing():
     assert register(mgr, MASTER, "T").min_broker_id_change is None  # a new group: the old minimum counts as 0
     assert register(mgr, SLAVE, "T").min_broker_id_change is None
     assert register(mgr, MASTER, "T").min_broker_id_change is None  # re-registration at the same id
+
+
+# --- a shared table (RegisterBodyCache) whose rows were written is not walked again
+
+
+def _walks(monkeypatch) -> list[str]:
+    """The groups whose rows each registration from now on walks, in order."""
+    import namesrv.routes.register as register_module
+
+    walked: list[str] = []
+    rewrite, fill = register_module._rewrite_rows, register_module._create_and_update_queue_data
+
+    def rewrite_rows(tqt, broker_name, configs, wipe_write):
+        walked.append(broker_name)
+        return rewrite(tqt, broker_name, configs, wipe_write)
+
+    def create_and_update(t, broker_name, tc, wipe_write):
+        walked.append(broker_name)
+        return fill(t, broker_name, tc, wipe_write)
+
+    monkeypatch.setattr(register_module, "_rewrite_rows", rewrite_rows)
+    monkeypatch.setattr(register_module, "_create_and_update_queue_data", create_and_update)
+    return walked
+
+
+def _shared(broker, *topics: str, table_id: int = 7):
+    reg = registration(broker, *topics)
+    reg.body.table_id = table_id
+    return reg
+
+
+def test_rows_written_from_a_shared_table_are_not_walked_again_while_no_row_changes(monkeypatch):
+    t, settings = RouteTables(), RouteSettings()
+    walked = _walks(monkeypatch)
+    register_broker(t, settings, 0, _shared(MASTER, "T"))
+    for counter in (2, 3):  # new DataVersions: Java rewrites every row, these are the table's already
+        res = register_broker(t, settings, 0, _shared(MASTER.but(dv=DataVersion(counter, 0, 1)), "T"))
+        assert res.data_version_changed and not res.routes_changed
+    register_broker(t, settings, 0, _shared(MASTER.but(dv=DataVersion(3, 0, 1)), "T"))  # and the same one
+    assert walked == [DEF_BROKER]
+    # another parse, or a body of its own (table_id 0), is walked
+    register_broker(t, settings, 0, _shared(MASTER.but(dv=DataVersion(4, 0, 1)), "T", table_id=8))
+    register_broker(t, settings, 0, _shared(MASTER.but(dv=DataVersion(5, 0, 1)), "T", table_id=0))
+    assert walked == [DEF_BROKER] * 3
+
+
+def test_any_change_to_the_tables_has_a_shared_table_walked_again():
+    mgr, _ = make_manager()
+
+    def register_shared(broker):
+        r = _shared(broker, "T")
+        mgr.register_broker(r.cluster_name, r.broker_addr, r.broker_name, r.broker_id, r.ha_server_addr,
+                            r.zone_name, r.timeout_millis, r.enable_acting_master, r.body, r.channel)  # fmt: skip
+
+    register_shared(MASTER)
+    assert mgr.wipe_write_perm_of_broker(DEF_BROKER) == 2
+    register_shared(MASTER)  # the same DataVersion: the wipe stays (issue #313), as with a body of its own
+    assert perm_of(mgr, "T") == int(Perm.READ)
+    register_shared(MASTER.but(dv=DataVersion(2, 0, 1)))  # a new one: every row is the table's again
+    assert perm_of(mgr, "T") == WRITABLE and perm_of(mgr, "baseTopic") == WRITABLE
+
+
+def test_a_change_elsewhere_or_a_prime_slave_writing_the_same_table_walks_it_again(monkeypatch):
+    t, settings = RouteTables(), RouteSettings()
+    walked = _walks(monkeypatch)
+    register_broker(t, settings, 0, _shared(MASTER, "T"))
+    register_broker(t, settings, 0, registration(MASTER.but(name="other", addr="127.0.0.1:1"), "U"))
+    register_broker(t, settings, 0, _shared(MASTER.but(dv=DataVersion(2, 0, 1)), "T"))
+    assert walked == [DEF_BROKER, "other", DEF_BROKER]
+    # the master leaves; the prime slave writes the group's rows read-only from a table with the same id
+    t.broker_addr_table[DEF_BROKER].broker_addrs.pop(0)
+    register_broker(t, settings, 0, _shared(SLAVE, "T"))
+    assert walked[-1] == DEF_BROKER and len(walked) == 4
+    assert t.topic_queue_table["T"][DEF_BROKER].perm == int(Perm.READ)
