@@ -62,7 +62,7 @@ def main() -> int:
         kafka.ensure_topics([TopicSpec(f"{name}-events", 4), TopicSpec(f"{name}-actions", 1),
                              TopicSpec(f"{name}-alerts", 1)])  # fmt: skip
         settings = sb.Settings(events=0, brokers=args.brokers, expiring=0, crashing=0, registrations=0,
-                               timeout_ms=10_000, poll_ms=25, end_offsets="highwater")  # fmt: skip
+                               timeout_ms=10_000, poll_ms=25)  # fmt: skip
         cfg = sb.job_config(bootstrap, redis.url, name, tmp / "ckpt", settings, **{
             "spark.sql.shuffle.partitions": spark.conf.get("spark.sql.shuffle.partitions"),  # as shipped
             "alerts.monitorLagMillis": str(10**13),  # synthetic event times are years behind

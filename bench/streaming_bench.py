@@ -1,4 +1,4 @@
-"""Measure the Spark liveness monitor on real noida-db, real Redis and Spark; write the figures, with the command.
+"""Measure the Spark liveness monitor on real Apache Kafka, Redis and Spark; write the figures, with the command.
 
 Theory of operation
 -------------------
@@ -6,14 +6,14 @@ Four figures, each beside a reference measured by this same script on this same 
 absolute numbers on a shared 2-core machine are noise and ratios are not:
 
 1. throughput (in this process, its own Kafka, Redis and Spark ``local[2]``): a fresh query (no
-   ``maxOffsetsPerTrigger``) takes the registrations of ~1,000 brokers in its first batch, which is
-   held open while N more events (heartbeats and ticks, synthetic event times) are produced; the next
-   batch takes them all, and is timed until they are processed.  Reference: kafka-python reading the
-   same records with ``assign()`` + ``seek()`` (raw, and decoding each event), which is all the job's
-   source does.
+   ``maxOffsetsPerTrigger``) takes the registrations of ~1,000 brokers in its first batch, then
+   ``--warmup-batches`` batches of heartbeats and ticks (synthetic event times) warm the JVM's JIT up;
+   the last of them is held open while N more events are produced, the next batch takes them all, and
+   is timed until they are processed.  Reference: one kafka-python consumer reading the same records
+   with ``assign()`` + ``seek()`` (raw, and decoding each event).
 
 Figures 2-4 run on the stack as ``make run`` starts it, built by the integration suite's
-:class:`tests.integration.backends.System`: noida-db and Redis, two nodes (``namesrv start -c
+:class:`tests.integration.backends.System`: Apache Kafka and Redis, two nodes (``namesrv start -c
 conf/namesrv.properties``) and the job (``python -m streaming -c conf/streaming.properties``), each a
 process of its own, with every setting as the ``conf/`` files ship it (watermark delay, trigger,
 shuffle partitions, the nodes' ticks, the monitor's heartbeat and the nodes' fallback).  Only the
@@ -49,9 +49,9 @@ nodes' event times, the record timestamps and the watcher's clock are the same c
    node; legs: close -> the last CHANNEL_CLOSED event's record timestamp -> the REMOVE action's ->
    gone in Redis.  Reference: close -> gone at the node, which drops the broker itself.
 
-The issue's targets (issue 8, point 3) are checked and printed: deadline -> gone everywhere (both
-nodes and Redis, per broker the latest of the three) median <= 2 s and max <= 3 s; last close ->
-gone in Redis median <= 2 s.  A failed target does not fail the run: the figures are the result.
+The issue's targets (issue 22, item 4) are checked and printed: deadline -> gone everywhere (both
+nodes and Redis, per broker the latest of the three) median <= 1 s and max <= 2 s; last close ->
+gone in Redis <= 2 s (the max).  A failed target does not fail the run: the figures are the result.
 
     .venv/bin/python bench/streaming_bench.py [--quick] [--events 100000] [--out bench/STREAMING_RESULTS.md]
 
@@ -96,6 +96,7 @@ from namesrv.events.schema import (  # noqa: E402
     encode_event,
     event_key,
 )
+from streaming.config import CONSUMER_OPTIONS  # noqa: E402
 from streaming.events import EVENTS_METRIC  # noqa: E402
 
 CLUSTER = "DefaultCluster"
@@ -129,7 +130,9 @@ class Settings:
     registrations: int
     timeout_ms: int
     poll_ms: int
-    end_offsets: str
+    #: events of the batches run before the measured one (0: the measured batch is the second), in how many
+    warmup: int = 0
+    warmup_batches: int = 1
     #: experiments only: None keeps the shipped value of conf/
     trigger_ms: int | None = None
     delay_ms: int | None = None
@@ -173,7 +176,7 @@ def stop_pid(proc: subprocess.Popen | None, what: str) -> None:
 
 
 def start_backends(stack: Stack, tmp: Path) -> tuple[KafkaService, RedisService]:
-    """noida-db and Redis on free loopback ports, stopped with ``stack``."""
+    """Apache Kafka (one KRaft node) and Redis on free loopback ports, stopped with ``stack``."""
     kafka = KafkaService(port=free_port(), run_dir=tmp, data_dir=tmp / "kafka")
     redis = RedisService(port=free_port(), run_dir=tmp)
     stack.later("kafka", kafka.stop)
@@ -305,7 +308,6 @@ def job_config(bootstrap: str, redis_url: str, name: str, checkpoint: Path, s: S
         "kafka.actionsTopic": f"{name}-actions",
         "kafka.alertsTopic": f"{name}-alerts",
         "kafka.maxOffsetsPerTrigger": "",
-        "kafka.endOffsets": s.end_offsets,
         "monitor.checkpointDir": str(checkpoint),
         "monitor.id": f"bench-{name}",
         "redis.url": redis_url,
@@ -334,6 +336,12 @@ class Throughput:
     batch_s: float
     raw_rate: float
     decode_rate: float
+    #: events of the warm-up batches between the first and the measured one (0: none)
+    warmup: int = 0
+    warmup_batches: int = 0
+    #: CPU seconds of the Spark JVM's compiler threads (JIT), and of its other threads, while measured
+    jit_s: float = 0.0
+    jvm_other_s: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -344,13 +352,15 @@ class Throughput:
         return self.events / self.batch_s
 
 
-class FirstBatchGate:
-    """Holds the query's first batch open until the load is in Kafka, so the second batch gets all of it.
+class BatchGate:
+    """Holds a batch open once it is done until the next load is in Kafka, so the batch after it gets all of it.
 
     ``maxOffsetsPerTrigger`` is unset, so a batch takes everything present when it is planned. The
-    first batch of a fresh query also pays for planning, Python workers and the state store; with
-    this gate that cost stays out of the measured batch, as it does in a monitor that has been
-    running for a while. Only this benchmark's process is patched, and only while the gate exists.
+    query's first batch is held; :meth:`open` lets it go and says whether to hold the next one too. The
+    first batch of a fresh query pays for planning, Python workers and the state store, and the first
+    big one for the JVM compiling the code a batch runs (C2: about 2 s of a core here): a warm-up batch
+    between them keeps both out of the measured batch, as in a monitor that has been running for a
+    while. Only this benchmark's process is patched, and only while the gate exists.
     """
 
     def __init__(self) -> None:
@@ -358,21 +368,56 @@ class FirstBatchGate:
 
         self.sink_class = job.BatchSink
         self.original = job.BatchSink.__call__
-        self.first_done = threading.Event()
+        self.armed = True
+        self.held = threading.Event()
         self.release = threading.Event()
         gate = self
 
         def gated(sink, batch_df, batch_id: int) -> None:
             gate.original(sink, batch_df, batch_id)
-            if not gate.first_done.is_set():
-                gate.first_done.set()
-                gate.release.wait(600)
+            if gate.armed:
+                gate.armed = False
+                release = gate.release
+                gate.held.set()
+                release.wait(600)
 
         self.sink_class.__call__ = gated
 
+    def wait_held(self, what: str) -> None:
+        if not self.held.wait(600):
+            raise SystemExit(f"{what} did not finish within 10 minutes")
+
+    def open(self, *, hold_next: bool) -> None:
+        release, self.release = self.release, threading.Event()
+        self.held.clear()
+        self.armed = hold_next
+        release.set()
+
     def close(self) -> None:
+        self.armed = False
         self.release.set()
         self.sink_class.__call__ = self.original
+
+
+def spark_jvm_cpu() -> dict[str, float]:
+    """CPU seconds of this process's Spark JVM so far, per kind of thread: ``jit`` (its compilers) and ``other``."""
+    from namesrv import procfs
+
+    out = {"jit": 0.0, "other": 0.0}
+    ticks = os.sysconf("SC_CLK_TCK")
+    for st in procfs.descendants(os.getpid()):
+        command = procfs.cmdline(st.pid) or []
+        if not (command and command[0].endswith("java") and "org.apache.spark.deploy.SparkSubmit" in command):
+            continue
+        for task in Path(f"/proc/{st.pid}/task").iterdir():
+            try:
+                text = (task / "stat").read_text()
+            except OSError:  # a thread that ended
+                continue
+            name, fields = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
+            kind = "jit" if name.startswith(("C1 CompilerThre", "C2 CompilerThre")) else "other"
+            out[kind] += (int(fields[11]) + int(fields[12])) / ticks
+    return out
 
 
 def bench_throughput(spark, kafka: KafkaService, redis_url: str, tmp: Path, s: Settings) -> Throughput:
@@ -386,31 +431,42 @@ def bench_throughput(spark, kafka: KafkaService, redis_url: str, tmp: Path, s: S
         bootstrap, redis_url, name, tmp / f"ckpt-{name}", s, **{"alerts.monitorLagMillis": str(10**13)}
     )  # synthetic event times are years behind
     say(f"throughput: a fresh query over the registrations of {s.brokers} brokers ({first} events)")
-    gate = FirstBatchGate()
+    gate = BatchGate()
     try:
         started = time.perf_counter()
         monitor = job.start(spark, cfg, trigger_ms=s.trigger_ms)
         try:
-            if not gate.first_done.wait(600):
-                raise SystemExit("the query's first batch did not finish within 10 minutes")
+            gate.wait_held("the query's first batch")
             first_s = time.perf_counter() - started
-            say(f"throughput:   first batch done after {first_s:.1f} s; producing {s.events} events while it is held")
+            say(f"throughput:   first batch done after {first_s:.1f} s")
+            warm_batches = [s.warmup // s.warmup_batches] * s.warmup_batches if s.warmup else []
+            t = time.perf_counter()
+            for size in warm_batches:
+                produce(bootstrap, f"{name}-events", itertools.islice(load, size))
+                gate.open(hold_next=True)
+                gate.wait_held("a warm-up batch")
+            warm = sum(warm_batches)
+            if warm:
+                say(f"throughput:   {len(warm_batches)} warm-up batches of {warm_batches[0]} events in "
+                    f"{time.perf_counter() - t:.1f} s")  # fmt: skip
+            say(f"throughput:   producing {s.events} events while the last batch is held")
             t = time.perf_counter()
             n = produce(bootstrap, f"{name}-events", itertools.islice(load, s.events))
             say(f"throughput:   produced in {time.perf_counter() - t:.1f} s; the job takes them in one batch")
-            opened = time.perf_counter()
-            gate.close()
+            opened, cpu_before = time.perf_counter(), spark_jvm_cpu()
+            gate.open(hold_next=False)
             monitor.process_all_available()
             wall = time.perf_counter() - opened
-            # the source's rows are bundles of events (streaming.events): count the events
+            cpu = {k: v - cpu_before[k] for k, v in spark_jvm_cpu().items()}
+            # the rows may be bundles of events (streaming.events): count the events
             progress = [p for p in monitor.query.recentProgress if events_read(p) > 0]
             rows = [events_read(p) for p in progress]
-            if not rows or rows[0] != first or sum(rows[1:]) != n:
-                raise SystemExit(f"expected a batch of {first} events, then {n} in all; got batches of {rows}")
-            # the source can see a partition's end one call late (see the report), so "all at once"
-            # may still be two batches
-            batches, batch_s = len(rows) - 1, sum(p.batchDuration for p in progress[1:]) / 1000
-            for p in progress[1:]:  # where a measured batch's time went, as Spark splits it
+            before = [first, *warm_batches]
+            if rows[: len(before)] != before or sum(rows[len(before) :]) != n:
+                raise SystemExit(f"expected batches of {before} events, then {n} in all; got batches of {rows}")
+            measured = progress[len(before) :]
+            batches, batch_s = len(measured), sum(p.batchDuration for p in measured) / 1000
+            for p in measured:  # where a measured batch's time went, as Spark splits it
                 say(
                     f"throughput:   batch {p.batchId}: {events_read(p)} events in {p.numInputRows} rows, "
                     f"durationMs {dict(p.durationMs)}"
@@ -424,24 +480,26 @@ def bench_throughput(spark, kafka: KafkaService, redis_url: str, tmp: Path, s: S
 
     raw_n, raw_s = raw_consume(bootstrap, f"{name}-events", decode=False)
     dec_n, dec_s = raw_consume(bootstrap, f"{name}-events", decode=True)
-    if raw_n != first + n or dec_n != first + n:
-        raise SystemExit(f"kafka-python read {raw_n}/{dec_n} records, {first + n} were produced")
-    r = Throughput(n, s.brokers, first, first_s, wall, batches, batch_s, raw_n / raw_s, dec_n / dec_s)
+    if raw_n != first + warm + n or dec_n != first + warm + n:
+        raise SystemExit(f"kafka-python read {raw_n}/{dec_n} records, {first + warm + n} were produced")
+    r = Throughput(n, s.brokers, first, first_s, wall, batches, batch_s, raw_n / raw_s, dec_n / dec_s, warm,
+                   len(warm_batches), cpu["jit"], cpu["other"])  # fmt: skip
     say(
         f"throughput:   kafka-python assign+seek over the same {raw_n} records: {r.raw_rate:,.0f}/s raw, "
         f"{r.decode_rate:,.0f}/s decoding"
     )
     say(
         f"throughput:   {r.rate:,.0f} events/s through the job ({wall:.1f} s; {batches} batch(es), {batch_s:.1f} s), "
-        f"{r.rate / r.raw_rate:.3f}x raw kafka-python"
+        f"{r.rate / r.raw_rate:.3f}x raw kafka-python; the Spark JVM meanwhile {r.jit_s:.2f} s of CPU compiling "
+        f"(JIT), {r.jvm_other_s:.2f} s besides"
     )
     return r
 
 
 # --------------------------------------------------------------------------- 2., 3. and 4. on the stack as shipped
 
-#: the issue's targets (issue 8, point 3), milliseconds
-EXPIRY_MEDIAN_MS, EXPIRY_MAX_MS, CLOSE_MEDIAN_MS = 2_000, 3_000, 2_000
+#: the issue's targets (issue 22, item 4), milliseconds
+EXPIRY_MEDIAN_MS, EXPIRY_MAX_MS, CLOSE_MAX_MS = 1_000, 2_000, 2_000
 #: between two brokers silenced (or crashed): deadlines fall at every phase of the ticks and the trigger
 STAGGER_S = 0.73
 KAFKA_NODES = ("n1", "n2")
@@ -694,7 +752,8 @@ def shipped_settings(system) -> list[tuple[str, str]]:
         ("monitor.removeOnChannelClose", str(job.remove_on_channel_close).lower()),
         ("spark.master", job.spark.get("spark.master", "")),
         ("spark.sql.shuffle.partitions", job.spark.get("spark.sql.shuffle.partitions", "(Spark's default)")),
-        ("kafka.format / endOffsets", f"{job.kafka_format} / {job.end_offsets}"),
+        ("kafka.format", job.kafka_format),
+        *((f"the source's {k}", v) for k, v in CONSUMER_OPTIONS.items()),
         ("events topic partitions", str(events.partitions)),
         ("nodes: tickIntervalMillis", f"{node.tick_interval_millis:,}"),
         ("nodes: monitorSilenceFallbackMillis", f"{node.monitor_silence_fallback_millis:,}"),
@@ -855,7 +914,7 @@ def bench_live(tmp: Path, s: Settings) -> Live:
                     monitor_fallback_ms=None)  # fmt: skip
     system = System(ProcessInfra(run_dir), run_dir, timing=timing)
     out = Live(settings=shipped_settings(system), experiment=s.experiment, timeout_ms=s.timeout_ms, poll_ms=s.poll_ms)
-    say("live: starting noida-db, redis, two nodes and the job (python -m streaming), as conf/ ships them")
+    say("live: starting Apache Kafka, redis, two nodes and the job (python -m streaming), as conf/ ships them")
     with Stack() as stack:
         stack.later("the stack", system.stop)
         system.start()
@@ -927,7 +986,7 @@ def targets(live: Live) -> list[tuple[str, float, int, bool]]:
     for what, xs, agg, bound in (
         ("deadline -> gone everywhere, median", every, median, EXPIRY_MEDIAN_MS),
         ("deadline -> gone everywhere, max", every, max, EXPIRY_MAX_MS),
-        ("last close -> gone in Redis, median", redis, median, CLOSE_MEDIAN_MS),
+        ("last close -> gone in Redis, max", redis, max, CLOSE_MAX_MS),
     ):
         value = agg(xs) if xs else float("nan")
         out.append((what, value, bound, value <= bound))
@@ -974,7 +1033,7 @@ def report(command: str, s: Settings, thr: Throughput | None, live: Live, total_
         f"| close latency, last close → gone in Redis (median) | {closed:,.0f} ms | "
         f"close → gone at the node (it drops it itself): {at_node:,.0f} ms | {ratio(closed, at_node)} |",
         "",
-        "Targets (issue 8): "
+        "Targets (issue 22): "
         + "; ".join(
             f"{what} {value:,.0f} ms ≤ {bound:,} ms: **{'met' if met else 'NOT met'}**"
             for what, value, bound, met in targets(live)
@@ -1032,21 +1091,23 @@ def report(command: str, s: Settings, thr: Throughput | None, live: Live, total_
     ]
     if thr is not None:
         lines.append(
-            f"- **Throughput** (in the bench's process, Spark `local[2]`, {PARTITIONS} event partitions, the job in "
-            f"`namesrv-kafka` format, `kafka.endOffsets={s.end_offsets}`): a load of {thr.brokers:,} brokers with "
+            f"- **Throughput** (in the bench's process, Spark `local[2]`, {PARTITIONS} event partitions, Spark's "
+            f"Kafka source): a load of {thr.brokers:,} brokers with "
             "synthetic event times: a REGISTER through each of two nodes, then a HEARTBEAT through each every 10 s of "
             f"event time, and TICKs. A fresh query (`maxOffsetsPerTrigger` unset) takes the {thr.first_events:,} "
             f"registrations in its first batch ({thr.first_s:.1f} s from `start()`, planning, Python workers and state "
-            f"store included); that batch is held open while {thr.events:,} more events are produced, so the next batch "
-            f"can take them all. Timed from releasing it until `processAllAvailable()` returns: {thr.wall_s:.1f} s "
-            f"({thr.batches} batch(es) took them, {thr.batch_s:.1f} s of batches). The reference reads the whole topic "
-            "with one kafka-python consumer (`assign()`, `seek(0)`, `poll()` to the end offsets), as the source's "
-            "tasks do."
+            f"store included), then {thr.warmup:,} events in {thr.warmup_batches} warm-up batches (the JVM compiles "
+            f"the code a batch runs over dozens of batches); the last is held open while {thr.events:,} more events "
+            f"are produced, so the next batch can take them all. Timed from releasing it until "
+            f"`processAllAvailable()` returns: {thr.wall_s:.1f} s ({thr.batches} batch(es) took them, "
+            f"{thr.batch_s:.1f} s of batches), while the Spark JVM spent {thr.jit_s:.2f} s of CPU compiling (JIT) "
+            f"and {thr.jvm_other_s:.2f} s besides. The reference reads the whole topic with one kafka-python consumer "
+            "(`assign()`, `seek(0)`, `poll()` to the end offsets)."
         )
     else:
         lines.append("- **Throughput**: not run (`--skip-throughput`).")
     lines += [
-        "- **The stack** for the other figures: noida-db and Redis, two nodes n1, n2 (`namesrv start -c "
+        "- **The stack** for the other figures: Apache Kafka (one KRaft node) and Redis, two nodes n1, n2 (`namesrv start -c "
         "conf/namesrv.properties`) and the job (`python -m streaming -c conf/streaming.properties`), each its own "
         "process, as `make run` starts them (`tests.integration.backends.System`); overrides are only addresses, "
         "paths and `monitor.id`. Simulated brokers (`FleetRunner`) register with "
@@ -1089,7 +1150,8 @@ def settings(args: argparse.Namespace) -> Settings:
         registrations=args.registrations or (3 if quick else 12),
         timeout_ms=args.heartbeat_timeout_ms,
         poll_ms=args.poll_ms,
-        end_offsets=args.end_offsets,
+        warmup=(args.events or (20_000 if quick else 100_000)) if args.warmup is None else args.warmup,
+        warmup_batches=args.warmup_batches,
         trigger_ms=args.trigger_ms,
         delay_ms=args.watermark_delay_ms,
         tick_ms=args.tick_ms,
@@ -1116,10 +1178,10 @@ def main() -> int:
         "--skip-live", action="store_true", help="only the throughput figures (an A/B of the job's speed); no report"
     )
     parser.add_argument(
-        "--end-offsets",
-        choices=("highwater", "listoffsets"),
-        default="highwater",
-        help="kafka.endOffsets of the throughput job (conf default highwater)",
+        "--warmup", type=int, help="events before the measured batch (default: as many as --events; 0: none)"
+    )
+    parser.add_argument(
+        "--warmup-batches", type=int, default=20, help="in how many batches the warm-up events go (default 20)"
     )
     experiment = parser.add_argument_group("experiments (default: the value conf/ ships; the report says so)")
     experiment.add_argument("--trigger-ms", type=int, help="monitor.triggerIntervalMillis")
@@ -1136,6 +1198,8 @@ def main() -> int:
     s = settings(args)
     command = shlex.join(["python", "bench/streaming_bench.py", *sys.argv[1:]])
     out_path = args.out
+    if s.warmup and s.warmup_batches < 1:
+        parser.error("--warmup-batches must be at least 1 with warm-up events")
     if args.skip_live and args.skip_throughput:
         parser.error("--skip-live and --skip-throughput leave nothing to measure")
     if out_path is None and not (args.quick or args.skip_throughput or args.skip_live or s.experiment):
@@ -1160,7 +1224,7 @@ def main() -> int:
         if not args.skip_throughput:
             with Stack() as stack:  # stopped before the live part: its processes get the machine to themselves
                 kafka, redis = start_backends(stack, tmp)
-                say(f"noida-db on {kafka.bootstrap_servers} (pid {kafka.status().pid}), redis on {redis.url} "
+                say(f"Apache Kafka on {kafka.bootstrap_servers} (pid {kafka.status().pid}), redis on {redis.url} "
                     f"(pid {redis.status().pid}); starting Spark local[2]")  # fmt: skip
                 spark = start_spark(stack)
                 thr = bench_throughput(spark, kafka, redis.url, tmp, s)

@@ -36,17 +36,43 @@ keyword arguments; this module adds what every client shares, so it is decided o
   the clients' settings, so :class:`_SlowStepFilter` logs that one message at DEBUG instead; every
   other kafka-python warning is unchanged, and a real stall still shows as request timeouts.
 
-kafka-python is imported only when a client is built: a node without Kafka never imports it, and
-the Kafka source (``streaming/kafka_io.py``) imports this module inside Spark's Python workers, so
-nothing here may import more than the standard library and :mod:`namesrv.options`.
+* **Why Kafka refused.**  A broker that refuses the credentials, the mechanism or the certificate
+  looks to a client like one that is down: kafka-python retries, and its callers see a timeout.  The
+  reason is in one record, the ERROR ``"<connection>: Connection lost: <exception>"`` of logger
+  ``kafka.net.connection`` (:data:`CONNECTION_LOGGER`), which :class:`_RefusalLog`, a filter on that
+  logger, reads whether or not the record is shown.  :func:`refusal_of` keeps a SASL refusal (the
+  broker's ``SaslAuthenticate`` message, a mechanism it does not enable), a TLS failure (OpenSSL's
+  words: an untrusted or misnamed broker certificate, the broker's alert about ours, a handshake cut
+  short) or a broker answering a plaintext client in TLS, and nothing else (a broker that is down or
+  hangs up).  The last one is kept per bootstrap list, for clients built here with a ``client_id``
+  (at most :data:`MAX_REMEMBERED` lists), its text on one line and clipped;
+  :meth:`KafkaSecurity.failure_hint` quotes it, with any password of the settings masked, and names
+  the setting to fix.  The node silences kafka-python's logs (:func:`namesrv.logs.setup_logging`) but
+  keeps this one logger at ERROR, so the records are still made; the filter passes a record on only
+  if the ``kafka`` logger's level would have.
+* **One lost reply restored.**  kafka-python 3.0.12 (``_read_from_sock`` in kafka/net/transport.py,
+  the same on its main branch in August 2026) drops the bytes it read in the call that saw the peer
+  close the connection.  A broker refusing a SASL login sends its ``SaslAuthenticate`` answer
+  ("Authentication failed: Invalid username or password") and closes at once, so the answer was
+  nearly always dropped and the client saw only "socket disconnected".  :func:`_keep_last_reply`
+  wraps the transports' ``_sock_recv`` once, when the first client is built: bytes that came with an
+  error are handed on, and the error is returned by the next read, which a closed socket answers at
+  once.
+
+kafka-python is imported only when a client is built: a node without Kafka never imports it.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
+import ssl
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -59,12 +85,15 @@ if TYPE_CHECKING:
 __all__ = [
     "API_VERSION",
     "BOOTSTRAP",
+    "CONNECTION_LOGGER",
+    "Refusal",
     "KafkaSecurity",
     "SECURITY_KEYS",
     "SECRET_KEYS",
     "SECURITY_PROTOCOLS",
     "SASL_MECHANISMS",
     "bootstrap_list",
+    "refusal_of",
     "producer",
     "consumer",
     "admin",
@@ -176,6 +205,37 @@ def _jaas_credentials(text: str, mechanism: str) -> tuple[str, str]:
     if not found.get("username") or not found.get("password"):
         raise ValueError('lacks username="..." or password="..."')
     return found["username"], found["password"]
+
+
+_PEM_KEY = re.compile(r"-----BEGIN ([A-Z0-9 ]*?) ?PRIVATE KEY-----")
+
+
+def _java_key_problem(path: str, *, has_password: bool, prefix: str) -> str | None:
+    """Why the Java client's PEM key store (Spark's Kafka connector) cannot use the key in ``path``; None if it can.
+
+    Java takes the certificate and its key from one file, the key in PKCS#8: encrypted with
+    ``ssl.key.password`` (our ``ssl.password``), or plain without a password.
+    """
+    try:
+        with open(path, encoding="ascii", errors="replace") as pem:
+            kinds = _PEM_KEY.findall(pem.read(1 << 20))
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if not kinds:
+        return (
+            "holds no private key: Spark's Kafka connector reads the client certificate and its key from this "
+            "one PEM file; append the key to it"
+        )
+    if kinds[0] not in ("", "ENCRYPTED"):
+        return (
+            f"holds a {kinds[0]} PRIVATE KEY, and Java reads PKCS#8 keys only: convert it with "
+            "`openssl pkcs8 -topk8 -nocrypt` (or encrypt it with a password, ssl.password)"
+        )
+    if kinds[0] == "ENCRYPTED" and not has_password:
+        return f"holds an encrypted key, and {prefix}ssl.password is not set"
+    if kinds[0] == "" and has_password:
+        return f"holds a key without a password, and Java refuses it with {prefix}ssl.password set: remove the password"
+    return None
 
 
 def _jaas_quote(text: str) -> str:
@@ -345,6 +405,11 @@ class KafkaSecurity:
                         f"{prefix}ssl.keyfile: Spark's Kafka connector reads the client certificate and its key from one "
                         f"PEM file; put both in {prefix}ssl.certfile and drop {prefix}ssl.keyfile"
                     )
+                problem = _java_key_problem(
+                    self.ssl_certfile, has_password=self.ssl_password is not None, prefix=prefix
+                )
+                if problem:
+                    raise ConfigError(f"{prefix}ssl.certfile={self.ssl_certfile!r} {problem}")
                 out[prefix + "ssl.keystore.type"] = "PEM"
                 out[prefix + "ssl.keystore.location"] = self.ssl_certfile
                 if self.ssl_password is not None:
@@ -386,8 +451,19 @@ class KafkaSecurity:
                 parts.append("ssl.check.hostname=false")
         return " ".join(parts)
 
-    def failure_hint(self) -> str:
-        """What to check when no broker completes a connection; empty for plaintext."""
+    def failure_hint(
+        self, servers: str | Sequence[str] | None = None, *, since: float | None = None, prefix: str = "kafka."
+    ) -> str:
+        """What to check when no broker completes a connection: a clause to append to a message.
+
+        With ``servers``, the bootstrap list of the clients that failed: the last refusal one of them
+        met (at or after ``since``, a :func:`time.monotonic` time, if given), quoted, and the setting
+        (after ``prefix``) to fix.  Otherwise: nothing for plaintext, else a reminder that a refusal
+        looks like a broker that is down.
+        """
+        refusal = _refusals.last(servers, since) if servers is not None else None
+        if refusal is not None:
+            return self._refusal_hint(refusal, prefix)
         if self.protocol == "PLAINTEXT":
             return ""
         return (
@@ -395,6 +471,219 @@ class KafkaSecurity:
             "mechanism or refuses the credentials or certificate: check the broker's listener and the settings "
             "(logLevel=DEBUG shows kafka-python's own reason)"
         )
+
+    def _refusal_hint(self, refusal: Refusal, p: str) -> str:
+        reason = refusal.reason
+        for secret in (self.sasl_password, self.ssl_password):
+            if secret:  # no broker echoes a password; should one, it reaches no log from here
+                reason = reason.replace(secret, MASK)
+        what, fix = {
+            "login": ("refused the login", f"check {p}sasl.username and {p}sasl.password (or {p}sasl.jaas.config)"),
+            "mechanism": ("refused the SASL mechanism", f"set {p}sasl.mechanism to one the broker enables"),
+            "untrusted": (
+                "sent a certificate this client does not trust",
+                f"set {p}ssl.cafile to the CA that signed the broker's certificate",
+            ),
+            "hostname": (
+                "sent a certificate for another name",
+                f"name the broker in the bootstrap list as its certificate does, or set {p}ssl.check.hostname=false",
+            ),
+            "certificate": (
+                "refused this client's certificate" if self.ssl_certfile else "wants a client certificate",
+                f"set {p}ssl.certfile (and {p}ssl.keyfile) to a certificate signed by a CA the broker trusts",
+            ),
+            "handshake": (
+                "did not complete the TLS handshake",
+                f"is the broker's listener SSL or SASL_SSL? check {p}security.protocol",
+            ),
+            "tls": ("answers in TLS", f"set {p}security.protocol to SSL or SASL_SSL, as the broker's listener expects"),
+        }[refusal.kind]
+        return f"; Kafka {what}: {reason!r} ({self.describe()}): {fix}"
+
+
+# --------------------------------------------------------------------------- why Kafka refused
+
+#: kafka-python's logger of connections (kafka/net/connection.py): ERROR "<conn>: Connection lost: <exc>"
+CONNECTION_LOGGER = "kafka.net.connection"
+#: bootstrap lists whose last refusal is kept (and four times as many client ids)
+MAX_REMEMBERED = 64
+_MAX_REASON_CHARS = 200
+#: OpenSSL's names of the alerts a peer sends when it does not accept our certificate (or wants one)
+_CERTIFICATE_ALERT = re.compile(r"ALERT_(?:BAD_CERTIFICATE|CERTIFICATE_\w+|UNKNOWN_CA|UNSUPPORTED_CERTIFICATE)")
+#: X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
+_NAME_MISMATCH = (62, 64)
+#: kafka-python's complaint about a frame's length (kafka/protocol/parser.py)
+_FRAME_LENGTH = re.compile(r"Invalid frame length: (-?\d+)")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a broker refused a client: its ``kind`` (see :func:`refusal_of`), the ``reason`` in its own words."""
+
+    kind: str
+    reason: str
+    #: when it was seen (time.monotonic)
+    at: float
+
+
+def _clip(text: str) -> str:
+    """One line of at most ``_MAX_REASON_CHARS``, without OpenSSL's source position."""
+    text = re.sub(r"\s*\(_ssl\.c:\d+\)", "", " ".join(text.split()))
+    return text if len(text) <= _MAX_REASON_CHARS else text[: _MAX_REASON_CHARS - 3] + "..."
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc``, what it wraps (as an argument) and its chain, nearest first, at most 8."""
+    out: list[BaseException] = []
+    todo = [exc]
+    while todo and len(out) < 8:
+        e = todo.pop(0)
+        if any(e is seen for seen in out):
+            continue
+        out.append(e)
+        todo += [a for a in e.args if isinstance(a, BaseException)]
+        todo += [c for c in (e.__cause__, e.__context__) if c is not None]
+    return out
+
+
+def _words(e: BaseException) -> str:
+    """A kafka-python error's message without the class name its ``str`` puts first."""
+    text = str(e.args[0]) if e.args else str(getattr(e, "description", "") or type(e).__name__)
+    return text.removeprefix(f"{type(e).__name__}: ")
+
+
+def refusal_of(exc: BaseException) -> tuple[str, str] | None:
+    """``(kind, reason)`` if ``exc``, a lost connection's error as kafka-python logs it, is a refusal; else None.
+
+    Kinds: ``login`` (SASL credentials refused), ``mechanism`` (SASL mechanism not enabled),
+    ``untrusted`` and ``hostname`` (the broker's certificate failed this client's checks),
+    ``certificate`` (the broker's alert about this client's certificate), ``handshake`` (another
+    failed TLS handshake: a listener that is not TLS), ``tls`` (a plaintext client answered in TLS).
+    """
+    from kafka import errors
+
+    if isinstance(exc, errors.SaslAuthenticationFailedError):
+        return "login", _clip(_words(exc))
+    if isinstance(exc, errors.UnsupportedSaslMechanismError):
+        return "mechanism", _clip(_words(exc))
+    tls_error = next((e for e in _causes(exc) if isinstance(e, ssl.SSLError)), None)
+    if isinstance(tls_error, ssl.SSLCertVerificationError):
+        mismatch = getattr(tls_error, "verify_code", None) in _NAME_MISMATCH
+        return ("hostname" if mismatch else "untrusted"), _clip(str(tls_error))
+    if tls_error is not None:  # OpenSSL names an alert in ``reason`` and in the text
+        alert = _CERTIFICATE_ALERT.search(str(getattr(tls_error, "reason", None) or tls_error))
+        return ("certificate" if alert else "handshake"), _clip(str(tls_error))
+    if isinstance(exc, errors.KafkaConnectionError) and _words(exc).startswith("Handshake failed"):
+        return "handshake", _clip(_words(exc))  # only TLS transports shake hands; an OSError cut it short
+    if isinstance(exc, errors.InvalidReceiveError):
+        match = _FRAME_LENGTH.search(_words(exc))
+        head = int(match.group(1)).to_bytes(4, "big", signed=True) if match else b""
+        if head[:1] in (b"\x15", b"\x16") and head[1:2] == b"\x03":  # a TLS alert / handshake record, version 3.x
+            record = "alert" if head[0] == 0x15 else "handshake"
+            return "tls", _clip(f"a TLS {record} record where a Kafka response belongs ({_words(exc)})")
+    return None
+
+
+class _Refusals:
+    """The last refusal per bootstrap list, and the bootstrap list of each client id; both bounded."""
+
+    def __init__(self, max_entries: int = MAX_REMEMBERED, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_entries = max_entries
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._servers: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        self._last: OrderedDict[tuple[str, ...], Refusal] = OrderedDict()
+
+    @staticmethod
+    def _put(table: OrderedDict[Any, Any], key: Any, value: Any, limit: int) -> None:
+        table.pop(key, None)
+        table[key] = value
+        while len(table) > limit:
+            table.popitem(last=False)
+
+    def client(self, client_id: str, servers: Sequence[str]) -> None:
+        """A client ``client_id`` of bootstrap list ``servers`` is being built."""
+        with self._lock:
+            self._put(self._servers, client_id, tuple(servers), 4 * self.max_entries)
+
+    def note(self, client_id: str, exc: BaseException) -> None:
+        """A connection of client ``client_id`` was lost with ``exc``: kept if it is a refusal."""
+        with self._lock:
+            servers = self._servers.get(client_id)
+        found = refusal_of(exc) if servers is not None else None
+        if found is not None:
+            with self._lock:
+                self._put(self._last, servers, Refusal(*found, at=self.clock()), self.max_entries)
+
+    def last(self, servers: str | Sequence[str], since: float | None = None) -> Refusal | None:
+        """The last refusal met by a client of ``servers``, if seen at or after ``since``."""
+        try:
+            key = tuple(_entries(servers))
+        except ValueError:
+            return None
+        with self._lock:
+            refusal = self._last.get(key)
+        return refusal if refusal is not None and (since is None or refusal.at >= since) else None
+
+
+_refusals = _Refusals()
+
+
+class _RefusalLog(logging.Filter):
+    """Reads kafka-python's "Connection lost" records into a :class:`_Refusals`; passes on a record
+    only if ``parent`` (the ``kafka`` logger) is enabled for its level."""
+
+    def __init__(self, refusals: _Refusals, parent: logging.Logger) -> None:
+        super().__init__()
+        self.refusals = refusals
+        self.parent = parent
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if record.levelno >= logging.ERROR and isinstance(args, tuple) and len(args) == 2:
+            conn, exc = args
+            config = getattr(conn, "config", None)
+            client_id = config.get("client_id") if isinstance(config, dict) else None
+            if isinstance(exc, BaseException) and isinstance(client_id, str):
+                try:
+                    self.refusals.note(client_id, exc)
+                except Exception:  # a record misread must not break kafka-python's logging
+                    pass
+        # the node keeps this logger at ERROR while kafka's is silenced (namesrv.logs): kafka's level decides
+        return self.parent.isEnabledFor(record.levelno)
+
+
+# on the logger itself, which makes the records, in every process that builds a client
+_connection_log = logging.getLogger(CONNECTION_LOGGER)
+_connection_log.addFilter(_RefusalLog(_refusals, logging.getLogger("kafka")))
+_reply_lock = threading.Lock()
+
+
+def _keeps_last_reply(original: Callable[[Any], tuple[bytes, Any]]) -> Callable[[Any], tuple[bytes, Any]]:
+    @functools.wraps(original)
+    def _sock_recv(transport: Any) -> tuple[bytes, Any]:
+        pending = transport.__dict__.pop("_namesrv_error_after_data", None)
+        if pending is not None:
+            return b"", pending
+        data, err = original(transport)
+        if data and err is not None:  # kafka-python would drop the data (a broker's last answer) with the error
+            transport._namesrv_error_after_data = err
+            return data, None
+        return data, err
+
+    _sock_recv._namesrv_keeps_last_reply = True  # type: ignore[attr-defined]
+    return _sock_recv
+
+
+def _keep_last_reply() -> None:
+    """Make kafka-python's transports hand on the bytes read with a close before the close (see above)."""
+    from kafka.net import transport
+
+    with _reply_lock:
+        for cls in (transport.KafkaTCPTransport, transport.KafkaSSLTransport):
+            original = cls.__dict__.get("_sock_recv")
+            if original is not None and not getattr(original, "_namesrv_keeps_last_reply", False):
+                cls._sock_recv = _keeps_last_reply(original)
 
 
 _PLAINTEXT = KafkaSecurity()
@@ -415,6 +704,8 @@ def _config(
         out["request_timeout_ms"] = timeout_ms
     out.update((security or _PLAINTEXT).client_config())
     out.update(config)  # the caller's own settings win
+    if isinstance(out.get("client_id"), str):  # so that its refusals are known by its bootstrap list
+        _refusals.client(out["client_id"], out["bootstrap_servers"])
     return out
 
 
@@ -430,6 +721,7 @@ def producer(
     """A ``KafkaProducer`` for ``servers`` (read from setting ``key``) with ``config`` on top."""
     from kafka import KafkaProducer
 
+    _keep_last_reply()
     return KafkaProducer(**_config(servers, key, pinned, timeout_ms, config, security))
 
 
@@ -445,6 +737,7 @@ def consumer(
     """A ``KafkaConsumer`` for ``servers``; it joins no group unless ``config`` names one."""
     from kafka import KafkaConsumer
 
+    _keep_last_reply()
     return KafkaConsumer(
         **{"group_id": None, "enable_auto_commit": False, **_config(servers, key, pinned, timeout_ms, config, security)}
     )
@@ -462,6 +755,7 @@ def admin(
     """A ``KafkaAdminClient`` for ``servers``; ``timeout_ms`` bounds its bootstrap too."""
     from kafka.admin import KafkaAdminClient
 
+    _keep_last_reply()
     if timeout_ms is not None:
         config.setdefault("bootstrap_timeout_ms", timeout_ms)
     return KafkaAdminClient(**_config(servers, key, pinned, timeout_ms, config, security))

@@ -16,7 +16,7 @@ def retry_until_stopped(
     fn: Callable[[], T],
     stopping: threading.Event,
     *,
-    problem: str,
+    problem: str | Callable[[], str],
     log: logging.Logger,
     retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
     first_wait_s: float = 0.2,
@@ -25,13 +25,16 @@ def retry_until_stopped(
     """``fn()`` until it returns, backing off up to ``max_wait_s``; None once ``stopping`` is set.
 
     The first failure is a warning that says ``problem`` (what is wrong and what to check), the
-    later ones debug lines, so an outage is one line in a quiet log however long it lasts.
+    later ones debug lines, so an outage is one line in a quiet log however long it lasts.  A
+    callable ``problem`` is asked when a line is written, so it can say what the failure taught.
     """
 
     def report(state: tenacity.RetryCallState) -> None:
         e = state.outcome.exception() if state.outcome else None
         level = logging.WARNING if state.attempt_number == 1 else logging.DEBUG
-        log.log(level, "%s (%s: %s); retrying until it works", problem, type(e).__name__, e)
+        if log.isEnabledFor(level):
+            said = problem() if callable(problem) else problem
+            log.log(level, "%s (%s: %s); retrying until it works", said, type(e).__name__, e)
 
     def sleep(seconds: float) -> None:
         stopping.wait(seconds)  # a stop ends the wait at once

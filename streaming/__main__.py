@@ -7,7 +7,9 @@ the driver's JVM (under spark-submit, the PID spark-submit runs as: what a super
 and the session, and the process exits 0 (spark-submit's JVM with the driver's code); a second signal to the
 JVM stops it at once, with its own shutdown (exit 143 after SIGTERM). A query that fails is started
 again from its checkpoint in this process, after 2 s doubling to 60 s; after more than five failures in
-ten minutes the process exits 1 and leaves the restart to its supervisor (``make run``'s stack).
+ten minutes the process exits 1 and leaves the restart to its supervisor (``make run``'s stack). What
+waiting cannot mend exits 2 with a message at once: a setting that does not parse, Spark's Kafka connector
+missing from the class path, Kafka refusing the job's credentials.
 """
 
 from __future__ import annotations
@@ -70,7 +72,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    spark = job.build_spark(cfg)
+    try:
+        spark = job.build_spark(cfg)
+    except ConfigError as exc:  # Spark's Kafka connector is missing
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     spark.sparkContext.setLogLevel("WARN")
 
     def _jvm_stop(name: str) -> None:
@@ -82,7 +88,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     failures: list[float] = []
     try:
         while True:
-            monitor = job.start(spark, cfg, stopping=stopping)  # waits for Kafka
+            try:
+                monitor = job.start(spark, cfg, stopping=stopping)  # waits for Kafka
+            except ConfigError as exc:  # Kafka refuses the credentials: waiting will not help
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
             if monitor is None:
                 return 0
             while not stopping.wait(1.0) and monitor.query.isActive:

@@ -12,8 +12,8 @@ Keys starting with ``spark.`` are not ours: they go to the SparkSession builder 
 Kafka security uses the Kafka client's own names after ``kafka.`` (``kafka.security.protocol``,
 ``kafka.sasl.*``, ``kafka.ssl.*``; :data:`namesrv.kafka_clients.SECURITY_KEYS`), the same keys as the
 nodes' file.  They are checked whole at load (:class:`~namesrv.kafka_clients.KafkaSecurity`) and
-reach every client of the job: the source (as ``kafka.*`` options of either format, in that
-format's spelling) and the publisher of actions and alerts.  ``redis.url`` is checked at load by
+reach every client of the job: the source (as Spark's connector's ``kafka.*`` options, the Java
+client's names) and the publisher of actions and alerts (kafka-python).  ``redis.url`` is checked at load by
 :func:`namesrv.redis_clients.check_url` (``rediss://`` and its files, credentials in the URL).
 """
 
@@ -37,8 +37,34 @@ from namesrv.routes.snapshot import RedisKeys
 DEFAULT_CONFIG_PATH = Path("conf/streaming.properties")
 #: what error messages call this configuration
 _SOURCE = "streaming config"
-#: our format over kafka-python, or Spark's connector when its jar is on the classpath
-KAFKA_FORMATS = ("namesrv-kafka", "kafka")
+#: Spark's own Kafka connector (its jars: :data:`CONNECTOR_DIR`, or ``spark.jars``)
+KAFKA_FORMATS = ("kafka",)
+#: where `make setup` puts Spark's Kafka connector and what it needs (infra/jvm/spark-kafka/pom.xml)
+CONNECTOR_DIR = Path(__file__).resolve().parents[1] / "build" / "jvm" / "spark-kafka"
+#: the executors' Kafka consumers (bench/STREAMING_RESULTS.md). Spark's asks the broker for the partition's
+#: offset range after every poll (two ListOffsets round trips): at the client's 500 records a poll, reading a
+#: backlog cost the broker three times the CPU of the records themselves. A consumer that has read its range
+#: sends the next fetch ahead, and the broker holds it up to fetch.max.wait.ms (500) for records to arrive:
+#: the next batch's task waited for it, which made every batch about half a second longer
+CONSUMER_OPTIONS: Mapping[str, str] = {
+    "kafka.max.poll.records": "20000",
+    "kafka.max.partition.fetch.bytes": str(8 << 20),
+    "kafka.fetch.max.wait.ms": "10",
+}
+#: the class behind format("kafka"): loadable on the driver once the connector is on its class path
+CONNECTOR_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+
+
+def connector_jars(folder: Path = CONNECTOR_DIR) -> str:
+    """The default ``spark.jars``: every jar of ``folder``, comma-separated; ConfigError saying how to get them."""
+    jars = sorted(folder.glob("*.jar"))
+    if not jars:
+        raise ConfigError(
+            f"{_SOURCE}: kafka.format=kafka needs Spark's Kafka connector, and {folder} has no jars: run `make setup` "
+            "(it resolves infra/jvm/pom.xml once, offline afterwards), or set spark.jars to the connector's jars"
+        )
+    return ",".join(str(j) for j in jars)
+
 
 #: Spark settings applied unless the file or the command line sets them
 SPARK_DEFAULTS: Mapping[str, str] = {
@@ -74,13 +100,12 @@ class StreamingConfig:
     """Every setting of the job; ``spark`` holds the ``spark.*`` keys for the session builder."""
 
     kafka_bootstrap: str = "127.0.0.1:19092"
-    kafka_format: str = "namesrv-kafka"
+    kafka_format: str = "kafka"
     events_topic: str = "namesrv-events"
     actions_topic: str = "namesrv-actions"
     alerts_topic: str = "namesrv-alerts"
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int | None = None
-    end_offsets: str = "highwater"
     #: the ``kafka.security.*`` / ``kafka.sasl.*`` / ``kafka.ssl.*`` keys as written (see :attr:`kafka_security`)
     kafka_security_settings: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: those keys checked and resolved (``${env:...}`` read); plaintext by default
@@ -128,31 +153,17 @@ class StreamingConfig:
         digest = hashlib.sha1(str(self.checkpoint_dir).encode()).hexdigest()[:8]
         return f"liveness@{socket.gethostname()[:200]}/{digest}"
 
-    def kafka_options(self) -> dict[str, str]:
-        """Options shared by the source and the sinks, in the spelling of ``kafka.format``'s source.
-
-        Spark's connector takes Java's client settings (a JAAS line, PEM trust and key stores); ours
-        takes the keys of this file (:meth:`KafkaSecurity.settings`) and maps them to kafka-python's.
-        """
-        opts = {"kafka.bootstrap.servers": self.kafka_bootstrap}
-        if self.kafka_format == "kafka":
-            opts.update(self.kafka_security.spark_options())
-        else:
-            opts.update(self.kafka_security.settings())
-        return opts
-
     def source_options(self) -> dict[str, str]:
-        opts = self.kafka_options()
+        """Options of Spark's Kafka source: the topic, offsets, the Java client's settings (a JAAS line, PEM
+        trust and key stores: :meth:`KafkaSecurity.spark_options`) and :data:`CONSUMER_OPTIONS`."""
+        opts = {"kafka.bootstrap.servers": self.kafka_bootstrap, **self.kafka_security.spark_options()}
         opts["subscribe"] = self.events_topic
         opts["startingOffsets"] = self.starting_offsets
         if self.max_offsets_per_trigger:
             opts["maxOffsetsPerTrigger"] = str(self.max_offsets_per_trigger)
-        if self.kafka_format == "namesrv-kafka":
-            opts["endOffsets"] = self.end_offsets
-            opts["maxClockSkewMs"] = str(self.max_clock_skew_millis)
-        else:
-            # the native connector tolerates retention gaps only when told to
-            opts["failOnDataLoss"] = "false"
+        # records gone to retention are skipped with a warning rather than stopping the monitor
+        opts["failOnDataLoss"] = "false"
+        opts.update(CONSUMER_OPTIONS)
         return opts
 
 
@@ -194,7 +205,7 @@ _URLS = options.Converter(
 OPTIONS: tuple[Option, ...] = (
     Option("kafka.bootstrap", "kafka_bootstrap", BOOTSTRAP, "Kafka brokers"),
     Option("kafka.format", "kafka_format", options.choice(*KAFKA_FORMATS),
-           "namesrv-kafka (Python, kafka-python) or kafka (Spark's connector jar)"),
+           "kafka: Spark's Kafka connector, whose jars spark.jars names (unset: build/jvm/spark-kafka)"),
     Option("kafka.eventsTopic", "events_topic", _TEXT, "where the nodes publish events"),
     Option("kafka.actionsTopic", "actions_topic", _TEXT, "where the job publishes EXPIRE/REMOVE"),
     Option("kafka.alertsTopic", "alerts_topic", _TEXT, "where the job publishes health alerts"),
@@ -202,8 +213,6 @@ OPTIONS: tuple[Option, ...] = (
            options.text(required=True, expected="earliest | latest | JSON"), "where a query without a checkpoint starts"),
     Option("kafka.maxOffsetsPerTrigger", "max_offsets_per_trigger", _OPTIONAL_POSITIVE,
            "events per micro-batch (empty: all available)"),
-    Option("kafka.endOffsets", "end_offsets", options.choice("highwater", "listoffsets"),
-           "how the Python source finds a partition's end (highwater is safe on Tansu)"),
     Option("monitor.checkpointDir", "checkpoint_dir", options.text(required=True, expected="directory"),
            "offsets, state, pending expiries"),
     Option("monitor.triggerIntervalMillis", "trigger_interval_millis", _MILLIS, "micro-batch interval"),
@@ -261,8 +270,8 @@ _SECURITY_DOCS = {
     "kafka.sasl.username": "with SASL_*: the user",
     "kafka.sasl.password": "with SASL_*: the password, or ${env:NAME} / ${file:PATH}",
     "kafka.ssl.cafile": "with SSL / SASL_SSL: PEM file of the CAs to trust (empty: the system's)",
-    "kafka.ssl.certfile": "PEM client certificate (with kafka.format=kafka: certificate and key in this one file)",
-    "kafka.ssl.keyfile": "PEM key of kafka.ssl.certfile",
+    "kafka.ssl.certfile": "PEM client certificate and its PKCS#8 key in this one file (Spark's connector reads both here)",
+    "kafka.ssl.keyfile": "PEM key of kafka.ssl.certfile: for Spark's connector this same file, or empty",
     "kafka.ssl.password": "password of an encrypted key, or ${env:NAME} / ${file:PATH}",
     "kafka.ssl.check.hostname": "the broker's certificate must name the host connected to (true)",
 }
@@ -316,8 +325,7 @@ def check_combinations(cfg: StreamingConfig) -> None:
             f"2 x monitor.maxClockSkewMillis = {2 * cfg.max_clock_skew_millis}: clock skew alone would expire "
             "live brokers"
         )
-    if cfg.kafka_format == "kafka":
-        cfg.kafka_security.spark_options()  # raises naming the key Spark's connector cannot take
+    cfg.kafka_security.spark_options()  # raises naming the key Spark's connector cannot take
     if cfg.redis_url.strip():
         redis_clients.check_url(cfg.redis_url, key="redis.url")  # a Redis Cluster's URL included
         try:  # a Redis Cluster: the prefix becomes the keys' hash tag

@@ -2,11 +2,11 @@
 
 The event schema is :mod:`namesrv.events.schema`, shared with the nodes; this module only
 decides which of its fields the job carries and how records become rows. Validation is the
-schema's own ``decode_event``, run in Python workers by :func:`bundled_rows`: inside the
-``namesrv-kafka`` source's own read (option ``output=events``, what the job uses), or through
-``mapInArrow`` behind Spark's ``kafka`` format. A record that fails it is counted in its read's
-report row (:func:`count_events`, dropped by :func:`valid_events`), never an exception that would
-stop the query. The checked events of one read travel in bundles, one row per state key.
+schema's own ``decode_event``, run in Python workers by :func:`bundled_rows`, through a
+``mapInArrow`` behind Spark's Kafka source (:func:`parse_events`). A record that fails it is
+counted in its Arrow batch's report row (:func:`count_events`, dropped by :func:`valid_events`),
+never an exception that would stop the query. The checked events of one Arrow batch travel in
+bundles, one row per state key.
 
 Every event gets a grouping ``key`` for the stateful step: one of :data:`STATE_BUCKETS` buckets
 for a broker's events (by its cluster and address: the same address in two clusters is two
@@ -267,20 +267,12 @@ def bundle_arrow_batches(batches: Iterator[pa.RecordBatch], max_clock_skew_ms: i
         yield bundled_batch(values, clock, max_clock_skew_ms)
 
 
-def is_bundled(records: DataFrame) -> bool:
-    """True for rows the source bundled already (``format("namesrv-kafka")`` with ``output=events``)."""
-    return tuple(records.columns) == BUNDLE_COLUMNS
-
-
 def parse_events(records: DataFrame, max_clock_skew_ms: int) -> DataFrame:
-    """Kafka source rows (``value`` binary) -> bundle rows (:func:`bundle_ddl`).
+    """Kafka source rows (``value`` binary) -> bundle rows (:func:`bundle_ddl`), in a ``mapInArrow``.
 
-    Rows the source bundled in its own read (:func:`is_bundled`: the job's ``namesrv-kafka`` source,
-    whose clock is the one it wrote into the batch's end offset) pass as they are; from Spark's own
-    ``kafka`` format they are bundled here, in a ``mapInArrow``, by the micro-batch's timestamp.
+    The clock events may not run ahead of is the micro-batch's timestamp, which Spark keeps in its
+    offset log: a replayed batch refuses the same events.
     """
-    if is_bundled(records):
-        return records
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 

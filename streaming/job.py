@@ -5,13 +5,11 @@ Theory of operation
 One streaming query. Each step is a function that takes and returns a DataFrame, so a test
 can run any of them on a small frame:
 
-1. :func:`read_events` - the events topic, through ``format("namesrv-kafka")`` (or Spark's
-   own ``kafka`` format when configured);
-2. :func:`parse` - records to checked events, bundled: one row per state key and read
-   (:mod:`streaming.events`); malformed ones and those stamped ahead of the clock are counted
-   (query progress, metric ``events.bad``) and dropped, never fatal. With ``namesrv-kafka`` the
-   decoding runs in the source's read, in the same Python worker (see :func:`read_events`), and
-   this step counts and drops;
+1. :func:`read_events` - the events topic, through Spark's own Kafka source (``format("kafka")``;
+   its jars reach the driver when its JVM starts, :func:`build_spark`);
+2. :func:`parse` - records to checked events, bundled in a ``mapInArrow``: one row per state key
+   and Arrow batch (:mod:`streaming.events`); malformed ones and those stamped ahead of the
+   micro-batch's clock are counted (query progress, metric ``events.bad``) and dropped, never fatal;
 3. :func:`with_event_time` - ``eventTs`` from ``eventTime`` and the watermark (120 s by
    default). TICKs go through this step like any event: filtering them out after it would be
    pushed below the watermark by the optimizer and stop them from moving it;
@@ -65,7 +63,6 @@ from namesrv.request_stats import Buckets
 from namesrv.retrying import retry_until_stopped
 from namesrv.routes import RouteSettings
 from namesrv.routes.snapshot import SnapshotError
-from streaming import kafka_io
 from streaming.alerts import (
     Alert,
     AlertBook,
@@ -80,7 +77,7 @@ from streaming.alerts import (
     lost_topics,
     route_incidents,
 )
-from streaming.config import StreamingConfig
+from streaming.config import CONNECTOR_CLASS, CONNECTOR_DIR, ConfigError, StreamingConfig, connector_jars
 from streaming.events import PACKED, count_events, parse_events, valid_events
 from streaming.health import HealthBook
 from streaming.liveness import (
@@ -140,10 +137,9 @@ def python_settings(
 ) -> tuple[str, dict[str, str]]:
     """The Python that Spark must run for this job, and the ``spark.*`` settings that say so.
 
-    Every Python process of the job must import ``namesrv`` and ``streaming`` and run the same
-    PySpark: the executors' workers, and the Kafka source's runner that the driver's JVM starts
-    (``python_streaming_source_runner.py``). PySpark runs ``$PYSPARK_PYTHON``, else ``python3``
-    from PATH, which outside an activated venv has neither. So, whatever the master and launcher:
+    Every Python worker of the job must import ``namesrv`` and ``streaming`` and run the same
+    PySpark as the driver. PySpark runs ``$PYSPARK_PYTHON``, else ``python3`` from PATH, which
+    outside an activated venv has neither. So, whatever the master and launcher:
     ``spark.pyspark.python`` if given (``spark_conf``: the job's settings and the launcher's), else
     ``$PYSPARK_PYTHON``, else this interpreter (on a cluster: install the project at the same path on
     every host, as the deployment's one image does). When the project is not installed for that
@@ -163,8 +159,56 @@ def python_settings(
     return python, {k: v for k, v in conf.items() if k not in spark_conf}
 
 
+def launch_settings(cfg: StreamingConfig) -> dict[str, str]:
+    """What the driver's JVM must start with, when the job starts it: Spark's Kafka connector (``spark.jars``).
+
+    ``spark.jars`` set on the session builder reaches the executors but not the driver's own class path,
+    which is fixed when its JVM starts: so the job's ``spark.jars``, by default the jars ``make setup`` put
+    in :data:`~streaming.config.CONNECTOR_DIR`, is given to the launcher. Nothing when they are not there:
+    :func:`check_connector` then says what is missing.
+    """
+    jars = cfg.spark.get("spark.jars")
+    if jars is None:
+        try:
+            jars = connector_jars()
+        except ConfigError:
+            return {}
+    return {"spark.jars": jars}
+
+
+def check_connector(spark: SparkSession, cfg: StreamingConfig, *, submitted: bool) -> None:
+    """ConfigError unless ``format("kafka")`` can load on the driver; the message says how to give it the jars."""
+    from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a running session has its JVM
+    try:
+        jvm.java.lang.Class.forName(
+            CONNECTOR_CLASS, False, jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        )
+        return
+    except Py4JJavaError:
+        pass
+    given = spark.sparkContext.getConf().get("spark.jars") or "(none)"
+    if submitted:
+        how = (
+            f"spark-submit starts the driver's JVM, so give it the jars: spark-submit --jars '{CONNECTOR_DIR}/*.jar' "
+            "streaming/__main__.py ..."
+        )
+    else:
+        how = "spark.jars must list them (unset: the jars in " + str(CONNECTOR_DIR) + ")"
+    raise ConfigError(
+        f"{_CONNECTOR_MISSING}: Spark's Kafka connector ({CONNECTOR_CLASS}) is not on the driver's class path "
+        f"(spark.jars={given}); {how}; `make setup` resolves them once"
+    )
+
+
+#: how :func:`check_connector`'s message begins
+_CONNECTOR_MISSING = "kafka.format=kafka"
+
+
 def build_spark(cfg: StreamingConfig) -> SparkSession:
-    """A session with the job's Spark settings and the Kafka data source registered."""
+    """A session with the job's Spark settings, Spark's Kafka connector on the driver's and the executors' class path."""
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
@@ -175,16 +219,19 @@ def build_spark(cfg: StreamingConfig) -> SparkSession:
     # read by PySpark when it creates the context (every Python function it ships names it); set before
     # the JVM starts too, so that it inherits it
     os.environ["PYSPARK_PYTHON"] = python_settings(cfg.spark, os.environ)[0]
+    # under spark-submit (or a session built before) the driver's JVM runs already, with its class path
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
+    launch = SparkConf(loadDefaults=False).setAll(list(launch_settings(cfg).items()))
     # what the launcher already set (spark-submit --conf, spark-defaults.conf) counts as given, as the job's own
     # keys do: read from the JVM, which this starts (under spark-submit it runs already)
-    SparkContext._ensure_initialized()
+    SparkContext._ensure_initialized(conf=launch)
     given = {**dict(SparkConf(_jvm=SparkContext._jvm).getAll()), **cfg.spark}
     python, conf = python_settings(given, os.environ)
     os.environ["PYSPARK_PYTHON"] = python
     for key, value in {**conf, **cfg.spark}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    kafka_io.register(spark)
+    check_connector(spark, cfg, submitted=submitted)
     return spark
 
 
@@ -248,25 +295,23 @@ def forward_jvm_signals(
 
 
 def read_events(spark: SparkSession, cfg: StreamingConfig) -> DataFrame:
-    """1. The records of the events topic: Spark's Kafka source columns, or from ``namesrv-kafka`` the
-    values already parsed by step 2's function in the source's own read (``output=events``): a
-    round trip from the JVM to a Python worker and back fewer per event."""
+    """1. The records of the events topic, as Spark's Kafka source gives them (``value`` binary), read by
+    at most as many tasks as the job has cores.
+
+    The source makes a task of every partition with records, and a steady batch's task is mostly its
+    fixed cost (a fetch, a Python worker's round trip): four partitions on two cores were two waves of
+    them, a quarter of a small batch's time. More tasks than cores cannot read a backlog faster.
+    """
     reader = spark.readStream.format(cfg.kafka_format)
-    options = cfg.source_options()
-    if cfg.kafka_format == kafka_io.FORMAT:
-        options["output"] = kafka_io.EVENTS
-    for key, value in options.items():
+    for key, value in cfg.source_options().items():
         reader = reader.option(key, value)
-    return reader.load()
+    return reader.load().coalesce(max(1, spark.sparkContext.defaultParallelism))
 
 
 def parse(records: DataFrame, max_clock_skew_ms: int) -> DataFrame:
-    """2. Checked events in bundles (``key``, ``eventTime``, ``events``: one row per state key and read);
-    malformed records and events stamped ahead of the job's clock counted and dropped.
-
-    Records from ``namesrv-kafka`` were parsed in the source (:func:`streaming.events.parse_events`
-    passes them on); from Spark's own ``kafka`` format they are parsed here, in a ``mapInArrow``.
-    """
+    """2. Checked events in bundles (``key``, ``eventTime``, ``events``: one row per state key and Arrow
+    batch), parsed in a ``mapInArrow``; malformed records and events stamped ahead of the micro-batch's
+    clock counted and dropped."""
     return valid_events(count_events(parse_events(records, max_clock_skew_ms)))
 
 
@@ -330,6 +375,61 @@ _CLOCK_QUIET_MS = 60_000
 _BOOTSTRAP_ATTEMPT_MS = 5_000
 
 
+class KafkaLoginRefused(ConfigError):
+    """Kafka answers but refuses the job's SASL login or TLS handshake: waiting will not help."""
+
+
+def kafka_login_refused(
+    spark: SparkSession, cfg: StreamingConfig, timeout_ms: int = _BOOTSTRAP_ATTEMPT_MS
+) -> str | None:
+    """Why Kafka refuses the job's credentials, asked with the connector's Java client; None if it does not.
+
+    None too when Kafka does not answer in ``timeout_ms``, or with plaintext (nothing to refuse). The
+    Java client reads the broker's answer to a failed login ("Authentication failed: Invalid username
+    or password"), where kafka-python sees the connection close.
+    """
+    from py4j.protocol import Py4JJavaError
+
+    if cfg.kafka_security.protocol == "PLAINTEXT":
+        return None
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a running session has its JVM
+    props = jvm.java.util.Properties()
+    settings = {
+        "bootstrap.servers": cfg.kafka_bootstrap,
+        "request.timeout.ms": str(timeout_ms),
+        "default.api.timeout.ms": str(timeout_ms),
+        **cfg.kafka_security.spark_options(prefix=""),
+    }
+    for key, value in settings.items():
+        props.setProperty(key, value)
+    try:
+        admin = jvm.org.apache.kafka.clients.admin.Admin.create(props)
+    except Py4JJavaError as exc:  # settings Java cannot use: say so, waiting will not help either
+        return _java_message(exc.java_exception)
+    try:
+        admin.describeCluster().clusterId().get(timeout_ms, jvm.java.util.concurrent.TimeUnit.MILLISECONDS)
+        return None
+    except Py4JJavaError as exc:
+        cause = exc.java_exception
+        while cause is not None:
+            names = []
+            klass = cause.getClass()
+            while klass is not None:
+                names.append(klass.getName())
+                klass = klass.getSuperclass()
+            if "org.apache.kafka.common.errors.AuthenticationException" in names:
+                return _java_message(cause)
+            cause = cause.getCause()
+        return None
+    finally:
+        admin.close(jvm.java.time.Duration.ofSeconds(1))
+
+
+def _java_message(exc: Any) -> str:
+    return f"{exc.getClass().getSimpleName()}: {str(exc.getMessage())[:500]}"
+
+
 class KafkaPublisher:
     """The driver's producer for actions and alerts; ``flush`` raises if the broker refused any."""
 
@@ -345,26 +445,39 @@ class KafkaPublisher:
         bootstrap_servers: str,
         stopping: threading.Event | None = None,
         security: kafka_clients.KafkaSecurity | None = None,
+        login_refused: Callable[[], str | None] | None = None,
     ) -> KafkaPublisher | None:
         """A publisher once Kafka answers, retrying with back-off meanwhile; None if ``stopping`` is set first.
 
         The job may start before Kafka does (a reboot, a deployment's start order): it waits rather
-        than dies, and says once what it is waiting for.
+        than dies, and says once what it is waiting for. A broker that refuses the job's credentials
+        will not change its mind: after a failed attempt ``login_refused`` says whether that is why
+        (kafka-python sees only a closed connection), and :class:`KafkaLoginRefused` ends the wait.
         """
         from kafka.errors import KafkaError
 
         def producer() -> KafkaProducer:
             # not pinned (namesrv.kafka_clients): the constructor raises while Kafka does not answer,
             # which is how this waits for it
-            return kafka_clients.producer(
-                bootstrap_servers,
-                key="kafka.bootstrap",
-                security=security,
-                acks=1,
-                linger_ms=2,
-                enable_idempotence=False,
-                bootstrap_timeout_ms=_BOOTSTRAP_ATTEMPT_MS,
-            )
+            try:
+                return kafka_clients.producer(
+                    bootstrap_servers,
+                    key="kafka.bootstrap",
+                    security=security,
+                    acks=1,
+                    linger_ms=2,
+                    enable_idempotence=False,
+                    bootstrap_timeout_ms=_BOOTSTRAP_ATTEMPT_MS,
+                )
+            except KafkaError:
+                why = login_refused() if login_refused is not None else None
+                if why:
+                    raise KafkaLoginRefused(
+                        f"Kafka at {bootstrap_servers} refuses the job's credentials "
+                        f"({security.describe() if security else 'PLAINTEXT'}): {why}; check kafka.sasl.* / "
+                        "kafka.ssl.* and the broker's users"
+                    ) from None
+                raise
 
         made = retry_until_stopped(
             producer,
@@ -944,7 +1057,9 @@ def start(
     spark: SparkSession, cfg: StreamingConfig, *, trigger_ms: int | None = None, stopping: threading.Event | None = None
 ) -> MonitorJob | None:
     """Start the monitor on ``spark`` (see :func:`build_spark`) once Kafka answers; None if ``stopping`` is set first."""
-    publisher = KafkaPublisher.connect(cfg.kafka_bootstrap, stopping, cfg.kafka_security)
+    publisher = KafkaPublisher.connect(
+        cfg.kafka_bootstrap, stopping, cfg.kafka_security, login_refused=lambda: kafka_login_refused(spark, cfg)
+    )
     if publisher is None:
         return None
     store = RedisRouteStore.from_url(cfg.redis_url, cfg.redis_prefix) if cfg.redis_url else None

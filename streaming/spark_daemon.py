@@ -41,10 +41,8 @@ PRELOAD = (
     "pyspark.worker",
     "pyspark.sql.streaming.stateful_processor",
     "pyspark.sql.streaming.stateful_processor_api_client",
-    "kafka",
     "orjson",
     "streaming.events",
-    "streaming.kafka_io",
     "streaming.liveness",
 )
 

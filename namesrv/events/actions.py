@@ -433,8 +433,13 @@ class ActionConsumer:
 
     def _retry(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` until it succeeds, backing off up to 5 s; None if we are stopped first."""
-        # with TLS or SASL, a broker that refuses them looks like one that is down: the hint says so
-        problem = f"cannot {what} yet{self.settings.security.failure_hint()}"
+        # with TLS or SASL, a broker that refuses them looks like one that is down: the hint says so,
+        # and why, when one of the node's clients of these servers was refused since we started trying
+        settings, since = self.settings, time.monotonic()
+
+        def problem() -> str:
+            return f"cannot {what} yet{settings.security.failure_hint(settings.bootstrap_servers, since=since)}"
+
         return retry_until_stopped(lambda: fn(*args), self._stopping, problem=problem, log=log)
 
     def _consume(self, consumer: Any, partitions: list[int]) -> None:

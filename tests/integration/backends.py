@@ -491,7 +491,7 @@ class System:
         streaming_set: dict[str, str] | None = None,
     ) -> None:
         self.infra = infra
-        #: extra ``-D key=value`` for the job (e.g. kafka.endOffsets=listoffsets), after ours
+        #: extra ``-D key=value`` for the job (e.g. kafka.maxOffsetsPerTrigger=10000), after ours
         self.streaming_set = dict(streaming_set or {})
         self.run_dir = run_dir
         self.timing = timing or Timing()

@@ -70,7 +70,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--streaming-set",
         default=None,
         metavar="KEY=VALUE[,KEY=VALUE]",
-        help=f"extra settings of the streaming job, e.g. kafka.endOffsets=listoffsets "
+        help=f"extra settings of the streaming job, e.g. kafka.maxOffsetsPerTrigger=10000 "
         f"(default: ${ENV_STREAMING_SET})",
     )
 

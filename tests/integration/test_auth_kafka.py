@@ -9,8 +9,10 @@ The module starts two Kafka nodes (each once, on free ports):
 
 Against them, a node (in-process) publishes its events and applies the monitor's actions over each
 mechanism and over TLS; a node (``namesrv start``, its own process and log) with a wrong password, or
-a certificate from another CA, is refused and says so; a node configured with a security the broker
-does not offer says so within seconds.  Either way the refused node keeps serving.  The mapping of
+a certificate from another CA, is refused and says so, in the broker's (or OpenSSL's) words and
+naming the setting to fix, in one warning without the password; a node configured with a security
+the broker does not offer says so within seconds, and which.  Either way the refused node keeps
+serving.  The mapping of
 every key is unit-tested (tests/unit/test_kafka_security.py); the streaming job reads over SASL through
 Spark's own connector, tested with the job.
 """
@@ -45,8 +47,15 @@ USERS = {
 ADMIN = ("admin", "admin-secret-3")
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
-#: what the node says when no broker completes a connection with the security it was given
+#: what the node says when no broker completes a connection with the security it was given, and it
+#: does not know why (when it does, it says why instead)
 REFUSED = "this is also what a broker looks like that does not offer that protocol or mechanism or refuses"
+#: what Apache Kafka answers a SaslAuthenticate with wrong credentials, per mechanism
+LOGIN_REFUSED = {
+    "PLAIN": "Authentication failed: Invalid username or password",
+    "SCRAM-SHA-256": "Authentication failed during authentication due to invalid credentials with SASL mechanism "
+    "SCRAM-SHA-256",
+}
 
 
 def sasl(mechanism: str, user: str, password: str) -> KafkaSecurity:
@@ -184,6 +193,8 @@ def says_refused(node, started: float, *wanted: str) -> str:
     (warning,) = [line for line in node.log_text().splitlines() if said in line]
     for text in wanted:
         assert text in warning, warning
+    # kafka-python's own lost-connection errors, read for the reason, stay out of an INFO log
+    assert "Connection lost" not in node.log_text()
     return warning
 
 
@@ -214,7 +225,16 @@ def test_a_wrong_password_is_refused_and_the_node_says_so(sasl_kafka, tmp_path, 
     started = time.monotonic()
     with node_cm as node:
         serves(node)  # at once, whatever Kafka says
-        says_refused(node, started, f"sasl.mechanism={mechanism}", f"sasl.username='{user}'", REFUSED)
+        warning = says_refused(
+            node,
+            started,
+            # the broker's own words, quoted, the login it refused, and what to fix
+            f"Kafka refused the login: '{LOGIN_REFUSED[mechanism]}'",
+            f"sasl.mechanism={mechanism}",
+            f"sasl.username='{user}'",
+            "check kafka.sasl.username and kafka.sasl.password",
+        )
+        assert REFUSED not in warning  # it knows why: no guessing
         # seconds of ticks and a registration, and none of it reached the topic
         assert records_in(sasl_kafka, topics["events"]) == 0
         log = node.log_text()
@@ -226,7 +246,17 @@ def test_a_certificate_from_another_ca_is_refused(tls_kafka, pki, tmp_path):
     started = time.monotonic()
     with node_cm as node:
         serves(node)
-        says_refused(node, started, "security.protocol=SSL", f"ssl.certfile={pki.stranger_cert}", REFUSED)
+        warning = says_refused(
+            node,
+            started,
+            # OpenSSL's name of the broker's alert (Java sends certificate_unknown), and what to fix
+            "Kafka refused this client's certificate: '[SSL: ",
+            "ALERT_",
+            "security.protocol=SSL",
+            f"ssl.certfile={pki.stranger_cert}",
+            "set kafka.ssl.certfile (and kafka.ssl.keyfile) to a certificate signed by a CA the broker trusts",
+        )
+        assert REFUSED not in warning
         assert records_in(tls_kafka, topics["events"]) == 0
 
 
@@ -235,11 +265,21 @@ def test_a_certificate_from_another_ca_is_refused(tls_kafka, pki, tmp_path):
     ["TLS to the SASL listener", "SASL to the TLS listener", "plaintext to the SASL listener"],
 )
 def test_a_node_whose_security_the_broker_does_not_offer_says_so_within_seconds(request, pki, tmp_path, case):
-    if case == "TLS to the SASL listener":
-        kafka, security, wanted = request.getfixturevalue("sasl_kafka"), tls(pki), ["security.protocol=SSL", REFUSED]
-    elif case == "SASL to the TLS listener":
+    if case == "TLS to the SASL listener":  # the broker reads the ClientHello as a request and hangs up
+        kafka, security = request.getfixturevalue("sasl_kafka"), tls(pki)
+        wanted = [
+            "Kafka did not complete the TLS handshake: '",
+            "security.protocol=SSL",
+            "check kafka.security.protocol",
+        ]
+    elif case == "SASL to the TLS listener":  # the broker answers the first request with a TLS alert
         kafka, security = request.getfixturevalue("tls_kafka"), sasl("SCRAM-SHA-512", *USERS["SCRAM-SHA-512"])
-        wanted = ["security.protocol=SASL_PLAINTEXT", "sasl.mechanism=SCRAM-SHA-512", REFUSED]
+        wanted = [
+            "Kafka answers in TLS: 'a TLS alert record where a Kafka response belongs",
+            "security.protocol=SASL_PLAINTEXT",
+            "sasl.mechanism=SCRAM-SHA-512",
+            "set kafka.security.protocol to SSL or SASL_SSL",
+        ]
     else:
         kafka, security, wanted = request.getfixturevalue("sasl_kafka"), KafkaSecurity(), []
     _, node_cm = refused_node(tmp_path, kafka, security)
@@ -247,5 +287,6 @@ def test_a_node_whose_security_the_broker_does_not_offer_says_so_within_seconds(
     with node_cm as node:
         serves(node)
         warning = says_refused(node, started, *wanted)
-    if not wanted:  # a plaintext node has no security settings to point at: Kafka looks down
-        assert REFUSED not in warning
+    assert REFUSED not in warning  # the reason is known, or (plaintext) there is no security to point at
+    if not wanted:  # a SASL listener hangs up on a plaintext client without a word: Kafka looks down
+        assert "; Kafka " not in warning

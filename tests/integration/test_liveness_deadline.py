@@ -8,8 +8,8 @@ Kafka, Redis, two real nodes and the Spark job as processes, every setting as ``
   ``EXPIRY_MEDIAN_S`` (median) and ``EXPIRY_MAX_S`` (max) of its deadline: its last heartbeat's
   event time plus its timeout;
 * a crashed broker (its connections close at both nodes) is gone in Redis within
-  ``CLOSE_MEDIAN_S`` of the last close, through one REMOVE; a close at one node removes nothing
-  centrally (these are issue 8's targets, asserted as they stand while the machine is not
+  ``CLOSE_MAX_S`` of the last close, through one REMOVE; a close at one node removes nothing
+  centrally (these are issue 22's targets, asserted as they stand while the machine is not
   overloaded: see ``bounds_now``);
 * events no node should send (a clock in 2100, a huge node name, Long.MAX) change nothing: the
   job keeps deciding, also after a restart from its checkpoint;
@@ -48,12 +48,12 @@ from tests.support.wait import wait_until
 pytestmark = pytest.mark.timeout(900)
 
 BROKER_TIMEOUT_MS = 10_000
-#: Deadline -> gone at every node and in Redis: issue 8's targets, a 2 s median and a 3 s max. A
+#: Deadline -> gone at every node and in Redis: issue 22's targets, a 1 s median and a 2 s max. A
 #: node's SILENT report (the first tick past the deadline) is decided in the batch that reads it: the
-#: wait for the running batch to end, then one batch (0.7-1.1 s on a 2-core machine), as for a close.
-EXPIRY_MEDIAN_S, EXPIRY_MAX_S = 2.0, 3.0
-#: last close -> gone in Redis: one micro-batch after the last CHANNEL_CLOSED (issue 8: a 2 s median)
-CLOSE_MEDIAN_S = 2.0
+#: wait for the running batch to end, then one batch (0.4-0.8 s on a 2-core machine), as for a close.
+EXPIRY_MEDIAN_S, EXPIRY_MAX_S = 1.0, 2.0
+#: last close -> gone in Redis: one micro-batch after the last CHANNEL_CLOSED (issue 22: at most 2 s)
+CLOSE_MAX_S = 2.0
 #: A miss is measured once more, with fresh brokers, before it fails: a neighbour's burst on this shared
 #: machine seldom lands on both tries, a delay of the system's own shows up in both. Every try is printed.
 TRIES = 2
@@ -69,7 +69,7 @@ def bounds_now(*targets_s: float) -> tuple[float, ...]:
     """The targets (ms) on a machine quiet enough to meet them, else LOADED_FACTOR times them; says which."""
     load, cores = os.getloadavg()[0], os.cpu_count() or 1
     factor = 1.0 if load <= QUIET_LOAD_PER_CORE * cores else LOADED_FACTOR
-    print(f"\n1-minute load {load:.1f} on {cores} cores: bounds at {factor:g}x issue 8's targets")
+    print(f"\n1-minute load {load:.1f} on {cores} cores: bounds at {factor:g}x issue 22's targets")
     return tuple(t * 1000 * factor for t in targets_s)
 
 
@@ -238,10 +238,10 @@ def crash_and_time(stack: Stack, attempt: int) -> tuple[dict[str, str], list[int
 def test_a_crashed_broker_is_gone_in_redis_within_seconds_of_its_last_connection_closing(stack: Stack):
     for attempt in range(1, TRIES + 1):
         brokers, redis_latency, gone = crash_and_time(stack, attempt)
-        (median_ms,) = bounds_now(CLOSE_MEDIAN_S)
-        if statistics.median(redis_latency) <= median_ms:
+        (max_ms,) = bounds_now(CLOSE_MAX_S)
+        if max(redis_latency) <= max_ms:
             break
-    assert statistics.median(redis_latency) <= median_ms, gone
+    assert max(redis_latency) <= max_ms, gone
     tap = stack.system.tap
     for name, addr in brokers.items():
         wait_until(lambda a=addr: tap.alerts_for(a, "BROKER_REMOVED"), 10, f"{name}'s BROKER_REMOVED")

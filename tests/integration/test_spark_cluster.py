@@ -2,11 +2,12 @@
 
 A master and two workers (1 core each) from the pip-installed pyspark on loopback
 (:mod:`tests.support.spark_cluster`), the local Kafka and Redis (``services``), and
-``spark-submit streaming/__main__.py -c conf/streaming.properties -D spark.master=spark://…`` run from
-a shell that did not activate the venv, with ``PYSPARK_DRIVER_PYTHON`` set as the README says and
-nothing else: the job itself must give the executors and the driver's data-source runner the
-project's Python. The test plays a name-server node: it publishes REGISTERs of six brokers with a
-20 s heartbeat timeout of their own, then a TICK and a heartbeat per live broker every second.
+``spark-submit --jars 'build/jvm/spark-kafka/*.jar' streaming/__main__.py -c conf/streaming.properties -D
+spark.master=spark://…`` run from a shell that did not activate the venv, with ``PYSPARK_DRIVER_PYTHON`` set as
+the README says and nothing else: the job itself must give the executors the project's Python, and
+Spark's Kafka connector reaches them from the driver (``--jars``), nothing downloaded. The test plays a
+name-server node: it publishes REGISTERs of six brokers with a 20 s heartbeat timeout of their own, then
+a TICK and a heartbeat per live broker every second.
 
 1. Every route reaches Redis while both workers run executors.
 2. Two brokers fall silent and one worker is killed with its executor (SIGKILL, as a dead host):
@@ -109,7 +110,7 @@ class Fleet:
 
 
 class SubmittedJob:
-    """``spark-submit streaming/__main__.py`` as the README's recipe runs it; ``pid`` is the JVM's."""
+    """``spark-submit --jars … streaming/__main__.py`` as the README's recipe runs it; ``pid`` is the JVM's."""
 
     def __init__(self, master: str, kafka: str, redis: str, checkpoint: Path, log: Path) -> None:
         venv_bin = os.path.dirname(sys.executable)
@@ -131,7 +132,8 @@ class SubmittedJob:
         with log.open("ab") as out:
             # nice, spark-submit, spark-class: each exec's the next, so the PID ends up the JVM's
             self.proc = subprocess.Popen(
-                ["nice", "-n", "10", str(Path(sys.executable).with_name("spark-submit")), "streaming/__main__.py",
+                ["nice", "-n", "10", str(Path(sys.executable).with_name("spark-submit")),
+                 "--jars", "build/jvm/spark-kafka/*.jar", "streaming/__main__.py",
                  "-c", "conf/streaming.properties", *(a for k, v in sets.items() for a in ("-D", f"{k}={v}"))],
                 cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip

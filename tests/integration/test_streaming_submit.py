@@ -11,9 +11,12 @@ logs "stopping the monitor").  Spark starts in 20-40 s here; each case takes abo
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +26,7 @@ from namesrv import kafka_clients, procfs
 from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo, encode_event, event_key
 from streaming.routes import RouteLookup
 from tests.integration.backends import _start_time, descendants, log_tail
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -133,3 +137,33 @@ def test_the_job_keeps_routes_in_redis_and_stops_without_leftovers(launcher, ser
     assert not job.pidfile.exists()
     # the driver stopped the query itself, not the JVM's exit under it
     assert "stopping the monitor" in job.log_file.read_text(errors="replace"), log_tail(job.log_file, 40)
+
+
+def test_spark_submit_without_the_connector_s_jars_says_how_to_give_them(no_venv_env, tmp_path):
+    """The recipe without ``--jars``: the driver's JVM has no Spark Kafka connector, and the job says how to give it."""
+    env = {
+        **os.environ,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "PYTHONPATH": str(REPO),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    log = tmp_path / "job.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).with_name("spark-submit")), "streaming/__main__.py", "-c",
+             "conf/streaming.properties", "-D", f"monitor.checkpointDir={tmp_path / 'checkpoint'}",
+             "-D", "spark.master=local[1]"],
+            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        wait_until(
+            lambda: proc.poll() is not None, START_TIMEOUT, "the job to give up", state=lambda: log_tail(log, 20)
+        )
+        text = log.read_text(errors="replace")
+        assert proc.returncode == 2, log_tail(log, 40)
+        (said,) = [line for line in text.splitlines() if line.startswith("error: kafka.format=kafka")]
+        assert "not on the driver's class path" in said and "--jars" in said and "make setup" in said, said
+    finally:
+        for pid in session_members(proc.pid):
+            os.kill(pid, signal.SIGKILL)
+        proc.wait(20)

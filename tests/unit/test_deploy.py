@@ -30,7 +30,7 @@ def test_node_commands_set_only_node_keys_and_point_at_the_deployment():
 def test_the_monitor_overrides_every_loopback_address_of_the_shipped_conf(tmp_path):
     command = _service_command("monitor")
     overrides = parse_overrides(re.findall(r"-D (\S+)", command))
-    assert set(overrides) <= set(JOB_KEYS) | {"spark.master", "spark.driver.host"}
+    assert set(overrides) <= set(JOB_KEYS) | {"spark.master", "spark.driver.host", "spark.jars"}
     cfg = load_config(
         Path(__file__).resolve().parents[2] / "conf" / "streaming.properties", overrides, base_dir=tmp_path
     )

@@ -4,6 +4,7 @@ that name the key, secrets kept out of every message, and the plumbing into the 
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,6 @@ from namesrv.events.publisher import PublisherSettings
 from namesrv.kafka_clients import KafkaSecurity
 from streaming.config import SECURITY_OPTION_KEYS
 from streaming.config import load_config as load_streaming
-from streaming.kafka_io import KafkaOptions, KafkaSourceError
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "TOP-secret-pw"
@@ -36,6 +36,13 @@ def pem(tmp_path: Path) -> Path:
     """A readable file where a PEM is expected (the checks only need it to be readable)."""
     path = tmp_path / "ca.pem"
     path.write_text("-----BEGIN CERTIFICATE-----\n")
+    return path
+
+
+def client_pem(tmp_path: Path, key: str = "ENCRYPTED PRIVATE KEY") -> Path:
+    """A client certificate and its key in one PEM file, as Java's PEM key store reads them (headers only)."""
+    path = tmp_path / f"client-{key.replace(' ', '-')}.pem"
+    path.write_text(f"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n-----BEGIN {key}-----\nMIIE\n")
     return path
 
 
@@ -53,7 +60,7 @@ def test_plaintext_adds_nothing_to_any_client_or_option_map() -> None:
     assert kafka_security(NamesrvConfig()) == default
     cfg = load_streaming(REPO / "conf" / "streaming.properties")
     assert cfg.kafka_security == default
-    assert cfg.kafka_options() == {"kafka.bootstrap.servers": cfg.kafka_bootstrap}
+    assert not [k for k in cfg.source_options() if k.startswith(("kafka.security", "kafka.sasl", "kafka.ssl"))]
 
 
 # --------------------------------------------------------------------------- mapping
@@ -93,10 +100,11 @@ def test_sasl_ssl_with_every_file_maps_to_kafka_python_arguments(pem: Path) -> N
     assert KafkaSecurity.from_settings(security.settings(), prefix="kafka.") == security
 
 
-def test_spark_connector_options_are_java_client_settings(pem: Path) -> None:
+def test_spark_connector_options_are_java_client_settings(pem: Path, tmp_path: Path) -> None:
+    client = client_pem(tmp_path)
     security = sec(
         security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-256", sasl_username='a"l\\ice', sasl_password=SECRET,
-        ssl_cafile=str(pem), ssl_certfile=str(pem), ssl_password="key-pw", ssl_check_hostname="false",
+        ssl_cafile=str(pem), ssl_certfile=str(client), ssl_password="key-pw", ssl_check_hostname="false",
     )  # fmt: skip
     assert security.spark_options() == {
         "kafka.security.protocol": "SASL_SSL",
@@ -106,7 +114,7 @@ def test_spark_connector_options_are_java_client_settings(pem: Path) -> None:
         "kafka.ssl.truststore.type": "PEM",
         "kafka.ssl.truststore.location": str(pem),
         "kafka.ssl.keystore.type": "PEM",
-        "kafka.ssl.keystore.location": str(pem),
+        "kafka.ssl.keystore.location": str(client),
         "kafka.ssl.key.password": "key-pw",
         "kafka.ssl.endpoint.identification.algorithm": "",
     }
@@ -130,12 +138,48 @@ def test_spark_connector_needs_the_key_in_the_certificate_file(tmp_path: Path, p
         load_streaming(
             None,
             {
-                "kafka.format": "kafka",
                 "kafka.security.protocol": "SSL",
                 "kafka.ssl.certfile": str(pem),
                 "kafka.ssl.keyfile": str(key),
             },
         )
+    # the certificate alone: the job stops at load, before Java fails on it
+    with pytest.raises(ConfigError, match=r"kafka.ssl.certfile=.* holds no private key: .* append the key"):
+        load_streaming(None, {"kafka.security.protocol": "SSL", "kafka.ssl.certfile": str(pem)})
+
+
+@pytest.mark.parametrize(
+    ("key", "password", "problem"),
+    [
+        (
+            "RSA PRIVATE KEY",
+            None,
+            "holds a RSA PRIVATE KEY, and Java reads PKCS#8 keys only: convert it with `openssl pkcs8",
+        ),
+        ("EC PRIVATE KEY", "pw", "holds a EC PRIVATE KEY"),
+        ("ENCRYPTED PRIVATE KEY", None, "holds an encrypted key, and kafka.ssl.password is not set"),
+        ("PRIVATE KEY", "pw", "holds a key without a password, and Java refuses it with kafka.ssl.password set"),
+    ],
+)
+def test_keys_java_cannot_read_stop_the_job_naming_the_file_and_the_fix(
+    tmp_path: Path, key: str, password: str | None, problem: str
+) -> None:
+    client = client_pem(tmp_path, key)
+    settings = {"kafka.security.protocol": "SSL", "kafka.ssl.certfile": str(client)}
+    if password:
+        settings["kafka.ssl.password"] = password
+    with pytest.raises(ConfigError, match=re.escape(problem)) as refused:
+        load_streaming(None, settings)
+    assert str(client) in str(refused.value) and "pw" not in str(refused.value).replace(str(client), "")
+    # kafka-python reads them all: the nodes and the job's publisher take the same settings
+    assert KafkaSecurity.from_settings(settings, prefix="kafka.").ssl_certfile == str(client)
+
+
+def test_pkcs8_keys_java_reads(tmp_path: Path) -> None:
+    plain = sec(security_protocol="SSL", ssl_certfile=str(client_pem(tmp_path, "PRIVATE KEY")))
+    assert "kafka.ssl.key.password" not in plain.spark_options()
+    encrypted = sec(security_protocol="SSL", ssl_certfile=str(client_pem(tmp_path)), ssl_password="pw")
+    assert encrypted.spark_options()["kafka.ssl.key.password"] == "pw"
 
 
 # --------------------------------------------------------------------------- checks
@@ -210,7 +254,6 @@ def test_nothing_shown_holds_a_secret() -> None:
         repr(security),
         security.describe(),
         security.failure_hint(),
-        repr(KafkaOptions("h:1", security=security)),
     ):
         assert SECRET not in shown
     assert "sasl.mechanism=PLAIN" in security.failure_hint() and KafkaSecurity().failure_hint() == ""
@@ -260,7 +303,7 @@ def test_node_shows_secrets_masked_persists_them_and_refuses_remote_changes(
 # --------------------------------------------------------------------------- the job
 
 
-def test_job_security_keys_reach_both_source_formats_and_the_conf_file_documents_them(tmp_path: Path) -> None:
+def test_job_security_keys_reach_spark_s_connector_and_the_conf_file_documents_them(tmp_path: Path) -> None:
     props = {
         "kafka.security.protocol": "SASL_PLAINTEXT",
         "kafka.sasl.mechanism": "SCRAM-SHA-512",
@@ -268,24 +311,17 @@ def test_job_security_keys_reach_both_source_formats_and_the_conf_file_documents
     }
     ours = load_streaming(None, props, base_dir=tmp_path)
     assert ours.kafka_security.sasl_password == SECRET and SECRET not in repr(ours)
-    options = ours.source_options()
-    assert options["kafka.sasl.password"] == SECRET and options["kafka.sasl.username"] == "alice"
-    # Spark lower-cases option keys; the source maps ours back and keeps them out of the raw client config
-    source = KafkaOptions.from_options({k.lower(): v for k, v in options.items()})
-    assert source.security == ours.kafka_security
-    assert not any(k.startswith(("sasl", "security", "ssl")) for k, _ in source.client_config)
-    spark = load_streaming(None, {**props, "kafka.format": "kafka"}, base_dir=tmp_path).source_options()
-    assert spark["kafka.sasl.jaas.config"].startswith("org.apache.kafka.common.security.scram.ScramLoginModule")
-    assert "kafka.sasl.password" not in spark and spark["failOnDataLoss"] == "false"
+    spark = ours.source_options()
+    assert {k: spark[k] for k in ("kafka.security.protocol", "kafka.sasl.mechanism", "kafka.sasl.jaas.config")} == {
+        "kafka.security.protocol": "SASL_PLAINTEXT",
+        "kafka.sasl.mechanism": "SCRAM-SHA-512",
+        "kafka.sasl.jaas.config": SCRAM_JAAS,
+    }
+    # only the Java client's names reach the connector: it would pass ours to Kafka, which warns and ignores them
+    assert not [k for k in spark if k.startswith(("kafka.sasl.username", "kafka.sasl.password", "kafka.ssl.cafile"))]
+    assert spark["failOnDataLoss"] == "false"
     text = (REPO / "conf" / "streaming.properties").read_text()
     for key in SECURITY_OPTION_KEYS:
         assert f"\n{key}=" in text, f"{key} is not documented in conf/streaming.properties"
     with pytest.raises(ConfigError, match="streaming config: kafka.sasl.mechanism='MD5'"):
         load_streaming(None, {**props, "kafka.sasl.mechanism": "MD5"})
-
-
-def test_source_options_that_cannot_work_stop_the_source_naming_the_option() -> None:
-    with pytest.raises(KafkaSourceError, match="option: kafka.security.protocol='bogus'"):
-        KafkaOptions.from_options(
-            {"kafka.bootstrap.servers": "h:1", "subscribe": "t", "kafka.security.protocol": "bogus"}
-        )

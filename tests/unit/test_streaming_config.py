@@ -4,7 +4,17 @@ from pathlib import Path
 
 import pytest
 
-from streaming.config import OPTIONS, ConfigError, StreamingConfig, load_config, parse_overrides
+from streaming import job
+from streaming.config import (
+    CONNECTOR_DIR,
+    CONSUMER_OPTIONS,
+    OPTIONS,
+    ConfigError,
+    StreamingConfig,
+    connector_jars,
+    load_config,
+    parse_overrides,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,6 +52,9 @@ def test_overrides_win_and_spark_keys_pass_through(tmp_path):
         ("monitor.watermarkDelayMillis=soon", "monitor.watermarkDelayMillis='soon' is not a valid milliseconds"),
         ("monitor.watermarkDelay=5", "unknown key 'monitor.watermarkDelay'"),
         ("kafka.format=parquet", "kafka.format='parquet'"),
+        # the Python source is gone, and its option with it
+        ("kafka.format=namesrv-kafka", "kafka.format='namesrv-kafka' is not a valid one of kafka"),
+        ("kafka.endOffsets=highwater", "unknown key 'kafka.endOffsets'"),
         ("alerts.flapThreshold=0", "alerts.flapThreshold='0'"),
         ("monitor.removeOnChannelClose=yes", "monitor.removeOnChannelClose='yes' is not a valid boolean (true or"),
         ("kafka.bootstrap=h:1,h:x", "kafka.bootstrap='h:1,h:x' is not a valid host:port"),
@@ -81,3 +94,31 @@ def test_settings_that_cannot_work_together_stop_start_up_naming_the_keys(items,
 def test_override_syntax():
     with pytest.raises(ConfigError, match="key=value"):
         parse_overrides(["novalue"])
+
+
+def test_the_connector_s_jars_are_those_make_setup_resolved_unless_spark_jars_names_others(tmp_path):
+    (tmp_path / "b.jar").touch()
+    (tmp_path / "a.jar").touch()
+    (tmp_path / "notes.txt").touch()
+    assert connector_jars(tmp_path) == f"{tmp_path / 'a.jar'},{tmp_path / 'b.jar'}"
+    with pytest.raises(
+        ConfigError, match=r"kafka.format=kafka needs Spark's Kafka connector, and .* has no jars: run `make setup`"
+    ):
+        connector_jars(tmp_path / "nothing-here")
+    # the driver's JVM starts with them: by default the tree's build/jvm/spark-kafka, else the operator's spark.jars
+    assert CONNECTOR_DIR == REPO / "build" / "jvm" / "spark-kafka"
+    shipped = load_config(REPO / "conf" / "streaming.properties", base_dir=tmp_path)
+    if any(CONNECTOR_DIR.glob("*.jar")):
+        assert job.launch_settings(shipped) == {"spark.jars": connector_jars()}
+    given = load_config(None, {"spark.jars": "/opt/jars/*.jar"}, base_dir=tmp_path)
+    assert job.launch_settings(given) == {"spark.jars": "/opt/jars/*.jar"}
+
+
+def test_the_source_reads_with_spark_s_connector_and_its_consumers_tuned(tmp_path):
+    options = load_config(None, {"kafka.maxOffsetsPerTrigger": "500"}, base_dir=tmp_path).source_options()
+    assert options == {
+        "kafka.bootstrap.servers": "127.0.0.1:19092", "subscribe": "namesrv-events", "startingOffsets": "earliest",
+        "maxOffsetsPerTrigger": "500", "failOnDataLoss": "false", **CONSUMER_OPTIONS,
+    }  # fmt: skip
+    # a fetch the broker may hold for records to arrive would hold the next batch's task
+    assert int(CONSUMER_OPTIONS["kafka.fetch.max.wait.ms"]) <= 10
