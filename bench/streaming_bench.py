@@ -753,7 +753,7 @@ def shipped_settings(system) -> list[tuple[str, str]]:
         ("spark.master", job.spark.get("spark.master", "")),
         ("spark.sql.shuffle.partitions", job.spark.get("spark.sql.shuffle.partitions", "(Spark's default)")),
         ("kafka.format", job.kafka_format),
-        *((f"the source's {k}", v) for k, v in CONSUMER_OPTIONS.items()),
+        *((f"source option {k}", v) for k, v in CONSUMER_OPTIONS.items()),
         ("events topic partitions", str(events.partitions)),
         ("nodes: tickIntervalMillis", f"{node.tick_interval_millis:,}"),
         ("nodes: monitorSilenceFallbackMillis", f"{node.monitor_silence_fallback_millis:,}"),

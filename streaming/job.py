@@ -198,13 +198,13 @@ def check_connector(spark: SparkSession, cfg: StreamingConfig, *, submitted: boo
     else:
         how = "spark.jars must list them (unset: the jars in " + str(CONNECTOR_DIR) + ")"
     raise ConfigError(
-        f"{_CONNECTOR_MISSING}: Spark's Kafka connector ({CONNECTOR_CLASS}) is not on the driver's class path "
+        f"kafka.format=kafka: Spark's Kafka connector ({CONNECTOR_CLASS}) is not on the driver's class path "
         f"(spark.jars={given}); {how}; `make setup` resolves them once"
     )
 
 
-#: how :func:`check_connector`'s message begins
-_CONNECTOR_MISSING = "kafka.format=kafka"
+#: settings only the JVM's launcher takes (:func:`launch_settings`)
+_LAUNCH_ONLY = frozenset({"spark.jars"})
 
 
 def build_spark(cfg: StreamingConfig) -> SparkSession:
@@ -219,8 +219,9 @@ def build_spark(cfg: StreamingConfig) -> SparkSession:
     # read by PySpark when it creates the context (every Python function it ships names it); set before
     # the JVM starts too, so that it inherits it
     os.environ["PYSPARK_PYTHON"] = python_settings(cfg.spark, os.environ)[0]
-    # under spark-submit (or a session built before) the driver's JVM runs already, with its class path
+    # under spark-submit the driver's JVM runs already, with the class path spark-submit gave it
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ
+    # taken only when this starts the JVM: not under spark-submit, nor again in a process that started it
     launch = SparkConf(loadDefaults=False).setAll(list(launch_settings(cfg).items()))
     # what the launcher already set (spark-submit --conf, spark-defaults.conf) counts as given, as the job's own
     # keys do: read from the JVM, which this starts (under spark-submit it runs already)
@@ -229,7 +230,9 @@ def build_spark(cfg: StreamingConfig) -> SparkSession:
     python, conf = python_settings(given, os.environ)
     os.environ["PYSPARK_PYTHON"] = python
     for key, value in {**conf, **cfg.spark}.items():
-        builder = builder.config(key, value)
+        # given to the launcher, which resolves a glob in it and sets the list; this would undo that
+        if key not in _LAUNCH_ONLY:
+            builder = builder.config(key, value)
     spark = builder.getOrCreate()
     check_connector(spark, cfg, submitted=submitted)
     return spark

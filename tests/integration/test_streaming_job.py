@@ -1,4 +1,4 @@
-"""The liveness monitor end to end: real noida-db, real Redis, local Spark, synthetic event times.
+"""The liveness monitor end to end: real Apache Kafka, real Redis, local Spark, synthetic event times.
 
 Events are written to Kafka as two nodes (n1, n2) would write them, with event times chosen by
 the test, so every expiry happens at a known event time and nothing depends on the wall clock.
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from kafka import TopicPartition
 
-from infra.services import KafkaService, TopicSpec, free_port
+from infra.services import TopicSpec, free_port
 from namesrv import kafka_clients
 from namesrv.events.schema import (
     ActionType,
@@ -436,32 +436,6 @@ def test_redis_routes_are_the_bytes_two_real_nodes_answer(spark, world, tmp_path
                 what="cluster info",
                 drain=False,
             )
-
-
-@pytest.fixture(scope="module")
-def tansu_services(services, tmp_path_factory):
-    run = tmp_path_factory.mktemp("tansu")
-    kafka = KafkaService(port=free_port(), run_dir=run, backend="tansu")
-    kafka.start()
-    yield kafka, services[1]
-    kafka.stop()
-
-
-def test_on_tansu_a_silent_broker_expires_once(spark, tansu_services, tmp_path):
-    """Tansu answers ListOffsets wrongly and joins groups slowly; the source uses neither."""
-    w = World("tansu-expire", tansu_services, tmp_path)
-    try:
-        with running(spark, w) as monitor:
-            a_and_b_serve_ts(w, monitor)
-            w.heartbeat(A, 9_000)
-            w.tick(13_000)
-            w.flush()
-            until(monitor, lambda: w.decisions() == [("EXPIRE", B[1], 0)], what="B expired")
-            until(monitor, lambda: w.route_brokers("TS") == {"broker-a"}, what="TS without B")
-            settle(monitor, 1.0)
-            assert w.decisions() == [("EXPIRE", B[1], 0)]
-    finally:
-        w.close()
 
 
 @pytest.mark.skipif(not alertmanager.available(), reason=f"{alertmanager.BINARY} is not installed")
