@@ -41,11 +41,9 @@ _SOURCE = "streaming config"
 KAFKA_FORMATS = ("kafka",)
 #: where `make setup` puts Spark's Kafka connector and what it needs (infra/jvm/spark-kafka/pom.xml)
 CONNECTOR_DIR = Path(__file__).resolve().parents[1] / "build" / "jvm" / "spark-kafka"
-#: the executors' Kafka consumers (bench/STREAMING_RESULTS.md). Spark's asks the broker for the partition's
-#: offset range after every poll (two ListOffsets round trips): at the client's 500 records a poll, reading a
-#: backlog cost the broker three times the CPU of the records themselves. A consumer that has read its range
-#: sends the next fetch ahead, and the broker holds it up to fetch.max.wait.ms (500) for records to arrive:
-#: the next batch's task waited for it, which made every batch about half a second longer
+#: the executors' Kafka consumers (the A/B is in bench/STREAMING_RESULTS.md): Spark's source asks for the
+#: offset range after every poll, so large polls mean fewer of those round trips; a short fetch wait keeps a
+#: read-ahead fetch the broker holds from delaying the next batch's task
 CONSUMER_OPTIONS: Mapping[str, str] = {
     "kafka.max.poll.records": "20000",
     "kafka.max.partition.fetch.bytes": str(8 << 20),

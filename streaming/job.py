@@ -302,8 +302,8 @@ def read_events(spark: SparkSession, cfg: StreamingConfig) -> DataFrame:
     at most as many tasks as the job has cores.
 
     The source makes a task of every partition with records, and a steady batch's task is mostly its
-    fixed cost (a fetch, a Python worker's round trip): four partitions on two cores were two waves of
-    them, a quarter of a small batch's time. More tasks than cores cannot read a backlog faster.
+    fixed cost (a fetch, a Python worker's round trip); more tasks than cores run in waves and cannot
+    read a backlog faster (bench/STREAMING_RESULTS.md).
     """
     reader = spark.readStream.format(cfg.kafka_format)
     for key, value in cfg.source_options().items():
