@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 CONF ?= conf/namesrv.properties
 PYTEST_ARGS ?=
 
-.PHONY: setup run run-node lint test bench stop clean
+.PHONY: setup run run-node lint test test-unit bench stop clean
 
 setup: $(STAMP)
 	@bash infra/install.sh
@@ -38,6 +38,10 @@ lint: setup
 
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# the quick loop: tests/unit less the slow-marked tests (`make test` runs them); caches bytecode despite PYTHONDONTWRITEBYTECODE
+test-unit: setup
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest tests/unit -m "not slow" $(PYTEST_ARGS)
 
 # writes bench/RESULTS.md (name server vs rmq-echo and Java) and bench/STREAMING_RESULTS.md (the monitor)
 bench: setup

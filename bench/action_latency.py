@@ -1,19 +1,13 @@
 """How long an action waits between landing in Kafka and reaching the node, and what an idle node pays.
 
 The node's action consumer (``namesrv.events.actions.ActionConsumer``) polls without blocking and
-pauses ``idle_pause_s`` after an empty fetch; kafka-python's blocking ``poll(timeout_ms=...)``, which
-leaves the waiting to the broker (it holds an empty fetch up to ``fetch_max_wait_ms``), is measured
-too, as the reference.  For each pause this script, against Apache Kafka (one KRaft node) on free
-loopback ports:
-
-1. runs the consumer idle for ``--idle`` seconds and reports the CPU it and the broker used;
-2. produces ``--actions`` actions one at a time, at random moments, and reports the time from the
-   producer's acknowledgement (the record is in Kafka) to the consumer's ``deliver`` call (where the
-   node hands it to its loop), median / p90 / max.
+pauses ``idle_pause_s`` after an empty fetch; kafka-python's blocking ``poll``, which leaves the
+waiting to the broker, is measured too, as the reference.  For each pause, against Apache Kafka on
+free loopback ports: the CPU the idle consumer and the broker use over ``--idle`` seconds, then the
+time from the producer's acknowledgement of each of ``--actions`` actions to the consumer's
+``deliver`` call (median, p90, max).  Compare the rows of one run (``docs/internals/benchmarks.md``).
 
     .venv/bin/python bench/action_latency.py [--pauses 0.2,0.1,0.05,0.02] [--actions 60] [--idle 10]
-
-Figures on the shared 2-core machine are noisy; compare the rows of one run.
 """
 
 from __future__ import annotations

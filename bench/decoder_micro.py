@@ -1,16 +1,10 @@
 """The event decoder alone, and the source's per-record work, old against new in the same run.
 
-Two figures, each a ratio measured in one run (absolute numbers on a shared 2-core machine are noise):
-
-1. ``decode_event`` of this tree against another tree's (``--baseline``, e.g. ``/work/main``), both
-   loaded into this process (``namesrv/events/schema.py`` imports only the standard library and
-   orjson, so the other tree's copy loads beside this one under another name), over the values the
-   throughput benchmark (``bench/streaming_bench.py``) produces: the registrations of ``--brokers``
-   brokers through two nodes, then heartbeats and ticks. Rounds alternate old and new; the report is
-   the median time per event of each and their ratio. Both decoders must give equal events.
-2. with ``--trees A B``: what the job's source does per record after kafka-python
-   (``streaming.events.bundled_batch``, before it ``parsed_batch``: decode, group key, Arrow) in each tree, each in its own
-   process run from inside that tree (as Spark's workers run), alternated ``--rounds`` times.
+Two ratios, each measured in one run: ``decode_event`` of this tree against another tree's
+(``--baseline``), both loaded into this process, over the events the throughput benchmark produces,
+rounds alternating and both decoders required to give equal events; and, with ``--trees A B``, the
+job source's per-record work after kafka-python in each tree, each run in its own process from inside
+its tree, alternated ``--rounds`` times.  ``docs/internals/benchmarks.md`` has more.
 
     .venv/bin/python bench/decoder_micro.py --baseline /work/main [--events 100000] [--rounds 7]
     .venv/bin/python bench/decoder_micro.py --trees /work/main /work/wt-decoder

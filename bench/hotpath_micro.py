@@ -30,7 +30,7 @@ from namesrv.config import load_config  # noqa: E402
 from namesrv.protocol.codec import encode  # noqa: E402
 from namesrv.protocol.codes import RequestCode  # noqa: E402
 from namesrv.protocol.command import request  # noqa: E402
-from namesrv.server import Connection, NameServer  # noqa: E402
+from namesrv.server import Connection, RemotingServer  # noqa: E402
 from tests.support.brokers import registration  # noqa: E402
 
 #: frames per pass: a multiple of every depth used, and of rmq-loadgen's 10 brokers
@@ -87,7 +87,7 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="hotpath-")
     config = load_config(None, {"kvConfigPath": f"{tmp}/kv.json", "configStorePath": f"{tmp}/namesrv.properties"})
     node, _, _ = build_node(config)
-    server = NameServer(node)
+    server = RemotingServer(node)
     brokers = Connection(server)
     brokers.connection_made(Transport())  # type: ignore[arg-type]
     for b in range(10):

@@ -1,22 +1,13 @@
 """Our node against Apache RocketMQ's NameServers 4.9.7 and 5.3.3, in the same run, with the same load.
 
-Every workload runs with the project's load generator (``tools/rmq-loadgen``) against three servers
-started fresh for it, one after another, in an order that rotates from run to run: our node
-(``namesrv start``), and Apache's NameServer 4.9.7 and 5.3.3 started from the jars of the pinned JVM
-manifest (``infra/jvm/pom.xml``, resolved by ``make setup`` into ``build/jvm``; 4.9.8 has no server on
-Maven Central, so 4.9.x means the 4.9.7 server). Each server gets the same warm-up (``--warmup``
-seconds of the same load, unmeasured) and is measured for ``--duration`` seconds. The figure compared
-is requests answered per server CPU-second: the load generator reads ``utime + stime`` of the server's
-process (``/proc/<pid>/stat``, every thread: JIT compilers and garbage collectors included) at the
-start and the end of the measured window. Then memory: each server fresh, the resident set size
-(``VmRSS``) once 100 brokers x 1,000 topics are registered and held. Ratios are ours over Java's, per
-release; absolute figures on a shared 2-core machine are noise.
-
-The Java NameServer runs with a full JIT (C1 and C2, tiered, the JDK's default) and a fixed heap
-(``--java-heap``, 256 MiB by default, serial collector), not ``runserver.sh``'s 4 GiB G1 heap: a
-name server holding 100,000 topics has about 30 MB of live heap, 256 MiB leaves it room, and the
-serial collector costs the least CPU on two cores. ``rmq-echo`` (a server that answers every frame with
-a fixed response) gives the ceiling of this machine plus the client for route and heartbeat loads.
+Each workload runs with ``tools/rmq-loadgen`` against three servers started fresh for it, in an order
+that rotates from run to run: our node and Apache's NameServers from the jars of the pinned JVM
+manifest (``infra/jvm/pom.xml``).  Each gets the same unmeasured warm-up and is measured for
+``--duration`` seconds; the figure compared is requests answered per server CPU-second (from
+``/proc``, every thread included), then resident memory with 100 brokers x 1,000 topics held.  The
+Java servers run with a full JIT and a fixed 256 MiB serial-collector heap, and ``rmq-echo`` gives
+the machine's own ceiling.  Ratios are ours over Java's; ``docs/internals/benchmarks.md`` says why
+each choice was made.
 
     .venv/bin/python bench/namesrv_bench.py [--runs 3] [--warmup 5] [--duration 8] [--out bench/RESULTS.md]
 """

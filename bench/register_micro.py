@@ -29,7 +29,7 @@ from namesrv.config import load_config
 from namesrv.handlers import dispatch
 from namesrv.protocol.codec import decode_frame
 from namesrv.protocol.command import RemotingCommand
-from namesrv.server import Connection, NameServer
+from namesrv.server import Connection, RemotingServer
 
 #: what rmq-loadgen writes before the DataVersion (tools/rmq-loadgen/src/main.rs, REG_PREFIX)
 PREFIX = b'{"filterServerList":[],"topicConfigSerializeWrapper":{"dataVersion":'
@@ -67,7 +67,7 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="register-micro-")
     config = load_config(None, {"kvConfigPath": f"{tmp}/kv.json", "configStorePath": f"{tmp}/namesrv.properties"})
     node, _, _ = build_node(config)
-    connection = Connection(NameServer(node))
+    connection = Connection(RemotingServer(node))
     transport = Transport()
     connection.connection_made(transport)  # type: ignore[arg-type]
     tables = [topic_table(b, args.topics) for b in range(args.brokers)]

@@ -1,33 +1,14 @@
 """The whole system at fleet scale: 10,000 brokers across 3 nodes, 100,000 topics, real protocol, Kafka, Redis, Spark.
 
-Theory of operation
--------------------
-The stack is the end-to-end suite's (:class:`tests.integration.backends.System` with three nodes on
-:class:`~tests.integration.backends.ProcessInfra`: Apache Kafka and redis-server as local processes),
-every process started from the shipped ``conf/`` files with only addresses and paths overridden.
-The load is what RocketMQ 5.x brokers send: ``rmq-loadgen setup`` registers ``--brokers`` brokers
-of ``--topics-per-broker`` topics at each node and then sends QUERY_DATA_VERSION for every broker
-every 30 s, RocketMQ's interval.  Real brokers each heartbeat on their own timer, so a fleet's
-heartbeats spread across the period: each node's fleet is ``--spread`` setups (all of a setup's
-brokers on one connection) started evenly across the 30 s; ``--spread 1`` is the worst case, every
-broker at once.
-The steps, each timed:
-
-1. the three nodes start; their RSS idle;
-2. the fleet registers at every node at once; each node's RSS with the fleet;
-3. the streaming job starts on the backlog of those registrations: time until its first decision
-   (a MONITOR_HEARTBEAT on the actions topic, which the job sends only once it has finished a batch
-   and its event time is current: before that the nodes ignore it);
-4. steady state for ``--window`` seconds (the fleet only): events/s through the job, batch
-   durations and the Redis write of each batch, from the job's own per-batch log lines (``-v``);
-5. expiry at that scale: ``--probes`` extra brokers (``namesrv.simulate``, one connection per node)
-   register with ``heartbeatTimeoutMillis=--probe-timeout-ms`` and heartbeat every second, then fall
-   silent one by one with their connections open.  Deadline = the last heartbeat + that timeout;
-   "gone" is the first time a node answers TOPIC_NOT_EXIST for the probe's own topic (polled every
-   50 ms at each node) and Redis no longer holds it.
-
-Figures on a shared 2-core machine are noisy; every process of the stack runs on the same two cores
-as the load generator.  ``--quick`` runs 1,000 brokers and a shorter window.
+The end-to-end suite's stack (:class:`tests.integration.backends.System`, three nodes on
+:class:`~tests.integration.backends.ProcessInfra`) from the shipped ``conf/`` files, loaded as
+RocketMQ 5.x brokers load a name server: ``rmq-loadgen setup`` registers the fleet at every node and
+sends QUERY_DATA_VERSION for every broker every 30 s, spread over ``--spread`` start times as real
+brokers spread theirs.  Timed steps: the nodes' start and RSS, the fleet's registration and RSS,
+the job's first decision on that backlog, ``--window`` seconds of steady state from the job's own
+per-batch log lines, and the expiry of ``--probes`` probe brokers that fall silent.  Everything
+shares the machine's cores with the load generator.  ``docs/internals/benchmarks.md`` says how each
+figure is made; results go to ``bench/SCALE_RESULTS.md``.
 
     PYTHONPATH=. .venv/bin/python bench/scale_bench.py [--quick] [--brokers 10000 --topics-per-broker 10]
 """
@@ -64,7 +45,7 @@ from tests.support.wait import wait_until  # noqa: E402
 
 #: RocketMQ's registration / heartbeat period (BrokerConfig.registerNameServerPeriod)
 HEARTBEAT_S = 30
-#: "batch 12: 345 events (0 bad) in 20 rows, input 1.0/s processed 2.0/s in 1234 ms; ..." (streaming/job.py)
+#: "batch 12: 345 events (0 bad) in 20 rows, input 1.0/s processed 2.0/s in 1234 ms; ..." (streaming/progress.py)
 _BATCH = re.compile(
     r"batch (\d+): (\d+) events \(\d+ bad\)(?: in \d+ rows,)? input ([\d.]+)/s processed ([\d.]+)/s in (\d+) ms"
 )

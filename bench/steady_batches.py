@@ -1,23 +1,14 @@
 """Where a steady micro-batch's time goes: the job fed a fixed event rate, Spark's own split of each batch.
 
-Theory of operation
--------------------
-A monitor in service does not take backlogs: it takes, every batch, what arrived during the last
-one, and a broker's expiry waits for the batch after its deadline. So the figure that matters for
-expiry at scale is a steady batch's duration, and what it is made of. This script starts Apache Kafka,
-Redis and Spark ``local[2]`` in its own process, with ``conf/streaming.properties`` as shipped (shuffle
-partitions, trigger, state store, checkpoint manager; only addresses and paths are set), registers a
-synthetic fleet (``streaming_bench.synthetic_load``: every broker through two nodes), then produces
-its heartbeats and ticks at ``--rate`` events per second for ``--seconds`` and reads the query's
-progress: the median of each ``durationMs`` part over the batches that held events, the first
-``--warmup`` of them left out (Python workers, the state store's first load).
-
-Compare two trees with the same script, each run from inside its tree (Spark's Python workers import
-the job from their working directory):
+A monitor in service takes, every batch, what arrived during the last one, so expiry at scale
+depends on a steady batch's duration.  This script runs Kafka, Redis and Spark ``local[2]`` in its
+own process with ``conf/streaming.properties`` as shipped, registers a synthetic fleet, produces its
+heartbeats and ticks at ``--rate`` events per second, and reports the median of each part of the
+query's ``durationMs`` over the batches that held events, after ``--warmup`` of them.  Compare two
+trees by running it from inside each (Spark's Python workers import the job from their working
+directory), alternating in the same window (``docs/internals/benchmarks.md``):
 
     cd <tree> && PYTHONPATH=<tree> /work/main/.venv/bin/python /work/main/bench/steady_batches.py
-
-Absolute times on a shared two-core machine are noise; an A/B alternated in the same window is not.
 """
 
 from __future__ import annotations

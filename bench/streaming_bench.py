@@ -1,63 +1,16 @@
 """Measure the Spark liveness monitor on real Apache Kafka, Redis and Spark; write the figures, with the command.
 
-Theory of operation
--------------------
-Four figures, each beside a reference measured by this same script on this same machine, because
-absolute numbers on a shared 2-core machine are noise and ratios are not:
-
-1. throughput (in this process, its own Kafka, Redis and Spark ``local[2]``): a fresh query (no
-   ``maxOffsetsPerTrigger``) takes the registrations of ~1,000 brokers in its first batch, then
-   ``--warmup-batches`` batches of heartbeats and ticks (synthetic event times) warm the JVM's JIT up;
-   the last of them is held open while N more events are produced, the next batch takes them all, and
-   is timed until they are processed.  Reference: one kafka-python consumer reading the same records
-   with ``assign()`` + ``seek()`` (raw, and decoding each event).
-
-Figures 2-4 run on the stack as ``make run`` starts it, built by the integration suite's
-:class:`tests.integration.backends.System`: Apache Kafka and Redis, two nodes (``namesrv start -c
-conf/namesrv.properties``) and the job (``python -m streaming -c conf/streaming.properties``), each a
-process of its own, with every setting as the ``conf/`` files ship it (watermark delay, trigger,
-shuffle partitions, the nodes' ticks, the monitor's heartbeat and the nodes' fallback).  Only the
-simulated brokers' own ``heartbeatTimeoutMillis`` is short (``--heartbeat-timeout-ms``, as a
-registration carries it): that cannot hide how late the system acts on it, where a shortened
-watermark delay once hid a 2x expiry delay.  ``--watermark-delay-ms``, ``--trigger-ms`` and
-``--tick-ms`` exist for experiments only; a run that uses one says so at the top of its report and
-never writes the default report file.  The settings used are read back from the conf files with the
-same overrides (``streaming.config.load_config``, ``namesrv.config.load_config``) and reported.
-
-A watcher thread asks both nodes for their cluster info and Redis for the materialised cluster
-info (``streaming.routes.RouteLookup``) every ``--poll-ms`` (25 ms), and notes, for every broker it
-is told to watch, the first answer (wall clock ms) that no longer lists it at each place.  It also
-notes when each batch's Redis write (``batchId`` in the meta hash) first appears.  After the run the
-events and actions topics are read once (kafka-python ``assign()`` + ``seek()``) with each record's
-Kafka timestamp, which splits every latency into legs.  Everything runs on one machine, so the
-nodes' event times, the record timestamps and the watcher's clock are the same clock.
-
-2. expiry latency: ``--expiring`` simulated brokers (:class:`tests.integration.backends.FleetRunner`)
-   registered at both nodes and at a third node without Kafka (n0) go silent one every 0.73 s, their
-   connections left open.  Deadline = the newest event time the nodes stamped on the broker's
-   REGISTER/HEARTBEAT events + its timeout.  Legs: (a) deadline -> the first event whose event time is
-   past it (a tick or another broker's heartbeat; nothing else moves event time), (b) that event's
-   event time -> its Kafka record timestamp (node -> Kafka), (c) -> the EXPIRE action's record
-   timestamp (trigger wait and batches inside the job), (d) EXPIRE -> gone at each node (action ->
-   node), (e) EXPIRE -> gone in Redis (the batch's Redis write).  Reference: n0 expires the same
-   brokers with its own scan (``scanNotActiveBrokerInterval`` as shipped); its deadline is taken from
-   the same heartbeat rounds, which reach all three nodes within milliseconds;
-3. route latency: a new broker registers a new topic at both nodes; the clock runs until its route is
-   readable in Redis.  Reference: the median interval between the job's Redis writes meanwhile;
-4. close latency: ``--crashing`` brokers registered at both nodes crash (their sockets at both nodes
-   close, no UNREGISTER_BROKER), one every 0.73 s.  From the last close to gone in Redis and at each
-   node; legs: close -> the last CHANNEL_CLOSED event's record timestamp -> the REMOVE action's ->
-   gone in Redis.  Reference: close -> gone at the node, which drops the broker itself.
-
-The issue's targets (issue 22, item 4) are checked and printed: deadline -> gone everywhere (both
-nodes and Redis, per broker the latest of the three) median <= 1 s and max <= 2 s; last close ->
-gone in Redis <= 2 s (the max).  A failed target does not fail the run: the figures are the result.
+Four figures, each beside a reference this same run measures, because on a shared machine absolute
+numbers are noise and ratios are not: (1) events/s through the job in this process, against one
+kafka-python consumer reading the same records; (2) expiry latency, deadline to gone at each node and
+in Redis, split into legs by the records' Kafka timestamps, against a node's own scan; (3) route
+latency, registration to route in Redis; (4) close latency, last close to gone in Redis.  Figures
+2-4 run on the stack as ``make run`` starts it, every setting as ``conf/`` ships it but the simulated
+brokers' own timeout.  Issue 22's targets are checked and printed, never failing the run; only a
+full run with the shipped settings writes ``bench/STREAMING_RESULTS.md`` by default.  Every process
+started is stopped by PID on exit.  ``docs/internals/benchmarks.md`` explains the method.
 
     .venv/bin/python bench/streaming_bench.py [--quick] [--events 100000] [--out bench/STREAMING_RESULTS.md]
-
-Only a full run with the shipped settings writes ``bench/STREAMING_RESULTS.md`` by default; other runs
-print the report and write it only where ``--out`` says.  Every process it starts (Kafka, Redis, the
-nodes, the job, the Spark JVM) is stopped by PID on exit, Ctrl-C included.
 """
 
 from __future__ import annotations
@@ -188,14 +141,14 @@ def start_backends(stack: Stack, tmp: Path) -> tuple[KafkaService, RedisService]
 
 def start_spark(stack: Stack, partitions: str | None = str(PARTITIONS)):
     """Spark ``local[2]`` with ``conf/streaming.properties``; ``partitions``: shuffle partitions (None: as shipped)."""
-    from streaming import job
     from streaming.config import load_config
+    from streaming.session import build_spark
 
     overrides = {"spark.master": "local[2]"}
     if partitions is not None:
         overrides["spark.sql.shuffle.partitions"] = partitions
     cfg = load_config(STREAMING_CONF, overrides)
-    spark = job.build_spark(cfg)
+    spark = build_spark(cfg)
     spark.sparkContext.setLogLevel("ERROR")
     jvm = getattr(spark.sparkContext._gateway, "proc", None)  # the spark-submit -> java process we launched
 
@@ -358,16 +311,16 @@ class BatchGate:
     ``maxOffsetsPerTrigger`` is unset, so a batch takes everything present when it is planned. The
     query's first batch is held; :meth:`open` lets it go and says whether to hold the next one too. The
     first batch of a fresh query pays for planning, Python workers and the state store, and the first
-    big one for the JVM compiling the code a batch runs (C2: about 2 s of a core here): a warm-up batch
+    big one for the JVM compiling the code a batch runs (its JIT): a warm-up batch
     between them keeps both out of the measured batch, as in a monitor that has been running for a
     while. Only this benchmark's process is patched, and only while the gate exists.
     """
 
     def __init__(self) -> None:
-        from streaming import job
+        from streaming.sink import BatchSink
 
-        self.sink_class = job.BatchSink
-        self.original = job.BatchSink.__call__
+        self.sink_class = BatchSink
+        self.original = BatchSink.__call__
         self.armed = True
         self.held = threading.Event()
         self.release = threading.Event()
@@ -902,7 +855,7 @@ def fallback_logged(system) -> list[int]:
 
 
 def bench_live(tmp: Path, s: Settings) -> Live:
-    from infra.stack import NamesrvNode
+    from infra.stack import NodeService
     from streaming.routes import RouteLookup
     from tests.integration.backends import FleetRunner, ProcessInfra, System, Timing
 
@@ -921,7 +874,7 @@ def bench_live(tmp: Path, s: Settings) -> Live:
         say("live: " + system.describe().replace("\n", "; "))
         # n0: the same conf without Kafka, so it expires brokers with its own scan (the reference)
         n0_port = free_port()
-        n0 = NamesrvNode(port=n0_port, run_dir=run_dir / "n0", conf=NAMESRV_CONF, properties={
+        n0 = NodeService(port=n0_port, run_dir=run_dir / "n0", conf=NAMESRV_CONF, properties={
             "bindAddress": "127.0.0.1", "listenPort": str(n0_port), "nodeName": "n0",
             "kvConfigPath": str(run_dir / "n0-data" / "kvConfig.json"),
             "configStorePath": str(run_dir / "n0-data" / "namesrv.properties")})  # fmt: skip

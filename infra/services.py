@@ -1,23 +1,13 @@
 """Real Apache Kafka and Redis servers on loopback ports, for development and tests.
 
-Theory of operation
--------------------
-Each service is one child process started in its own session (so Ctrl-C in the shell
-that ran ``start`` does not take it down) with stdout and stderr going to
-``<run.dir>/<name>.log`` and its PID written to ``<run.dir>/<name>.pid``. The pidfile is
-the only record of ownership: ``stop`` signals that PID and nothing else, and a PID is
-trusted only while ``/proc/<pid>/exe`` is one of the service's known binaries (PIDs get
-reused; a stale pidfile is removed).
-
-``start`` is idempotent. When our process is alive and answers, it is reused. When the
-port is held by anything else, ``start`` refuses and names the port and the key to
-change. Readiness is a real protocol round trip, not an open port: a Kafka metadata
-request through kafka-python, a Redis PING.
-
-Kafka is Apache Kafka from the jars ``make setup`` resolved (infra/jvm/pom.xml), one KRaft node
-whose data stays under ``kafka.dataDir``; its JVM is recognised by ``java`` running ``kafka.Kafka``.
-
-Run ``python -m infra.services start|stop|status`` for the command line.
+Each service is one child process in its own session (so Ctrl-C in the shell that ran ``start``
+does not take it down), logging to ``<run.dir>/<name>.log``, its PID in ``<run.dir>/<name>.pid``.
+The pidfile is the only record of ownership: ``stop`` signals that PID and nothing else, and only
+while ``/proc/<pid>/exe`` is one of the service's binaries (PIDs get reused).  ``start`` is
+idempotent: our live process is reused, a port held by anything else is refused, naming the key to
+change.  Readiness is a protocol round trip (a Kafka metadata request, a Redis PING), not an open
+port.  Kafka is one KRaft node from the jars ``make setup`` resolved (``infra/jvm/pom.xml``).
+Run ``python -m infra.services start|stop|status``; ``docs/internals/local-stack.md`` has more.
 """
 
 from __future__ import annotations

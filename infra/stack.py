@@ -1,42 +1,15 @@
 """The whole system on one machine: ``make run`` and ``make stop``.
 
-``up`` starts, in order, the local Apache Kafka and Redis (:mod:`infra.services`), the
-name-server nodes (publishing events to Kafka and applying the monitor's actions), the live
-cluster-health console (``namesrv console``, :class:`ConsoleService`) and the Spark streaming job
-in local mode, prints where everything is, and stays in the foreground, restarting
-whatever dies.  Ctrl-C or SIGTERM stops everything it started, by PID.  ``down`` (``make stop``)
-stops a running ``up`` the same way, then whatever the pidfiles still name (a stack whose ``up``
-is gone).  ``status`` prints one line per service (and ``up``'s PID while it runs).
-
-Theory of operation
--------------------
-Every service is a child process in a session of its own, with a pidfile and a log in the run
-dir (``run.dir`` of ``conf/services.properties``); ``up`` writes its own PID to ``stack.pid``
-there.  Once all are up, ``up``'s loop polls their PIDs (about once a second, from /proc, no
-probe) through a :class:`Supervisor`.  When one is gone, it prints one line naming the service,
-how it ended and when it will be restarted, then the end of its log (kept as ``<name>.log.1``),
-ends whatever the dead process left in its session (the job's JVM and Python workers), and
-restarts it when its :class:`RestartPolicy` says: after 1 s, doubling up to 60 s, back to 1 s
-once a run has lasted 60 s.  The rest keeps running meanwhile, as each part tolerates the others'
-absence (README, Operations):
-
-========================  ==================================================================
-what died                 meanwhile
-========================  ==================================================================
-the streaming job         the nodes keep serving; after ``monitorSilenceFallbackMillis`` without
-                          the monitor's heartbeat they expire brokers themselves; the job is
-                          restarted from its checkpoint (state, offsets, pending expiries)
-a name-server node        the other nodes serve; brokers re-register with it once it is back
-Kafka                     nodes queue events (bounded), the job waits; same port and data dir
-Redis                     nodes serve from memory; the job's next batch rewrites the routes
-the console               nothing depends on it; the page reconnects by itself once it is back
-========================  ==================================================================
-
-A signal to ``up`` stops the loop before any further restart (also in a back-off wait, or once a
-restart under way returns) and stops every service, by pidfile.  ``down`` from another shell
-SIGTERMs ``up`` (the PID in ``stack.pid``, if it still runs ``infra.stack up``) and waits for it,
-so nothing it stops is restarted behind its back, then stops what is left by pidfile.  A second
-``up`` on the same run dir is refused while the first runs.
+``up`` starts, in order, the local Apache Kafka and Redis (:mod:`infra.services`), the name-server
+nodes, the cluster-health console (:class:`ConsoleService`) and the Spark streaming job in local
+mode, prints where everything is, and stays in the foreground restarting whatever dies; Ctrl-C or
+SIGTERM stops everything it started, by PID.  ``down`` (``make stop``) stops a running ``up`` first,
+so that nothing it stops is restarted behind its back, then whatever the pidfiles still name.
+``status`` prints one line per service.  Every service is a child process in a session of its own
+with a pidfile and a log in the run dir; a :class:`Supervisor` polls their PIDs and restarts a dead
+one with back-off (:class:`RestartPolicy`), after ending what it left in its session, while the rest
+keeps running, since each part tolerates the others' absence.  ``docs/internals/local-stack.md``
+says what happens meanwhile, per service.
 """
 
 from __future__ import annotations
@@ -77,8 +50,8 @@ log = logging.getLogger("infra.stack")
 REPO = Path(__file__).resolve().parents[1]
 
 
-class NamesrvNode(ProcessService):
-    """One name-server node, ``namesrv start`` with the repository's configuration."""
+class NodeService(ProcessService):
+    """The stack's handle on one node's process: ``namesrv start`` with the repository's configuration."""
 
     port_key = "listenPort"
     backend_key = "namesrv"
@@ -170,7 +143,7 @@ class StreamingJob(ProcessService):
     the script exec's the JVM (SparkSubmit), which runs ``__main__.py`` in a child Python, the driver;
     the tracked PID is the JVM's.  ``stop`` SIGTERMs the driver: it stops the query and the session as
     under ``python``, and the JVM exits with its code (a SIGTERM to the JVM does the same: the job has
-    the JVM pass its signals to the driver, ``streaming.job.forward_jvm_signals``).  Either way, whatever is still in the job's session afterwards (the
+    the JVM pass its signals to the driver, ``streaming.session.forward_jvm_signals``).  Either way, whatever is still in the job's session afterwards (the
     JVM under ``python``, PySpark's worker daemons) is killed: the job was started as the leader of a
     session of its own, so that session holds exactly what it left behind.  ``stop`` recognises both
     launchers whichever one this object was built with, so ``down`` stops what ``up`` started.
@@ -256,7 +229,7 @@ class StreamingJob(ProcessService):
         return {"launcher": self.launcher.value}
 
     def _probe(self, timeout: float) -> bool:
-        # Spark takes ~20 s to start and then publishes MONITOR_HEARTBEAT; until then the nodes
+        # Spark is slow to start and only then publishes MONITOR_HEARTBEAT; until then the nodes
         # keep expiring brokers themselves, so a live process is all `up` needs to wait for
         return True
 
@@ -536,7 +509,7 @@ def build_stack(args: argparse.Namespace) -> list[ProcessService]:
     monitor_metrics, node_metrics = metrics_ports(args.metrics_base, len(args.node_ports))
     for port, metrics_port in zip(args.node_ports, node_metrics, strict=True):
         stack.append(
-            NamesrvNode(
+            NodeService(
                 port=port,
                 run_dir=run_dir,
                 conf=args.namesrv_conf,
@@ -583,7 +556,7 @@ def metrics_urls(stack: list[ProcessService], host: str = LOOPBACK) -> list[tupl
     """``(service name, URL)`` of every Prometheus endpoint the stack serves."""
     urls = []
     for service in stack:
-        if isinstance(service, NamesrvNode):
+        if isinstance(service, NodeService):
             port = int(service.properties.get("metricsPort", "0"))
         elif isinstance(service, StreamingJob):
             port = int(service.overrides.get("monitor.metricsPort", "0"))

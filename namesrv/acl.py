@@ -1,37 +1,14 @@
 """Signed requests: RocketMQ's ACL 1.0 (``plain_acl.yml``) for the name server's write and admin codes.
 
-Theory of operation
--------------------
-A RocketMQ client given an access key and a secret key (``AclClientRPCHook``) adds ``AccessKey`` (and
-``SecurityToken`` when it has one) to a request's ext fields, then signs the request: the *values* of
-every ext field, in the order of their keys (Java's ``TreeMap<String, String>``: UTF-16 code units),
-concatenated, ``Signature`` left out, encoded as UTF-8, with the body's bytes appended; the signature
-is HMAC-SHA1 of those bytes keyed with the secret key's UTF-8 bytes, in standard Base64
-(``AclUtils.combineRequestContent``, ``AclSigner``).  It goes in the ``Signature`` ext field.  The
-server recomputes it over the ext fields it received (less ``Signature``, and less
-``_UNIQUE_KEY_QUERY`` from clients of version 4.9.3 or older, as 5.x does), so fields a client adds
-that we do not know (the C++ and Node.js clients add ``OnsChannel``) are covered too.
-:func:`signing_content`, :func:`signature` and :func:`sign` are that algorithm, checked against
-vectors derived from RocketMQ's source (``tests/vectors/acl_signatures.json``).
-
-Which requests are checked (:func:`Acl.check`), in ``PlainPermissionManager.validate``'s order:
-
-1. a peer whose address matches an entry of ``globalWhiteRemoteAddresses`` passes, signed or not;
-2. no ``AccessKey`` (or an empty one): refused;  an ``AccessKey`` no account has: refused;
-3. a peer whose address matches the account's ``whiteRemoteAddress`` passes without a signature
-   (RocketMQ's rule: the account's whitelist stands in for the signature, admin flag included);
-4. a missing or wrong ``Signature``: refused (compared in constant time);
-5. an admin code (:data:`ADMIN_CODES`) from an account without ``admin: true``: refused.
-
-Refusals are NO_PERMISSION (16), as RocketMQ 5.x answers them, with a remark that says what was
-missing; nothing has been done by then.  :data:`WRITE_CODES` are checked always, the read codes only
-with ``aclCheckReads=true``; codes the node does not serve are refused as unsupported before this.
-
-The accounts file is ``plain_acl.yml``'s format (:func:`parse_acl_file`) and hostile input: at most
-:data:`MAX_FILE_BYTES`, YAML without anchors or aliases, every field checked for type and size, and an
-error that names the field.  The resource permissions (``defaultTopicPerm``, ``topicPerms``, ...)
-govern topics and groups on brokers; a name server has neither, so they are checked for type and
-otherwise ignored.  Everything here is pure except :func:`load_acl_file`, which reads the file.
+A RocketMQ client with an access key signs each request: HMAC-SHA1, keyed with its secret key, of
+the values of every ext field in key order followed by the body (:func:`signing_content`,
+:func:`signature`, :func:`sign`; checked against vectors derived from RocketMQ's source).
+:meth:`Acl.check` applies ``PlainPermissionManager.validate``'s rules in its order (global
+whitelist, account, account whitelist, signature, admin flag) and refuses with NO_PERMISSION before
+anything is done.  :data:`WRITE_CODES` are always checked, the read codes only with
+``aclCheckReads=true``.  The accounts file is hostile input, bounded and checked field by field by
+:func:`parse_acl_file`; everything here is pure except :func:`load_acl_file`.
+``docs/internals/acl.md`` spells out the signed content and each rule.
 """
 
 from __future__ import annotations

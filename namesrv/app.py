@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 from namesrv import gcpolicy
 from namesrv.acl import Acl, AclFileError, load_acl_file
 from namesrv.config import ConfigError, NamesrvConfig
-from namesrv.handlers import NameServerNode
+from namesrv.handlers import HandlerContext
 from namesrv.kvconfig import KVConfigManager
-from namesrv.liveness import BatchUnregistration, ExpiryScan
+from namesrv.liveness import ExpiryScan, UnregisterBatcher
 from namesrv.routes.manager import RouteInfoManager
-from namesrv.server import NameServer
+from namesrv.server import RemotingServer
 from namesrv.warmstart import WarmStartReport, drop_unconfirmed, warm_start
 
 if TYPE_CHECKING:
@@ -28,12 +28,13 @@ log = logging.getLogger("namesrv")
 
 
 @dataclass
-class RunningNode:
-    """A started node and its parts, for the CLI and for tests that run a node in-process."""
+class Node:
+    """The node: a started name server and its parts, for the CLI and for tests that run one in-process."""
 
-    server: NameServer
-    node: NameServerNode
-    unregistration: BatchUnregistration
+    server: RemotingServer
+    #: what every request handler reaches: the route tables, the KV store, the settings, the outlets
+    context: HandlerContext
+    unregistrations: UnregisterBatcher
     expiry: ExpiryScan
     #: events out / actions in; None when kafkaBootstrapServers is empty
     kafka: KafkaLink | None = None
@@ -54,70 +55,71 @@ class RunningNode:
             await asyncio.to_thread(self.metrics.stop)
 
 
-def build_node(config: NamesrvConfig) -> tuple[NameServerNode, BatchUnregistration, ExpiryScan]:
+def build_node(config: NamesrvConfig) -> tuple[HandlerContext, UnregisterBatcher, ExpiryScan]:
     """The node's parts; raises AclFileError when ``aclEnable`` is on and the accounts file is unusable."""
     acl = Acl(load_acl_file(config.acl_file_path), config.acl_check_reads) if config.acl_enable else None
     routes = RouteInfoManager(config)
     kv = KVConfigManager(config.kv_config_file)
     kv.load()
-    unregistration = BatchUnregistration(routes, config.un_register_broker_queue_capacity)
-    node = NameServerNode(
+    unregistrations = UnregisterBatcher(routes, config.un_register_broker_queue_capacity)
+    context = HandlerContext(
         config=config,
         routes=routes,
         kv=kv,
-        submit_unregister=unregistration.submit,
+        submit_unregister=unregistrations.submit,
         started_at=time.monotonic(),
         now=time.monotonic,
         acl=acl,
     )
-    unregistration.on_min_broker_id_change = node.min_broker_id_changed
+    unregistrations.on_min_broker_id_change = context.min_broker_id_changed
     expiry = ExpiryScan(
         routes,
         config.scan_not_active_broker_interval,
-        on_expired=lambda r, why: node.observer.broker_unregistered(r, why),
-        on_min_broker_id_change=node.min_broker_id_changed,
+        on_expired=lambda r, why: context.observer.broker_unregistered(r, why),
+        on_min_broker_id_change=context.min_broker_id_changed,
     )
-    return node, unregistration, expiry
+    return context, unregistrations, expiry
 
 
-async def start_node(config: NamesrvConfig, *, own_process: bool = False) -> RunningNode:
+async def start_node(config: NamesrvConfig, *, own_process: bool = False) -> Node:
     """Start a node; ``own_process``: the process is the node's alone (``namesrv start``), so its
     garbage-collector policy is switched on (:mod:`namesrv.gcpolicy`); a node started inside another
     process (the tests') leaves that process's collector as it is."""
-    node, unregistration, expiry = build_node(config)
+    context, unregistrations, expiry = build_node(config)
     # before listening, so the first client already gets the provisional routes
-    warm = await warm_start(config, node.routes)
+    warm = await warm_start(config, context.routes)
     kafka = None
     if config.kafka_bootstrap_servers.strip():
         from namesrv.events.link import KafkaLink, default_node_name  # only nodes with Kafka import kafka-python
 
-        kafka = KafkaLink.attach(config, node, expiry)
+        kafka = KafkaLink.attach(config, context, expiry)
     if own_process:
         gcpolicy.enable()  # what start-up built, warm-started routes included, is frozen before the first client
-    server = NameServer(node)
-    node.notify_brokers = server.notify_min_broker_id_change
+    server = RemotingServer(context)
+    context.notify_brokers = server.notify_min_broker_id_change
     await server.start(config.bind_address, config.listen_port)
-    server.spawn(unregistration.run(node.worker), "batch-unregistration")
-    server.spawn(expiry.run(node.worker), "expiry-scan")
+    server.spawn(unregistrations.run(context.worker), "batch-unregistration")
+    server.spawn(expiry.run(context.worker), "expiry-scan")
     if warm is not None:
         server.spawn(
-            drop_unconfirmed(node.routes, on_min_broker_id_change=node.min_broker_id_changed), "warm-start-deadlines"
+            drop_unconfirmed(context.routes, on_min_broker_id_change=context.min_broker_id_changed),
+            "warm-start-deadlines",
         )
     if kafka is not None:
         kafka.start(asyncio.get_running_loop(), server.spawn, config.node_name or default_node_name(server.port))
-    if node.acl is not None:
+    if context.acl is not None:
         log.warning(
             "signed requests required: aclFile=%s accounts=%d globalWhiteRemoteAddresses=%d checkReads=%s",
             config.acl_file_path,
-            len(node.acl.table.accounts),
-            len(node.acl.table.global_white),
+            len(context.acl.table.accounts),
+            len(context.acl.table.global_white),
             config.acl_check_reads,
         )
         if config.acl_reload_interval_millis > 0:
             server.spawn(
-                reload_acl(node.acl, config.acl_file_path, config.acl_reload_interval_millis / 1000), "acl-reload"
+                reload_acl(context.acl, config.acl_file_path, config.acl_reload_interval_millis / 1000), "acl-reload"
             )
-    running = RunningNode(server, node, unregistration, expiry, kafka, warm)
+    running = Node(server, context, unregistrations, expiry, kafka, warm)
     if config.stats_interval_millis > 0:
         server.spawn(_log_stats(running, config.stats_interval_millis / 1000), "stats")
     if config.metrics_port > 0:
@@ -136,7 +138,7 @@ async def start_node(config: NamesrvConfig, *, own_process: bool = False) -> Run
     return running
 
 
-def _serve_metrics(running: RunningNode, config: NamesrvConfig) -> MetricsServer:
+def _serve_metrics(running: Node, config: NamesrvConfig) -> MetricsServer:
     """Count requests from now on and serve them, with the node's tables and Kafka traffic, over HTTP."""
     from namesrv.handlers import HANDLERS
     from namesrv.metrics import NodeCollector, serve
@@ -144,7 +146,7 @@ def _serve_metrics(running: RunningNode, config: NamesrvConfig) -> MetricsServer
 
     requests = running.server.request_stats = RequestStats(HANDLERS)
     collector = NodeCollector(
-        running.node.routes, lambda: len(running.server.connections), running.expiry, requests, running.kafka
+        running.context.routes, lambda: len(running.server.connections), running.expiry, requests, running.kafka
     )
     try:
         return serve([collector], config.bind_address, config.metrics_port)
@@ -152,14 +154,14 @@ def _serve_metrics(running: RunningNode, config: NamesrvConfig) -> MetricsServer
         raise ConfigError(f"metricsPort={config.metrics_port}: cannot listen on {config.bind_address}: {e}") from e
 
 
-def node_stats(running: RunningNode) -> dict[str, object]:
+def node_stats(running: Node) -> dict[str, object]:
     """What an operator wants to know about a node at a glance: tables, connections, Kafka traffic."""
-    counts = running.node.routes.counts()
+    counts = running.context.routes.counts()
     stats: dict[str, object] = {"brokers": counts.brokers, "groups": counts.groups, "topics": counts.topics}
     stats["connections"] = len(running.server.connections)
     stats["localExpiry"] = "on" if running.expiry.enabled else "off (monitor decides)"
-    if running.node.acl is not None:
-        stats["aclRefused"] = running.node.acl.refused
+    if running.context.acl is not None:
+        stats["aclRefused"] = running.context.acl.refused
     if running.kafka is not None:
         published = running.kafka.publisher_stats()
         stats.update(
@@ -211,7 +213,7 @@ async def reload_acl(acl: Acl, path: Path, interval_s: float) -> None:
         )
 
 
-async def _log_stats(running: RunningNode, interval_s: float) -> None:
+async def _log_stats(running: Node, interval_s: float) -> None:
     while True:
         await asyncio.sleep(interval_s)
         log.info("stats", extra={"fields": node_stats(running)})

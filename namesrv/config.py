@@ -1,34 +1,14 @@
 """Typed name server configuration from Java-style ``.properties`` files.
 
-Theory of operation: :class:`NamesrvConfig` is the one table of options.  Every field carries its
-Java key, Java type, group and a one-line description in ``metadata``; :data:`OPTIONS` is derived from
-it, and so are parsing, GET_NAMESRV_CONFIG rendering and the README table (:func:`options_markdown`).
-
-* Start-up (:func:`load_config`) is strict: a value that does not parse for its type is a
-  :class:`ConfigError` naming key, value and expected type, so a typo stops the server instead of being
-  replaced by a default as Java's ``MixAll.properties2Object`` silently does.  Surrounding whitespace is
-  stripped; booleans must be ``true``/``false`` (any case).  Parsing, the error and its message are
-  :mod:`namesrv.options`, shared with the streaming job's and the local services' tables.
-* Run time (:func:`apply_update`, UPDATE_NAMESRV_CONFIG) follows Java exactly, because remote admin
-  tools rely on it: strings are trimmed, numbers are parsed as written and ignored when they do not
-  parse, booleans use ``Boolean.parseBoolean`` (``"true"`` in any case is true, anything else false).
-* An update is checked whole before anything changes: at most ``MAX_UPDATE_BODY_BYTES`` of text,
-  ``MAX_UPDATE_KEYS`` keys and ``MAX_UPDATE_VALUE_CHARS`` per key or value, and no control character
-  or lone surrogate (which no properties file or answer can carry faithfully) in any of them.  Java has
-  none of these limits; a real update sets a handful of short values.  The file is written first and
-  the running configuration changed only once it is on disk, so a failure of any kind changes nothing.
-* The TLS and PROXY protocol keys (group ``TLS and PROXY protocol``: RocketMQ's ``tls.*`` system
-  properties, ``handshakeTimeoutMillis``, ``proxyProtocolMode``) are read once at start-up by
-  :mod:`namesrv.tls` and :mod:`namesrv.handshake`; an update refuses them (:data:`RESTART_ONLY`), so a
-  peer cannot turn TLS off for the next start.  A ``secret`` option (the key password) is shown as
-  :data:`REDACTED` by GET_NAMESRV_CONFIG and ``-p``; only the file an update rewrites holds its value.
-* Keys we do not know are kept as ``extras`` (Java remembers every key of the ``-c`` file and echoes
-  it in GET_NAMESRV_CONFIG); an update changes an extra only if it already exists.
-
-``.properties`` text is read with ``javaproperties`` (checked against ``java.util.Properties.load``).
-Bytes are decoded as UTF-8.  Java decodes the ``-c`` file and update bodies as ISO-8859-1, which turns
-non-ASCII values into mojibake; we do not copy that (a file that is not valid UTF-8 is read as
-ISO-8859-1, as Java would).
+:class:`NamesrvConfig` is the one table of options: each field carries its Java key, Java type,
+group and a line of description, and :data:`OPTIONS`, parsing, GET_NAMESRV_CONFIG rendering and the
+table in docs/configuration.md (:func:`options_markdown`) are all derived from it.  Start-up (:func:`load_config`) is
+strict, so a typo stops the server instead of falling back to a default as Java does.  Updates
+(:func:`apply_update`, UPDATE_NAMESRV_CONFIG) follow Java's lenient parsing, because admin tools
+rely on it, but are bounded and checked whole, and change the running configuration only once the
+file is on disk.  TLS and PROXY keys are :data:`RESTART_ONLY`, secrets are shown as
+:data:`REDACTED`, and unknown keys are kept as ``extras`` as Java keeps them.
+``docs/internals/config.md`` has the rules in full.
 """
 
 from __future__ import annotations
@@ -1080,7 +1060,7 @@ def apply_update(cfg: NamesrvConfig, properties: str | bytes) -> UpdateResult:
 
 
 def options_markdown() -> str:
-    """The option table for the README, one section per group."""
+    """The option table of docs/configuration.md, one section per group."""
     lines: list[str] = []
     for group in (GROUP_NAMESRV, GROUP_NETTY, GROUP_TLS, GROUP_OURS):
         lines += [f"### {group}", "", "| Key | Type | Default | Meaning |", "|---|---|---|---|"]

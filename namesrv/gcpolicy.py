@@ -1,54 +1,14 @@
 """The node's garbage-collector policy: the one place that calls :mod:`gc`.
 
-Why a policy at all
--------------------
-CPython's cyclic collector holds the GIL for the whole of a pass, so while it runs no client is
-served, whichever thread set it off.  Its young passes walk a few thousand objects (a millisecond
-or two), but a full pass walks every tracked object of the process, and the route tables are most
-of them: a 100,000-topic broker leaves one dict per topic (its row map; the QueueData in it are
-shared, see ``namesrv.routes.tables.shared_queue_data``).  Measured on the 2-core test machine, a
-first registration of such a broker set off three or four full passes of 30-130 ms each (its
-decoded topics, alive for the second the registration takes, reach the oldest generation and trip
-the collector's own trigger), and each re-registration two or three of 25-40 ms: ten times the
-5 ms a route lookup may take.
-
-The tables are big, long-lived and acyclic: reference counting frees a row the moment its broker
-leaves, and walking them never finds anything to collect.  So the policy keeps them out of the
-collector's sight with :func:`gc.freeze`, which moves every object then alive to a permanent
-generation that no pass walks (in constant time; a frozen object is still freed by reference
-counting when its last reference goes).  It freezes at two moments:
-
-* start-up (:func:`enable`, called by ``namesrv start`` before it listens), after a full
-  collection: modules, classes and warm-started routes live as long as the process;
-* the end of each large registration that succeeded (:func:`run_large_change`, the worker
-  thread's job in ``handlers.register_broker``).  The job starts with a full collection of what is
-  not frozen yet (little: everything long-lived before it is), so there is no garbage about to be
-  frozen; while it runs, full passes wait (young ones go on, for everyone's short-lived garbage);
-  at its end a young pass clears the young garbage and the rest, its new rows and decoded topics
-  and whatever the loop holds at that moment, is frozen unwalked.  A job that failed freezes
-  nothing: its exception is in flight, and with its traceback it is a cycle (freezing failed
-  zip-bomb jobs too took a node to 1.1 GiB in one minute of ``bench/soak.py``; 183 MiB without).
-
-What it could leak, and the bound
----------------------------------
-An object frozen while alive that later dies *in a reference cycle* is never collected.  The route
-tables form no cycle (``tests/unit/test_gcpolicy.py`` checks that a 100,000-topic broker's rows go
-by reference counting alone), closed connections and broken decoders form none (see
-``server.Connection.connection_lost``), a failed off-loop job's answer forms none
-(``handlers.Pending.resolve``), and repeated 100,000-topic register/unregister rounds leave the
-permanent generation as they found it (tested).  Whatever else the loop holds at a freeze could,
-so there is a backstop: when the process's resident memory has doubled (and grown by
-:data:`RECLAIM_GROWTH_BYTES`) since the last reclaim, the next large job starts with one full
-collection of *everything*, frozen objects included (:func:`_reclaim`), which pauses every client
-for as long as it takes to walk the tables once (~25 ms with 100,000 topics), then freezes again.
-
-Why not pause the collector during worker jobs instead: it was tried (commit 1d9c0f7 undid it).
-Under every issue-9 attack at once the worker is busy nearly all the time, so nothing was
-collected, young garbage included, and a node's RSS grew to 270-540 MiB in 30 s.  Here young
-passes never stop, and full ones wait only for the duration of one registration job.
-
-Off by default, so that a node started inside another process (the tests' in-process nodes)
-leaves that process's collector alone; ``namesrv start`` turns it on.
+CPython's cyclic collector holds the GIL for a whole pass, and a full pass walks every tracked
+object, most of them route-table rows.  Those rows are big, long-lived and acyclic (reference
+counting frees them), so walking them finds nothing and stalls every client meanwhile.  The policy
+keeps them out of sight with :func:`gc.freeze`, at start-up (:func:`enable`) and at the end of each
+large registration that succeeded (:func:`run_large_change`); young passes never stop.  An object
+frozen alive that later dies in a cycle would leak, so once resident memory has doubled the next
+large job first collects everything (:func:`_reclaim`).  Off by default, so that a node started
+inside another process (the tests') leaves its collector alone; ``namesrv start`` turns it on.
+``docs/internals/gc.md`` has the figures, the leak argument and what was tried first.
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ from namesrv import config as config_mod
 from namesrv import gcpolicy
 from namesrv.acl import Acl
 from namesrv.config import NamesrvConfig
-from namesrv.departure import BROKER_ASKED, Departure
 from namesrv.kvconfig import KVConfigManager, KVRefused
+from namesrv.liveness import Departure, departure
 from namesrv.logs import RateLimited
 from namesrv.protocol import bodies, fastjson
 from namesrv.protocol.codes import (
@@ -90,7 +90,7 @@ class NodeObserver:
     ) -> None: ...
     #: ``source`` is QUERY_DATA_VERSION or BROKER_HEARTBEAT
     def broker_heartbeat(self, cluster_name: str, broker_addr: str, source: RequestCode) -> None: ...
-    #: the broker's removal was queued, and why (see :mod:`namesrv.departure`)
+    #: the broker's removal was queued, and why (see :mod:`namesrv.liveness.departure`)
     def broker_unregistered(self, request: UnregisterRequest, departure: Departure) -> None: ...
     def route_changed_by_admin(self, change: AdminChange) -> None: ...
     #: after PUT_KV_CONFIG (value as stored, possibly None) or DELETE_KV_CONFIG (value None)
@@ -98,7 +98,7 @@ class NodeObserver:
 
 
 @dataclass
-class NameServerNode:
+class HandlerContext:
     """Everything a handler may touch: the tables, the KV store, the settings, and the outlets."""
 
     config: NamesrvConfig
@@ -201,7 +201,7 @@ class Pending:
         return None if request.is_oneway else response
 
 
-Handler = Callable[[NameServerNode, RemotingCommand, object], RemotingCommand | Pending]
+Handler = Callable[[HandlerContext, RemotingCommand, object], RemotingCommand | Pending]
 #: looked up once: an enum member read through its class is a visible share of a heartbeat on 3.11
 _QUERY_DATA_VERSION = RequestCode.QUERY_DATA_VERSION
 HANDLERS: dict[int, Handler] = {}
@@ -216,7 +216,7 @@ def handles(code: RequestCode) -> Callable[[Handler], Handler]:
 
 
 def dispatch(
-    node: NameServerNode, request: RemotingCommand, channel: object, *, wait: bool = True
+    node: HandlerContext, request: RemotingCommand, channel: object, *, wait: bool = True
 ) -> RemotingCommand | Pending | None:
     """Answer one request, or None when no answer is owed (oneway requests, stray responses).
 
@@ -280,7 +280,7 @@ def min_broker_id_change_request(change: MinBrokerIdChange, opaque: int) -> Remo
 
 
 @handles(RequestCode.PUT_KV_CONFIG)
-def put_kv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
+def put_kv_config(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
     h = decode_header(KVConfigHeader, request.ext_fields)
     namespace, key, value = h.namespace, h.key, h.value
     if namespace is None or key is None:
@@ -297,7 +297,7 @@ def put_kv_config(node: NameServerNode, request: RemotingCommand, channel: objec
 
 
 @handles(RequestCode.GET_KV_CONFIG)
-def get_kv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+def get_kv_config(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(KVConfigHeader, request.ext_fields)
     value = node.kv.get(h.namespace, h.key) if h.namespace is not None and h.key is not None else None
     if value is None:
@@ -308,7 +308,7 @@ def get_kv_config(node: NameServerNode, request: RemotingCommand, channel: objec
 
 
 @handles(RequestCode.DELETE_KV_CONFIG)
-def delete_kv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
+def delete_kv_config(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
     h = decode_header(KVConfigHeader, request.ext_fields)
     namespace, key = h.namespace, h.key
     if namespace is None or key is None:
@@ -322,7 +322,7 @@ def delete_kv_config(node: NameServerNode, request: RemotingCommand, channel: ob
 
 
 @handles(RequestCode.GET_KVLIST_BY_NAMESPACE)
-def get_kvlist_by_namespace(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+def get_kvlist_by_namespace(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(KVConfigHeader, request.ext_fields)
     table = node.kv.get_namespace(h.namespace) if h.namespace is not None else None
     if table is None:
@@ -344,7 +344,7 @@ REUSED_ON_LOOP_BODY_BYTES = 256 * 1024
 
 
 @handles(RequestCode.REGISTER_BROKER)
-def register_broker(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
+def register_broker(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
     h = decode_header(RegisterBrokerHeader, request.ext_fields)
 
     key = (h.cluster_name, h.broker_addr)
@@ -406,7 +406,7 @@ def register_broker(node: NameServerNode, request: RemotingCommand, channel: obj
 
 
 @handles(RequestCode.UNREGISTER_BROKER)
-def unregister_broker(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+def unregister_broker(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(BrokerIdentityHeader, request.ext_fields)
     unregister = UnregisterRequest(
         cluster_name=h.cluster_name,
@@ -417,12 +417,12 @@ def unregister_broker(node: NameServerNode, request: RemotingCommand, channel: o
     )
     if not node.submit_unregister([unregister]):
         return request.response(ResponseCode.SYSTEM_ERROR)
-    node.observer.broker_unregistered(unregister, BROKER_ASKED)
+    node.observer.broker_unregistered(unregister, departure.BROKER_ASKED)
     return request.response()
 
 
 @handles(RequestCode.QUERY_DATA_VERSION)
-def query_data_version(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+def query_data_version(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(BrokerIdentityHeader, request.ext_fields)
     held = node.routes.touch(h.cluster_name, h.broker_addr)
     node.observer.broker_heartbeat(h.cluster_name, h.broker_addr, _QUERY_DATA_VERSION)
@@ -439,7 +439,7 @@ def data_version_answer(request: RemotingCommand, held: DataVersion | None) -> R
 
 
 @handles(RequestCode.BROKER_HEARTBEAT)
-def broker_heartbeat(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+def broker_heartbeat(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(BrokerIdentityHeader, request.ext_fields)
     node.routes.update_broker_info_update_timestamp(h.cluster_name, h.broker_addr)
     node.observer.broker_heartbeat(h.cluster_name, h.broker_addr, RequestCode.BROKER_HEARTBEAT)
@@ -447,7 +447,7 @@ def broker_heartbeat(node: NameServerNode, request: RemotingCommand, channel: ob
 
 
 @handles(RequestCode.GET_BROKER_MEMBER_GROUP)
-def get_broker_member_group(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+def get_broker_member_group(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(BrokerMemberGroupHeader, request.ext_fields)
     # the group's own cluster label is not answered (the header's is): a request without one reads as ""
     group = node.routes.get_broker_member_group(h.cluster_name or "", h.broker_name)
@@ -458,7 +458,7 @@ def get_broker_member_group(node: NameServerNode, request: RemotingCommand, chan
 
 
 @handles(RequestCode.GET_ROUTEINFO_BY_TOPIC)
-def get_routeinfo_by_topic(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+def get_routeinfo_by_topic(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     cfg = node.config
     if cfg.need_wait_for_service and node.now() - node.started_at < cfg.wait_seconds_for_service:
         return request.response(ResponseCode.SYSTEM_ERROR, "name server not ready")
@@ -490,7 +490,7 @@ def _zone_filter(request: RemotingCommand) -> str | None:
     return zone
 
 
-def _encode_route(node: NameServerNode, topic: str, standard: bool, zone: str | None) -> bytes:
+def _encode_route(node: HandlerContext, topic: str, standard: bool, zone: str | None) -> bytes:
     """The encoded route of a topic, or b"" when there is none (cached like a route)."""
     route = node.routes.pickup_topic_route_data(topic)
     if route is None:
@@ -519,7 +519,7 @@ def _keep_zone(route: TopicRouteData, zone: str) -> TopicRouteData:
 
 
 @handles(RequestCode.GET_BROKER_CLUSTER_INFO)
-def get_broker_cluster_info(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+def get_broker_cluster_info(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     return request.response(
         body=node.cached("cluster", lambda: bodies.encode_cluster_info(*node.routes.get_all_cluster_info()))
     )
@@ -528,7 +528,7 @@ def get_broker_cluster_info(node: NameServerNode, request: RemotingCommand, chan
 def _write_perm_handler(code: RequestCode, change: Callable[[RouteInfoManager, str], int], count_key: str) -> None:
     """WIPE and ADD_WRITE_PERM_OF_BROKER differ only in what they do to each queue's perm."""
 
-    def handler(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+    def handler(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
         h = decode_header(BrokerNameHeader, request.ext_fields)
         count = change(node.routes, h.broker_name)
         node.observer.route_changed_by_admin(AdminChange(code, broker_name=h.broker_name, topic_count=count))
@@ -543,7 +543,7 @@ _write_perm_handler(RequestCode.ADD_WRITE_PERM_OF_BROKER, RouteInfoManager.add_w
 
 
 @handles(RequestCode.DELETE_TOPIC_IN_NAMESRV)
-def delete_topic_in_namesrv(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+def delete_topic_in_namesrv(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(TopicHeader, request.ext_fields)
     node.routes.delete_topic(h.topic, h.cluster_name or None)
     node.observer.route_changed_by_admin(
@@ -553,7 +553,7 @@ def delete_topic_in_namesrv(node: NameServerNode, request: RemotingCommand, chan
 
 
 @handles(RequestCode.REGISTER_TOPIC_IN_NAMESRV)
-def register_topic_in_namesrv(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+def register_topic_in_namesrv(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(TopicHeader, request.ext_fields)
     if request.body:
         queue_datas = bodies.decode_route(request.body).queue_datas
@@ -569,7 +569,7 @@ def register_topic_in_namesrv(node: NameServerNode, request: RemotingCommand, ch
 
 
 def _topic_list_handler(code: RequestCode, list_topics: Callable[[RouteInfoManager], list[str]], switch: str) -> None:
-    def handler(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+    def handler(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
         if not getattr(node.config, switch):
             return request.response(ResponseCode.SYSTEM_ERROR, "disable")
         return request.response(body=node.cached(code, lambda: bodies.encode_topic_list(list_topics(node.routes))))
@@ -593,7 +593,7 @@ _topic_list_handler(
 
 
 @handles(RequestCode.GET_TOPICS_BY_CLUSTER)
-def get_topics_by_cluster(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+def get_topics_by_cluster(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     if not node.config.enable_topic_list:
         return request.response(ResponseCode.SYSTEM_ERROR, "disable")
     h = decode_header(ClusterHeader, request.ext_fields)
@@ -601,7 +601,7 @@ def get_topics_by_cluster(node: NameServerNode, request: RemotingCommand, channe
 
 
 @handles(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS)
-def get_system_topic_list_from_ns(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+def get_system_topic_list_from_ns(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     topics, broker_addr = node.routes.get_system_topic_list()
     return request.response(body=bodies.encode_topic_list(topics, broker_addr))
 
@@ -624,7 +624,7 @@ MAX_REQUEST_HEADER_BYTES = 128 * 1024
 
 
 @handles(RequestCode.UPDATE_NAMESRV_CONFIG)
-def update_namesrv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
+def update_namesrv_config(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
     if request.body_dropped:
         refused = config_mod.oversized_update(request.body_dropped)
         return request.response(refused.code, refused.remark)
@@ -635,7 +635,7 @@ def update_namesrv_config(node: NameServerNode, request: RemotingCommand, channe
 
 
 @handles(RequestCode.GET_NAMESRV_CONFIG)
-def get_namesrv_config(node: NameServerNode, request: RemotingCommand, channel: object) -> RemotingCommand:
+def get_namesrv_config(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     # every key with its value, as Java answers, also those the option table marks as having no effect
     # here: tools compare this answer with Java's, so the annotation lives in the README only
     return request.response(body=config_mod.render_properties(node.config).encode("utf-8"))

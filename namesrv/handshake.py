@@ -1,35 +1,14 @@
 """Connection set-up when TLS or the PROXY protocol is on: what comes before the first frame.
 
-Theory of operation
--------------------
 RocketMQ serves TLS and plaintext on one port and tells them apart by the first byte, after an
-optional PROXY protocol preamble (``NettyRemotingServer.HandshakeHandler`` and ``TlsModeHandler``).
-A node configured for neither (the default: ``tls.server.mode=permissive`` without a certificate or
-test mode, ``proxyProtocolMode=disabled``) never comes here: it listens with the loop's own server,
-exactly as before.  Otherwise :class:`Acceptor` accepts each connection itself and, before any
-transport exists, works on the raw socket:
-
-1. it **peeks** at the first byte (``MSG_PEEK``: the byte stays in the kernel's buffer);
-2. ``P`` or ``\\r`` with ``proxyProtocolMode`` optional or required: the PROXY preamble.  It peeks
-   what has arrived, feeds it to the sans-I/O :class:`~namesrv.protocol.proxy.ProxyParser`, and
-   reads off the socket exactly the bytes the parser took, so nothing after the preamble is
-   consumed.  The parser takes everything offered until the preamble ends, so a peeked byte is never
-   left waiting (no busy loop on a readable socket).  The preamble's source address, when it has a
-   usable one, becomes the connection's peer: every log line, the route tables' connection (the
-   broker's channel) and the CHANNEL_CLOSED reasons name the client, not the proxy.  Required and
-   missing: the connection is closed;
-3. it peeks at the next first byte: ``0x16`` (a TLS handshake record) with a TLS context → the
-   socket is handed to the loop with that context (``connect_accepted_socket(ssl=...)``: the
-   standard library's TLS, server side); anything else → handed over as plaintext, unless
-   ``tls.server.mode=enforcing``, which closes it.  With ``disabled``, or without a certificate,
-   TLS bytes go to the frame decoder like any other and are refused there as a malformed frame.
-
-All of it, TLS handshake included, must finish within ``handshakeTimeoutMillis``; a connection
-that stalls anywhere (no first byte, half a preamble, half a handshake) is closed then.  At most
-:data:`MAX_PENDING` connections may be in set-up at once; more are closed at once (a flood of
-stalled handshakes cannot take every file descriptor).  Whatever goes wrong closes that connection
-only, with one WARNING naming the peer and the reason, at most :data:`_LOG_PER_MINUTE` such lines a
-minute; a peer that closes before sending anything (a port check) is not worth one.
+optional PROXY preamble.  A node configured for neither never comes here and listens with the
+loop's own server.  Otherwise :class:`Acceptor` accepts each connection and works on the raw socket
+before any transport exists: it peeks at the first byte, takes exactly the preamble's bytes off the
+socket (:class:`~namesrv.protocol.proxy.ProxyParser`) so that the client, not the proxy, becomes the
+peer, then hands the socket to the loop with TLS (a ``0x16`` first byte) or as plaintext, as
+``tls.server.mode`` allows.  Everything must finish within ``handshakeTimeoutMillis``, at most
+:data:`MAX_PENDING` connections may be in set-up, and a failure closes that connection only, with a
+rate-limited warning.  ``docs/internals/tls-and-proxy.md`` walks through each step.
 """
 
 from __future__ import annotations

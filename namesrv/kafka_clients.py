@@ -1,65 +1,16 @@
 """Every Kafka client the project builds (producers, consumers, admin clients), from settings.
 
-Theory of operation
--------------------
 Callers pass what is theirs to decide (acks, batching, client id, offsets policy) as kafka-python
-keyword arguments; this module adds what every client shares, so it is decided once:
-
-* **The bootstrap list.**  A comma-separated ``host[:port]`` text (or a list of entries): blanks
-  around entries are stripped and empty entries dropped; no entry at all, or an entry whose port is
-  not 1..65535, is a :class:`~namesrv.options.ConfigError` naming the setting it came from
-  (:func:`bootstrap_list`; :data:`BOOTSTRAP` is the same check as an option-table converter).
-* **The pinned protocol level.**  With ``pinned=True`` the client gets :data:`API_VERSION` (a cap;
-  connections still negotiate down).  Without it kafka-python's constructor blocks to probe the
-  broker and raises when none answers; with it, building the client needs no broker, and
-  connecting and reconnecting are the library's business.  The node's clients are pinned (a node
-  starts whether or not Kafka is up); the job's publisher is not, because it waits for Kafka by
-  retrying the constructor until it succeeds.
-* **Timeouts.**  ``timeout_ms`` bounds each request; an admin client's bootstrap gets the same
-  bound, since its constructor otherwise waits the library's 30 s for a broker to answer.
-* **Security** (:class:`KafkaSecurity`): TLS and SASL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), read
-  once from settings spelled as the Kafka client spells them (:data:`SECURITY_KEYS`, prefixed
-  ``kafka.`` in the node's and the job's files) and turned into kafka-python's keyword arguments
-  (:meth:`KafkaSecurity.client_config`) or Spark's connector options
-  (:meth:`KafkaSecurity.spark_options`).  Checked whole before any client is built: an unknown
-  protocol or mechanism, SASL without credentials, credentials or certificates the protocol would
-  ignore, an unreadable file, are each a :class:`~namesrv.options.ConfigError` naming the key.
-  Passwords may be ``${env:NAME}`` or ``${file:PATH}`` (:func:`namesrv.options.resolve_secret`);
-  no message, ``repr`` or :meth:`KafkaSecurity.describe` shows one.  The default is PLAINTEXT
-  with nothing added, so a client is built exactly as before.
-
-* **One false alarm silenced.**  kafka-python 3 runs each client's I/O on a thread of its own and
-  warns (logger ``kafka.net.selector``) "Task ... ran for 0.15s ... It is blocking the event loop"
-  when one step of it takes over 0.1 s of *wall-clock* time.  On a loaded machine (two cores, Spark
-  starting, a node holding the GIL) the thread is simply off the CPU or waiting for the GIL: measured
-  here, 0.115 s of wall time held 0.022 s of the thread's CPU.  The threshold cannot be set through
-  the clients' settings, so :class:`_SlowStepFilter` logs that one message at DEBUG instead; every
-  other kafka-python warning is unchanged, and a real stall still shows as request timeouts.
-
-* **Why Kafka refused.**  A broker that refuses the credentials, the mechanism or the certificate
-  looks to a client like one that is down: kafka-python retries, and its callers see a timeout.  The
-  reason is in one record, the ERROR ``"<connection>: Connection lost: <exception>"`` of logger
-  ``kafka.net.connection`` (:data:`CONNECTION_LOGGER`), which :class:`_RefusalLog`, a filter on that
-  logger, reads whether or not the record is shown.  :func:`refusal_of` keeps a SASL refusal (the
-  broker's ``SaslAuthenticate`` message, a mechanism it does not enable), a TLS failure (OpenSSL's
-  words: an untrusted or misnamed broker certificate, the broker's alert about ours, a handshake cut
-  short) or a broker answering a plaintext client in TLS, and nothing else (a broker that is down or
-  hangs up).  The last one is kept per bootstrap list, for clients built here with a ``client_id``
-  (at most :data:`MAX_REMEMBERED` lists), its text on one line and clipped;
-  :meth:`KafkaSecurity.failure_hint` quotes it, with any password of the settings masked, and names
-  the setting to fix.  The node silences kafka-python's logs (:func:`namesrv.logs.setup_logging`) but
-  keeps this one logger at ERROR, so the records are still made; the filter passes a record on only
-  if the ``kafka`` logger's level would have.
-* **One lost reply restored.**  kafka-python 3.0.12 (``_read_from_sock`` in kafka/net/transport.py,
-  the same on its main branch in August 2026) drops the bytes it read in the call that saw the peer
-  close the connection.  A broker refusing a SASL login sends its ``SaslAuthenticate`` answer
-  ("Authentication failed: Invalid username or password") and closes at once, so the answer was
-  nearly always dropped and the client saw only "socket disconnected".  :func:`_keep_last_reply`
-  wraps the transports' ``_sock_recv`` once, when the first client is built: bytes that came with an
-  error are handed on, and the error is returned by the next read, which a closed socket answers at
-  once.
-
-kafka-python is imported only when a client is built: a node without Kafka never imports it.
+keyword arguments; this module adds what every client shares, so that it is decided once: the
+checked bootstrap list (:func:`bootstrap_list`), a pinned protocol level so that a client can be
+built with no broker up (:data:`API_VERSION`), request timeouts, and TLS and SASL settings
+(:class:`KafkaSecurity`), checked whole before any client is built and never shown with a password.
+A broker that refuses a login or a certificate looks down to a client, so :class:`_RefusalLog`
+keeps the broker's or OpenSSL's reason (:func:`refusal_of`, :func:`last_refusal`) for
+:meth:`KafkaSecurity.failure_hint` to quote.  Two kafka-python behaviours are worked around: a
+wall-clock "blocking the event loop" warning (:class:`_SlowStepFilter`) and a refusal's last reply
+dropped on close (:func:`_keep_last_reply`).  kafka-python is imported only when a client is built.
+``docs/internals/kafka-clients.md`` has the details and the reasons.
 """
 
 from __future__ import annotations
@@ -94,6 +45,7 @@ __all__ = [
     "SASL_MECHANISMS",
     "bootstrap_list",
     "refusal_of",
+    "last_refusal",
     "producer",
     "consumer",
     "admin",
@@ -627,6 +579,11 @@ class _Refusals:
 
 
 _refusals = _Refusals()
+
+
+def last_refusal(servers: str | Sequence[str], since: float | None = None) -> Refusal | None:
+    """The last refusal met by a client of ``servers`` built with a ``client_id``, if seen at or after ``since``."""
+    return _refusals.last(servers, since)
 
 
 class _RefusalLog(logging.Filter):

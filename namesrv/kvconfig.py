@@ -1,30 +1,14 @@
 """The KV config store: namespace -> key -> value, persisted as RocketMQ's ``kvConfig.json``.
 
-Theory of operation: one committed table, always equal to what the file holds.  A change is checked
-first (:meth:`KVConfigManager.refusal`: it must be UTF-8 encodable and within the size limits below),
-then handed to one writer thread, which applies every change waiting at that moment to a copy of the
-table, writes the whole file once through :func:`namesrv.fileio.write_atomically` (so a crash leaves
-either the old or the new file), and only then makes the copy the committed table and completes each
-change's future.  That is group commit: N concurrent PUT_KV_CONFIGs cost one write and its three
-fsyncs instead of N, and none of it runs on the event loop.  A write that fails, for any reason,
-changes nothing in memory and fails the changes of that batch (each is retried alone once, so a
-change that somehow cannot be written cannot take others down with it); later changes are unaffected.
-Java's ``KVConfigManager`` instead changes memory first and rewrites the file in place.
-
-The file is compact JSON ``{"configTable":{ns:{key:value}}}``, byte-identical to fastjson's for the
-same content with keys in sorted order (Java's order is HashMap order, which no reader depends on).
-
-A value may be ``None`` (Java stores the null, and fastjson leaves it out of the file and of every
-KVTable body): the namespace then exists but the key reads as absent and is gone after a restart.
-
-Limits (Java has none; they are far above any real use, ``ORDER_TOPIC_CONFIG`` being the main one):
-a namespace or key of at most 1,024 characters (names, not data), a value of at most 16 Ki characters
-(an order conf for hundreds of brokers is a few KiB), and 2 Mi characters in the whole table, so every
-namespace fits one 16 MiB KVTable answer even if each character is escaped as six bytes.  The largest
-PUT_KV_CONFIG fits the server's header limit (``namesrv.handlers.MAX_REQUEST_HEADER_BYTES``) the same
-way: every request this store would accept is read, in any spelling.
-
-``version`` grows on every change of content, so callers can cache encoded answers.
+One committed table, always equal to what the file holds.  A change is checked first
+(:meth:`KVConfigManager.refusal`), then one writer thread applies every change waiting at that
+moment to a copy, writes the whole file once (:func:`namesrv.fileio.write_atomically`), and only
+then commits the copy and completes each change: concurrent PUT_KV_CONFIGs share one write, none of
+it on the event loop, and a failed write changes nothing in memory.  (Java changes memory first and
+rewrites the file in place.)  The file is fastjson's compact JSON with keys sorted; a ``None`` value
+is kept until a restart, as Java keeps it.  Sizes are bounded so that every namespace fits one
+answer and every acceptable request fits the header limit.  ``version`` grows on every change, so
+callers can cache encoded answers.  ``docs/internals/kvconfig.md`` has the limits and the reasons.
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """Prometheus metrics of a node, served over HTTP by prometheus_client (``metricsPort``; 0 = off).
 
-Theory of operation
--------------------
-Everything is read when Prometheus scrapes, from what the node keeps anyway:
-
-* per request: :class:`~namesrv.request_stats.RequestStats`, plain ints the connections count on
-  the event loop (why not prometheus_client's own ``Histogram``: see that module);
-* the route tables, connections, the event publisher, the action applier and the monitor
-  watchdog: :class:`NodeCollector` asks their owners' public accessors, so nothing is copied or
-  updated on the request path.
-
-The HTTP side is prometheus_client's threaded WSGI server (:class:`MetricsServer`): a scrape runs on
-its thread, and everything a collector reads is either a snapshot taken under its owner's lock
-(``RouteInfoManager.counts``) or a copy of plain ints, which the GIL makes whole.  A registry of our
-own holds the collectors and ``process_*`` (CPU, memory, open files), nothing global.
-
-Names follow RocketMQ 5 where one exists: ``rocketmq_rpc_latency`` in milliseconds, labelled as
-RocketMQ labels it (``protocol_type``, ``request_code`` and ``response_code`` as lower-case constant
-names, ``result``), with its buckets plus finer ones below 1 ms, since a name-server request takes
-tens of microseconds.  The rest are ``rocketmq_namesrv_*``; the README lists them all.  Counters
-restart from zero with the node, which Prometheus' ``rate`` expects.
+Everything is read when Prometheus scrapes, from what the node keeps anyway: per-request counts from
+:class:`~namesrv.request_stats.RequestStats`, and the route tables, connections, publisher, action
+applier and monitor watchdog through their owners' public accessors (:class:`NodeCollector`), so
+the request path copies and updates nothing for metrics.  A scrape runs on the threaded WSGI server's
+thread (:class:`MetricsServer`) and reads only snapshots taken under their owner's lock or copies of
+plain ints; a registry of our own holds the collectors and ``process_*``, nothing global.  Names
+follow RocketMQ 5 where one exists (``rocketmq_rpc_latency`` in milliseconds, with finer buckets
+below 1 ms), the rest are ``rocketmq_namesrv_*``; docs/operations.md lists them all.
+``docs/internals/metrics.md`` has more.
 """
 
 from __future__ import annotations

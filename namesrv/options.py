@@ -1,32 +1,14 @@
 """The machinery behind every option table: the node's, the streaming job's and the local services'.
 
-Theory of operation
--------------------
-Each table stays next to what it configures, because the tables are the documentation:
-:class:`namesrv.config.NamesrvConfig`, :data:`streaming.config.OPTIONS` and
-:data:`infra.services.OPTIONS`.  What they share lives here:
-
-* one error type, :class:`ConfigError`, whose message says what to fix;
-* one message shape for a value that does not parse, naming the key, the value as written and what
-  was expected (:func:`convert`)::
-
-      <source>: <key>=<value as written> is not a valid <expected>
-
-* typed converters (:class:`Converter`): a function from the text of a ``.properties`` value to a
-  typed value, raising ``ValueError``, with the words for what it expects;
-* one boolean syntax everywhere: ``true`` or ``false`` in any case, surrounding blanks ignored
-  (:func:`parse_bool`).  ``yes``, ``1`` and the like are refused, so a value means the same thing in
-  every file and option map;
-* one integer syntax, Java's ``Long.parseLong``: an optional sign and digits, nothing else (no
-  ``_``, no blanks inside), within the range the row allows;
-* one way to keep a secret (a password, a URL with credentials) out of the file that configures it
-  (:func:`resolve_secret`): the value ``${env:NAME}`` is read from the environment and
-  ``${file:PATH}`` from a file (a trailing line break dropped), at start-up.  Errors about secrets
-  name the key, the variable or the path, never the secret.
-
-Each table keeps its own policy for keys it does not know (the node keeps them, the job refuses
-them, the services warn), since those policies are documented behaviour.  This module imports only
-the standard library: the Kafka source reads its options with it inside Spark's Python workers.
+Each table stays next to what it configures, because the tables are the documentation
+(:class:`namesrv.config.NamesrvConfig`, :data:`streaming.config.OPTIONS`,
+:data:`infra.services.OPTIONS`).  What they share lives here, so that a value means the same thing
+in every file: one error (:class:`ConfigError`), one message shape for a value that does not parse
+(:func:`convert`), typed converters (:class:`Converter`), one boolean syntax (:func:`parse_bool`),
+Java's integer syntax, and one way to keep a secret out of the file that names it
+(:func:`resolve_secret`: ``${env:NAME}``, ``${file:PATH}``).  Each table keeps its own documented
+policy for keys it does not know.  This module imports only the standard library.
+``docs/internals/config.md`` has the details.
 """
 
 from __future__ import annotations

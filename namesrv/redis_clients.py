@@ -1,37 +1,14 @@
 """Every Redis client the project builds (the job's store, route lookups, a node's warm start, the CLI and
 the console), from a URL.
 
-Theory of operation
--------------------
 Callers say how long they may wait and whether a failed command may be retried; this module turns a
-URL into a client, so that what every client shares (the URL's scheme and credentials, TLS files,
-timeouts) is decided in one place rather than at each call site.
-
-* ``redis://[[user]:password@]host:port/db`` and ``unix://`` are what redis-py's ``from_url`` reads:
-  a password alone authenticates as ``requirepass`` expects, a user and a password as an ACL user.
-* ``rediss://`` is Redis over TLS.  Its files come from the URL's query (``ssl_ca_certs``,
-  ``ssl_certfile``, ``ssl_keyfile``, ``ssl_check_hostname=false``, ``ssl_cert_reqs``) or from a
-  :class:`RedisTls` passed to :func:`connect`, which wins.  They are checked before anything
-  connects: TLS settings on a URL that is not ``rediss://`` (redis-py would ignore or choke on
-  them), a file that cannot be read, are a :class:`RedisUrlError` naming the parameter.
-* The whole URL may be ``${env:NAME}`` or ``${file:PATH}`` (:func:`namesrv.options.resolve_secret`),
-  so a password need not sit in a properties file or on a command line.
-* :func:`redact_url` is the one way a URL reaches a log or a message: the password (in the
-  authority or a ``password=`` query parameter) becomes ``***``.  :func:`describe_error` turns
-  redis-py's errors into a sentence naming the redacted URL and what to check (a wrong password,
-  a server that wants one, TLS that failed).
-* ``redis+cluster://[user:password@]host:port[/0]`` (``rediss+cluster://`` with TLS) is a Redis Cluster:
-  redis-py's ``RedisCluster``, seeded by that one node, which finds the others itself. The keys of a
-  prefix then carry a hash tag (``{namesrv}:route:T``, :class:`namesrv.routes.snapshot.RedisKeys`),
-  so every key the job writes lives in one slot and each batch's MULTI/EXEC still holds;
-  ``docs/redis-keys.md`` has the trade-off. A cluster has database 0 only: another one is refused.
-  redis-py's cluster client asks the cluster for its slots when it is made and fails if no node
-  answers; this one is made at its first command instead, and an unreachable cluster is a
-  ``redis.ConnectionError`` there, as a single Redis's is: Redis down must not stop the job's start.
-* ``retries=False`` gives a client that fails at once: a node's warm start must not spend redis-py's
-  default back-off before it falls back to another source.
-
-redis-py is imported only when a client is built: a node that never uses Redis never imports it.
+URL into a client, so that what every client shares (scheme, credentials, TLS files, timeouts) is
+decided in one place.  It reads ``redis://``, ``unix://``, ``rediss://`` (TLS files from the query
+or a :class:`RedisTls`, checked before anything connects) and ``redis+cluster://`` (a Redis Cluster,
+made at its first command so that Redis down does not stop a start); the whole URL may be a
+``${env:...}``/``${file:...}`` secret.  :func:`redact_url` is the one way a URL reaches a log, and
+:func:`describe_error` says what to check.  redis-py is imported only when a client is built.
+``docs/internals/redis-clients.md`` has the details.
 """
 
 from __future__ import annotations

@@ -1,31 +1,13 @@
 """Answers to requests that come back byte for byte but for the opaque: route lookups and heartbeats.
 
-Theory of operation.  A client asks for the same topic's route over and over, a broker sends the same
-QUERY_DATA_VERSION or BROKER_HEARTBEAT every few seconds, and each time only the opaque differs.  The
-full path (parse the header, build a :class:`~namesrv.protocol.command.RemotingCommand`, dispatch,
-decode the custom header, look up the cached answer, build the response, encode it) costs about
-fifteen Python calls per request.  :class:`Repeats` answers such a frame straight from the
-decoder's buffer: the bytes before the opaque's digits are the key, the bytes after them (header and
-body) must match what was learnt, and the answer is a remembered frame with the request's digits put
-back in (a JSON header writes the opaque as those same digits).
-
-What is learnt, and when it holds:
-
-* a frame is learnt from the full path's answer to it, the second time its bytes are seen (so
-  requests that never repeat cost a hash and a set entry), and only when two parses prove that its
-  digits are the opaque and nothing else, and an encoding with another opaque proves the answer's
-  digits are too;
-* GET_ROUTEINFO_BY_TOPIC: the answer depends only on the request and on what the node's answer
-  cache depends on (:meth:`~namesrv.handlers.NameServerNode.answer_generation`: routes, KV store,
-  two settings) plus the readiness settings; every entry is dropped when any of these changes;
-* QUERY_DATA_VERSION and BROKER_HEARTBEAT (SUCCESS only): each repeat refreshes the broker's entry
-  and tells the observer, as the handler does; a QUERY_DATA_VERSION entry holds for as long as the
-  broker's entry holds the same DataVersion object (a new registration replaces it).
-
-Nothing is repeated when ACL is on (every request is checked), when a request's header is not JSON, or
-for a frame larger than :data:`MAX_FRAME_BYTES`.  Entries are bounded in bytes
-(:data:`REPEATS_MAX_BYTES`, oldest out first); a route answer's body is the node cache's own bytes
-object, but is counted here in full.  Everything runs on the event loop.
+Clients ask for the same route over and over and brokers send the same QUERY_DATA_VERSION or
+BROKER_HEARTBEAT every few seconds, and the full path costs about fifteen Python calls per request.
+:class:`Repeats` answers such a frame straight from the decoder's buffer: the bytes around the
+opaque's digits must match what was learnt, and the answer is a remembered frame with the request's
+digits put back in.  A frame is learnt the second time it is seen, only once parsing proves its
+digits are the opaque, and an entry is dropped whenever what its answer depends on changes.
+Nothing is repeated with ACL on, for non-JSON headers or for large frames; entries are bounded in
+bytes, and everything runs on the event loop.  ``docs/internals/codec.md`` has the exact rules.
 """
 
 from __future__ import annotations
@@ -35,7 +17,7 @@ import re
 import struct
 from typing import Any
 
-from namesrv.handlers import NameServerNode, NodeObserver, data_version_answer
+from namesrv.handlers import HandlerContext, NodeObserver, data_version_answer
 from namesrv.protocol.codec import FrameDecoder, LocalProtocolError, RemoteProtocolError, decode_frame, encode
 from namesrv.protocol.codes import RequestCode, ResponseCode, SerializeType
 from namesrv.protocol.command import RemotingCommand
@@ -101,7 +83,7 @@ class Repeat:
 class Repeats:
     """The node's learnt requests, shared by its connections (see the module notes)."""
 
-    def __init__(self, node: NameServerNode, max_bytes: int = REPEATS_MAX_BYTES) -> None:
+    def __init__(self, node: HandlerContext, max_bytes: int = REPEATS_MAX_BYTES) -> None:
         self.node = node
         self.max_bytes = max_bytes
         self._table: dict[bytes, Repeat] = {}

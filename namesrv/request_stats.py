@@ -1,22 +1,13 @@
 """Counting on the request path, in plain ints, for the metrics endpoint (:mod:`namesrv.metrics`).
 
-Theory of operation: :class:`RequestStats` counts every request the node handles per (request
-code, response code) (one dict lookup, one addition, on the event loop) and times one request in
-:data:`SAMPLE_EVERY` into latency buckets.  Measured in-process on the route workload, timing every
-request (a clock read, a bisect and a float sum each) cost 8 % of a cached route lookup, counting
-alone about 1 %; prometheus_client's ``Histogram.labels(...).observe``, with its lock and label
-lookup, costs more than either.  Nothing here is shared but the ints; a scrape, on the
-metrics server's thread, copies them (:meth:`RequestStats.snapshot`), and the GIL makes each copy
-whole.  The module imports nothing of prometheus_client, so a node with ``metricsPort=0`` never
-loads it.
-
-Latency (of the timed requests) is what the node spent on the request: from the end of the previous request on the same
-connection (or from reading its bytes) to its encoded answer, so parsing, handling and encoding,
-plus the work off the loop for KV and config writes and large registrations.  Time waiting in
-socket buffers is not in it.
-
-Request codes come from peers: a code the node has no handler for is counted as :data:`OTHER`, so
-a peer cannot grow the set of keys.  Response codes are the node's own.
+:class:`RequestStats` counts every request per (request code, response code), one dict lookup and
+one addition on the event loop, and times one request in :data:`SAMPLE_EVERY` into latency buckets:
+timing every request, or prometheus_client's locked ``Histogram``, would cost the request path far
+more.  A scrape, on the metrics server's thread, copies the ints (:meth:`RequestStats.snapshot`).
+Latency is what the node spent on a request, from the end of the previous one on the connection (or
+reading its bytes) to its encoded answer, off-loop work included, socket buffers not.  Request codes
+come from peers, so codes without a handler count as :data:`OTHER` and a peer cannot grow the keys.
+prometheus_client is not imported here.  ``docs/internals/metrics.md`` has the measurements.
 """
 
 from __future__ import annotations
@@ -58,7 +49,7 @@ class Buckets:
         return list(self.counts), self.sum
 
 
-#: one request in this many is timed: a clock read on every request cost 8 % of a route lookup here
+#: one request in this many is timed: a clock read on every request is a noticeable share of a route lookup
 SAMPLE_EVERY = 16
 
 

@@ -1,71 +1,13 @@
-"""The asyncio shell around the sans-I/O core: connections, framing, dispatch, shutdown.
+"""The asyncio TCP server around the sans-I/O core: connections, framing, dispatch, shutdown.
 
-``data_received`` only feeds the decoder and dispatches complete commands; everything a request
-does happens in :mod:`namesrv.handlers` (a route lookup or heartbeat that repeats one answered
-before but for its opaque is answered by :mod:`namesrv.repeats` from its bytes, to the same effect).  A frame the decoder rejects closes that connection and
-nothing else.  A connection that closes, or stays silent for ``serverChannelMaxIdleTimeSeconds``,
-unregisters the brokers that registered through it, as Netty's channel events do in Java, and the
-observer hears why, as a :class:`~namesrv.departure.Departure` (the CHANNEL_CLOSED event's reason):
-closed by the peer, a connection error, idle past ``serverChannelMaxIdleTimeSeconds`` or a malformed
-frame.  A node that stops closes every connection without reporting them: its brokers did not lose
-anything the monitor should act on.
-
-Time comes from the server's ``clock`` (monotonic seconds, injected so that a test drives the idle
-scan, :meth:`NameServer.close_idle_connections`, without waiting).
-
-A peer that sends requests but does not read the answers gets no more answers buffered for it than
-the transport's high-water mark (``writeBufferHighWaterMark`` when it and ``writeBufferLowWaterMark``
-are both set, as Netty's ``WRITE_BUFFER_WATER_MARK``; else the loop's default, 64 KiB): past it we
-stop reading from that peer until fewer than the low-water mark wait.  ``serverSocketSndBufSize``
-and ``serverSocketRcvBufSize`` set each accepted socket's SO_SNDBUF and SO_RCVBUF, as Netty's child
-options do; marks and sizes are read once, when the node starts listening.  Java
-queues such requests in its executors and answers SYSTEM_BUSY once they are full; holding back
-lets TCP slow the peer down instead, and no request is refused or lost.
-
-Memory held for peers has one node-wide budget (:data:`BUFFER_BUDGET_BYTES`): the bytes of frames
-received but not yet answered (an unfinished frame may be up to 16 MiB) plus the answers written but
-not yet taken by the peer.  Past it the node stops reading from every connection that holds a large
-share (:data:`BUDGET_OFFENDER_BYTES` or more; a well-formed client holds a few KiB), so the memory
-stops growing while small requests keep being served; reading resumes once the total is back under
-three quarters of the budget.  A connection held back this way cannot even see its peer leave (the
-peer's FIN waits behind the bytes we do not read), and its unfinished frame cannot grow: one held
-back for :data:`HELD_BACK_LIMIT_S` is closed, unless a broker registered on it (that would unregister
-the broker; the idle limit still applies to it), so the memory an attack held comes back within
-seconds of its end, not at the idle limit.
-
-A connection receiving a large frame (256 KiB or more, known from its first 8 bytes) reads once, then
-waits in a node-wide line (:meth:`NameServer.read_large_frame_later`): one such read per turn of the
-loop, whoever's frame it is, and no more than :data:`LARGE_FRAME_BYTES_PER_S` of them in all (32 MiB/s:
-a 16 MiB registration takes half a second to arrive).  Each read costs about 0.25 ms (256 KiB
-received into memory never touched before, whose pages fault in), so however many peers stream
-large frames, a turn of the loop takes one read of them, the requests of everyone else wait for no
-more than that, and those reads take a few per cent of a core.  The pace holds from the read that
-brings the frame's header.  Reading one piece per turn but as fast as the loop turned, the node took
-20 connections' unfinished 16 MiB frames at ~300 MB/s, filled its 64 MiB budget in about 0.2 s and,
-with the attacker's own sending, kept both cores of the test machine busy: a well-formed client's
-p99 was 4-8 ms then, 1-4 ms paced on a quiet machine (tests/conformance/test_attack_latency.py).  A large frame is
-received straight into memory of its own, of the length its header declares (see
-:mod:`namesrv.protocol.codec`); everything else into the node's one read buffer, then fed to the
-connection's decoder.
-
-A request whose work runs off the loop (:class:`namesrv.handlers.Pending`: KV and config writes,
-large registration bodies) holds its connection: nothing more is read or answered there until its
-answer is out, so a connection's answers keep their order and one connection has at most one such
-piece of work in flight.
-
-Nothing a peer sends ends in a traceback: a malformed frame, and anything else that goes wrong
-while reading a connection, closes that connection with one WARNING naming the peer and the reason,
-at most :data:`_DROP_LOG_PER_MINUTE` such lines a minute (the rest are counted in the next one).
-
-With TLS or the PROXY protocol on (``tls.*`` keys, ``proxyProtocolMode``), connections are accepted
-and set up by :mod:`namesrv.handshake` before a :class:`Connection` exists: that module reads any
-PROXY preamble and tells TLS from plaintext by the first byte, then hands the connection over, named
-after the client's real address.  Without them the loop's own server accepts, as it always did.
-
-The node's only outbound traffic is NOTIFY_MIN_BROKER_ID_CHANGE (``notifyMinBrokerIdChanged``):
-each one is a background task that connects to the broker's own address, writes the oneway frame
-and closes.  Java keeps a pooled client connection per broker instead; notifications are rare
-(a group's minimum id changes), so a connection each costs less than keeping them open.
+``data_received`` only feeds the decoder and dispatches complete commands; what a request does
+happens in :mod:`namesrv.handlers` (or in :mod:`namesrv.repeats`, for a repeat of an answered
+request).  A connection that closes, or stays idle past ``serverChannelMaxIdleTimeSeconds``,
+unregisters the brokers registered on it and tells the observer why (a
+:class:`~namesrv.liveness.Departure`); a node that stops reports none of its own closes.  Memory held
+for peers has one node-wide budget, large frames are read at a node-wide pace, and a peer that does
+not read its answers is held back rather than refused: docs/internals/remoting-server.md says how
+and why.  Time comes from the injected ``clock``, so a test drives the idle scan without waiting.
 """
 
 from __future__ import annotations
@@ -81,18 +23,17 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
-from namesrv import departure
 from namesrv.client import parse_addr
-from namesrv.departure import Departure
 from namesrv.handlers import (
     BODY_LIMITS,
     MAX_REQUEST_HEADER_BYTES,
-    NameServerNode,
+    HandlerContext,
     Pending,
     dispatch,
     min_broker_id_change_request,
 )
 from namesrv.handshake import Acceptor, TransportSecurity
+from namesrv.liveness import Departure, departure
 from namesrv.logs import RateLimited
 from namesrv.protocol.codec import FrameDecoder, LocalProtocolError, RemoteProtocolError, encode
 from namesrv.protocol.codes import ResponseCode, SerializeType
@@ -182,7 +123,7 @@ class Connection(asyncio.BufferedProtocol):
         "into_frame",
     )
 
-    def __init__(self, server: NameServer, peer: str | None = None) -> None:
+    def __init__(self, server: RemotingServer, peer: str | None = None) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
         self.decoder = FrameDecoder(BODY_LIMITS, MAX_REQUEST_HEADER_BYTES)
@@ -256,7 +197,7 @@ class Connection(asyncio.BufferedProtocol):
         ) and not self.throttled:
             # libuv reads a ready socket up to 32 times in a row: a peer streaming a large frame (or a
             # refused body we drop) would take the loop for milliseconds each turn.  One read at a
-            # time, then wait for a turn (NameServer.read_large_frame_later), from the read that
+            # time, then wait for a turn (RemotingServer.read_large_frame_later), from the read that
             # brought the frame's header: from 256 KiB on only, 20 connections opened at once took
             # 5 MiB at full speed, just when the attacker's own sending is busiest.
             self.throttled = True
@@ -300,7 +241,7 @@ class Connection(asyncio.BufferedProtocol):
                         continue
                 if (request := decoder.next_command()) is None:
                     break
-                response = dispatch(server.node, request, self, wait=False)
+                response = dispatch(server.context, request, self, wait=False)
                 if response is None:
                     if stats is not None and not request.is_response:
                         started = stats.record(request.code, ONEWAY, started)
@@ -414,11 +355,11 @@ class Connection(asyncio.BufferedProtocol):
         return f"Connection({self.peer})"
 
 
-class NameServer:
-    """A listening name-server node and the background work that belongs to it."""
+class RemotingServer:
+    """The node's listening TCP server: its connections, their buffers and its background tasks."""
 
-    def __init__(self, node: NameServerNode, clock: Callable[[], float] = time.monotonic) -> None:
-        self.node = node
+    def __init__(self, context: HandlerContext, clock: Callable[[], float] = time.monotonic) -> None:
+        self.context = context
         #: monotonic seconds, for the connections' idle limit
         self.clock = clock
         self.connections: set[Connection] = set()
@@ -428,7 +369,7 @@ class NameServer:
         self._server: asyncio.base_events.Server | None = None
         #: accepts and sets up connections itself when TLS or the PROXY protocol is on
         self._acceptor: Acceptor | None = None
-        mode = node.config.response_serialize_type.upper()
+        mode = context.config.response_serialize_type.upper()
         self._echo_type = mode == "ECHO"
         self._response_type = SerializeType.ROCKETMQ if mode == "ROCKETMQ" else SerializeType.JSON
         self._opaque = itertools.count(1)
@@ -451,7 +392,7 @@ class NameServer:
         #: requests counted for the metrics endpoint (namesrv.metrics); None: not counted (metricsPort=0)
         self.request_stats: RequestStats | None = None
         #: route lookups and heartbeats answered again from their bytes; None: every request takes the full path
-        self.repeats: Repeats | None = Repeats(node)
+        self.repeats: Repeats | None = Repeats(context)
 
     @property
     def port(self) -> int:
@@ -583,7 +524,7 @@ class NameServer:
             if (
                 not closing
                 and c.held_back_since < deadline
-                and self.node.routes.on_channel_destroy(c, wait=False) == []
+                and self.context.routes.on_channel_destroy(c, wait=False) == []
             ):
                 c.drop(departure.stalled(HELD_BACK_LIMIT_S, c.decoder.buffered))
 
@@ -600,7 +541,7 @@ class NameServer:
             log.error("background task %s failed", task.get_name(), exc_info=task.exception())
 
     def channel_destroyed(self, connection: Connection, why: Departure) -> None:
-        requests = self.node.routes.on_channel_destroy(connection, wait=self.loop is None or self._stopping)
+        requests = self.context.routes.on_channel_destroy(connection, wait=self.loop is None or self._stopping)
         if requests is None:
             # the worker is applying a large registration, which may hold the tables for a second:
             # look again shortly rather than stall every client meanwhile
@@ -609,13 +550,13 @@ class NameServer:
             return
         if requests:
             log.info("%s from %s: unregistering %s", why, connection.peer, [r.broker_addr for r in requests])
-            self.node.submit_unregister(requests)
+            self.context.submit_unregister(requests)
             if self._stopping:
                 # the node is going away, not the broker's connection: reporting it would tell the
                 # monitor the broker is gone here, and a fleet-wide restart would remove every broker
                 return
             for r in requests:
-                self.node.observer.broker_unregistered(r, why)
+                self.context.observer.broker_unregistered(r, why)
 
     def notify_min_broker_id_change(self, change: MinBrokerIdChange) -> None:
         """Send the change to each of its targets in the background; failures are logged, never raised."""
@@ -649,7 +590,7 @@ class NameServer:
 
     def _read_socket_settings(self) -> None:
         """Netty reads these once, when it binds; so do we (an update at run time changes nothing)."""
-        config = self.node.config
+        config = self.context.config
         self._socket_buffers = tuple(
             (option, size)
             for option, size in (
@@ -682,8 +623,8 @@ class NameServer:
         # (CPython's default is 5 ms, the whole latency budget of a route lookup)
         sys.setswitchinterval(_GIL_SWITCH_S)
         self.loop = loop = asyncio.get_running_loop()
-        backlog = self.node.config.server_socket_backlog
-        security = TransportSecurity.from_config(self.node.config)  # ConfigError naming the key
+        backlog = self.context.config.server_socket_backlog
+        security = TransportSecurity.from_config(self.context.config)  # ConfigError naming the key
         if security.sniffing:
             self._acceptor = Acceptor(security, lambda peer: Connection(self, peer), self.spawn)
             await self._acceptor.listen(host, port, backlog)
@@ -694,7 +635,7 @@ class NameServer:
         self.spawn(self._close_idle_connections(), "idle-connections")
 
     async def _close_idle_connections(self) -> None:
-        idle_limit = self.node.config.server_channel_max_idle_time_seconds
+        idle_limit = self.context.config.server_channel_max_idle_time_seconds
         if idle_limit <= 0:
             return
         while True:
@@ -703,7 +644,7 @@ class NameServer:
 
     def close_idle_connections(self) -> None:
         """Close every connection silent for longer than serverChannelMaxIdleTimeSeconds (0: never)."""
-        idle_limit = self.node.config.server_channel_max_idle_time_seconds
+        idle_limit = self.context.config.server_channel_max_idle_time_seconds
         if idle_limit <= 0:
             return
         deadline = self.clock() - idle_limit
@@ -727,6 +668,6 @@ class NameServer:
         if self._budget_check is not None:
             self._budget_check.cancel()
         # KV and config writes already acknowledged to no one may still be running: let them end
-        await asyncio.wait_for(asyncio.to_thread(self.node.close), timeout)
+        await asyncio.wait_for(asyncio.to_thread(self.context.close), timeout)
         if self._server is not None:
             await asyncio.wait_for(self._server.wait_closed(), timeout)

@@ -1,38 +1,14 @@
 """TLS settings and contexts: the node's (RocketMQ's ``tls.*`` keys) and the clients' (``--tls`` options).
 
-Theory of operation
--------------------
-RocketMQ reads its TLS settings from ``-D`` system properties (``TlsSystemConfig``) and then, when
-the file named by ``tls.config.file`` (default ``/etc/rocketmq/tls.properties``) exists, lets that
-file's ``tls.test.mode.enable`` and ``tls.server.*`` values override them (``TlsHelper``); the mode
-itself is never read from the file.  Here the node's properties stand in for the system properties
-and the rest is the same, with these differences, each to refuse at start-up what would otherwise
-fail later or silently:
-
-* every value is checked (``true``/``false``, the modes and client-auth choices), and an error
-  names the key, the value and where it came from (the node's properties or the file);
-* a ``tls.config.file`` set to anything but the default must exist; an unreadable file is an error;
-* a ``tls.server.mode`` in the file is ignored, as in RocketMQ, but with a WARNING saying so;
-* files are checked when the settings are read: certificate and key together, each readable;
-  ``tls.server.need.client.auth`` other than ``none`` needs ``tls.server.trustCertPath``, since client
-  certificates are always verified against it (RocketMQ verifies them only with
-  ``tls.server.authClient=true``, else it takes any certificate; the standard library has no such
-  mode); test mode together with a certificate is refused (RocketMQ silently ignores the certificate);
-  ``enforcing`` with neither a certificate nor test mode is refused (no client could connect);
-* test mode is off by default (RocketMQ's default is on): a node that nobody configured for TLS
-  serves exactly what it served before, over the same code path.
-
-:func:`server_context` builds the node's :class:`ssl.SSLContext` (None: plaintext only) from the
-standard library, TLS 1.2 or later.  An encrypted key is opened with ``tls.server.keyPassword``; one
-without a password configured fails with a message saying so, rather than OpenSSL prompting on the
-terminal.  Test mode makes a self-signed certificate (EC P-256, for ``localhost`` and ``127.0.0.1``)
-with the ``openssl`` command (the ``cryptography`` package is not a dependency), loads it and
-deletes the files; its SHA-256 fingerprint is logged so that a client can pin it.
-
-:func:`client_context` is the one way our clients (``namesrv admin``, ``namesrv simulate``, the
-test clients) get TLS: the system's CAs or ``--tls-ca``, optionally a client certificate, and
-``--tls-insecure`` to skip verification (what RocketMQ's Java client does by default,
-``tls.client.authServer=false``).
+The node reads RocketMQ's ``tls.*`` keys as RocketMQ reads them, its properties standing in for
+``-D`` system properties and the file named by ``tls.config.file`` overriding the test mode and
+``tls.server.*`` values, but checks every value and file at start-up and refuses combinations that
+would fail later or silently (client auth without a trust file, test mode with a certificate,
+``enforcing`` with neither).  Test mode is off by default, so a node nobody configured for TLS
+serves exactly what it served before.  :func:`server_context` builds the node's
+:class:`ssl.SSLContext` with the standard library (a self-signed certificate made by ``openssl`` in
+test mode); :func:`client_context` is the one way our own clients get TLS.
+``docs/internals/tls-and-proxy.md`` lists every difference from RocketMQ.
 """
 
 from __future__ import annotations

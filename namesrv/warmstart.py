@@ -1,25 +1,14 @@
 """Warm start: serve the routes the streaming job keeps in Redis until the brokers register.
 
-Theory of operation
--------------------
-A name server that restarts empty answers TOPIC_NOT_EXIST for every topic until each broker's
-next registration (up to 30 s; apache/rocketmq#9411).  With ``warmStartFromRedis=true`` a node
-reads, before it listens, the route model the streaming job materialises under
-``redisKeyPrefix`` (``P:model:topics``, ``P:model:brokers`` and ``P:meta``; see
-``docs/redis-keys.md``) in one MULTI/EXEC, so the three keys come from the same micro-batch.
-The snapshot's filter servers and static-topic mappings come with it, so a loaded route is the
-one the node answered before it restarted (snapshots older than those fields load without them).
-The keys and the one validation of their values are :mod:`namesrv.routes.snapshot`'s, shared
-with the job.  It loads them with :meth:`RouteInfoManager.load_provisional`: every live broker is
-*provisional* (no connection, last update = now, the broker's own heartbeat timeout or the
-default) until its own REGISTER_BROKER replaces it, and entries no registration confirms
-within their timeout are dropped by :func:`drop_unconfirmed`, a task of its own so that it
-also runs while the monitor has switched the local expiry scan off.  ``docs/warm-start.md``
-explains the trade-off.
-
-Nothing here may stop a node from starting: Redis down, slow, empty or holding something
-unreadable is a warning, and the node starts empty as it would without warm start.  The read
-runs in a thread bounded by :data:`READ_TIMEOUT_S`.
+A name server that restarts empty answers TOPIC_NOT_EXIST for every topic until each broker's next
+registration (apache/rocketmq#9411).  With ``warmStartFromRedis=true`` a node reads, before it
+listens, the route model the job keeps under ``redisKeyPrefix`` in one MULTI/EXEC (so all of it
+comes from one micro-batch; keys and validation are :mod:`namesrv.routes.snapshot`'s) and loads it
+with :meth:`RouteInfoManager.load_provisional`: every live broker is provisional until its own
+registration replaces it, and :func:`drop_unconfirmed`, a task of its own so that it also runs while
+the local expiry scan is off, drops those no registration confirms in time.  Nothing here may stop
+a node from starting: any failure is a warning, the read is bounded by :data:`READ_TIMEOUT_S`, and
+the node then starts empty.  ``docs/warm-start.md`` explains the trade-off.
 """
 
 from __future__ import annotations
@@ -72,7 +61,7 @@ RedisModel = ModelSnapshot
 
 @dataclass(frozen=True)
 class WarmStartReport:
-    """What a warm start loaded; the node keeps it (``RunningNode.warm_start``)."""
+    """What a warm start loaded; the node keeps it (``namesrv.app.Node.warm_start``)."""
 
     source: str
     batch_id: int | None

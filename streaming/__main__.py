@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    from streaming import job
+    from streaming import job, session
 
     stopping = threading.Event()
 
@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     try:
-        spark = job.build_spark(cfg)
+        spark = session.build_spark(cfg)
     except ConfigError as exc:  # Spark's Kafka connector is missing
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stopping.set()
 
     # under spark-submit the JVM is what a supervisor signals: it must leave the stop to us
-    job.forward_jvm_signals(spark, _jvm_stop)
+    session.forward_jvm_signals(spark, _jvm_stop)
     failures: list[float] = []
     try:
         while True:

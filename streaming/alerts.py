@@ -1,51 +1,14 @@
 """Live cluster health alerts: what they say, how one incident stays one alert, and how they read.
 
-Theory of operation
--------------------
-An *incident* is identified by its kind and what it concerns (:attr:`Alert.incident`): the
-broker expired, this broker group leaves topics without a writable queue, this node stopped
-ticking. An incident is announced once with state OPEN and once more with state RESOLVED when
-it ends; nothing is said while it lasts (the pager, :mod:`streaming.paging`, repeats open ones
-to Alertmanager, which needs that). Two places open and resolve incidents:
-
-* the stateful step (:mod:`streaming.liveness`), per broker and per node, keeping the open
-  flags in Spark state: BROKER_EXPIRED, BROKER_REMOVED, BROKER_FLAPPING, NODE_SILENT;
-* the driver, from the whole route model after each micro-batch (:func:`route_incidents`) and
-  from the query progress (:func:`lag_incident`, :func:`clock_incidents`): GROUP_WITHOUT_MASTER,
-  TOPIC_NOT_WRITABLE, MONITOR_LAGGING, NODE_CLOCK_AHEAD. :class:`AlertBook` remembers which are open (restored from Redis after a
-  restart) and turns "what is wrong now" into OPEN/RESOLVED transitions.
-
-One failure is one incident, not one per topic. A topic without a writable queue is an effect;
-its cause is a broker group: gone (its last broker expired or lost its connection), without a
-master (producers write to masters only), or registered with queues nobody may write to. So the
-route incidents are per group (:func:`route_incidents`): GROUP_WITHOUT_MASTER and
-TOPIC_NOT_WRITABLE, both keyed by (cluster, broker name), each naming in :attr:`Alert.topics` the
-topics the group leaves without a writable queue. A topic served by two broken groups is named
-by both. The message names at most :data:`MAX_NAMED_TOPICS` ordinary topics and only counts the
-``%RETRY%``/``%DLQ%`` topics and the system topics (:func:`topic_class`): RocketMQ brokers create
-topics named after their broker name and cluster name, ``rmq_sys_*`` topics and a few fixed
-ones, some of them never writable by design (``rmq_sys_SYNC_BROKER_MEMBER_<name>`` has only the
-inherit permission, the broker and cluster topics too when ``brokerTopicEnable`` /
-``clusterTopicEnable`` are off). A group whose only unwritable topics are system topics opens no
-TOPIC_NOT_WRITABLE: a healthy 5.x cluster would otherwise page forever. A group that is gone
-keeps its incident open while any topic lost with it has no route (until the group or another
-one serves it again, or an admin deletes it): the open alert carries its topics, in Redis too,
-so a restarted job still knows them.
-
-Every alert goes to the alerts topic as JSON (version 1, below; Kafka key = incident id) and to
-the ``streaming.alerts`` logger as one line. The open ones are also kept in Redis
-(``docs/redis-keys.md``).
-
-Alert JSON, version 1 (absent fields are not written)::
-
-    {"v": 1, "id": "BROKER_EXPIRED|DefaultCluster|10.0.0.1:10911", "kind": "BROKER_EXPIRED",
-     "state": "OPEN", "severity": "CRITICAL", "clusterName": "DefaultCluster",
-     "brokerName": "broker-a", "brokerAddr": "10.0.0.1:10911", "topic": null, "node": null,
-     "eventTime": 1732240000000, "message": "...", "monitor": "host:123", "emittedAt": 1732240001234}
-
-GROUP_WITHOUT_MASTER and TOPIC_NOT_WRITABLE add ``"topics"`` (the topics left without a writable
-queue, sorted; on the alerts topic at most :data:`MAX_NAMED_TOPICS` + the system ones' share of
-the list, see :func:`encode_alert`) and ``"topicCount"`` (how many there are in all).
+An *incident* (:attr:`Alert.incident`: a kind and what it concerns) is announced once OPEN and once
+RESOLVED, nothing in between.  The stateful step (:mod:`streaming.liveness`) opens the per-broker
+and per-node kinds; the driver opens the others from the route model after each micro-batch
+(:func:`route_incidents`) and from the query's progress (:func:`lag_incident`,
+:func:`clock_incidents`), and :class:`AlertBook` turns "what is wrong now" into transitions.  One
+failure is one incident: a topic without a writable queue is blamed on its broker group, which names
+the topics it affects, and system topics that are unwritable by design open nothing.  Every alert
+goes to the alerts topic as JSON (:func:`encode_alert` documents it) and to the ``streaming.alerts``
+logger; open ones are kept in Redis.  ``docs/internals/alerts.md`` has the rules in full.
 """
 
 from __future__ import annotations
@@ -172,7 +135,17 @@ _FIELDS = (
 
 
 def encode_alert(alert: Alert, *, monitor: str, emitted_at: int, max_topics: int = MAX_NAMED_TOPICS) -> bytes:
-    """The alert's JSON; ``topics`` lists at most ``max_topics`` names (ordinary ones first), ``topicCount`` all."""
+    """The alert's JSON, version 1; fields without a value are not written, and the Kafka key is ``id``::
+
+        {"v": 1, "id": "BROKER_EXPIRED|DefaultCluster|10.0.0.1:10911", "kind": "BROKER_EXPIRED",
+         "state": "OPEN", "severity": "CRITICAL", "clusterName": "DefaultCluster",
+         "brokerName": "broker-a", "brokerAddr": "10.0.0.1:10911", "eventTime": 1732240000000,
+         "message": "...", "monitor": "host:123", "emittedAt": 1732240001234}
+
+    Other fields: ``topic``, ``node``; for GROUP_WITHOUT_MASTER and TOPIC_NOT_WRITABLE, ``topics``
+    (the topics the group leaves without a writable queue: at most ``max_topics`` names, ordinary ones
+    first) and ``topicCount`` (how many there are in all).
+    """
     out: dict[str, Any] = {"v": ALERT_VERSION, "id": alert.incident}
     for name, attr in _FIELDS:
         value = getattr(alert, attr)
@@ -300,7 +273,7 @@ def lost_topics(
 def route_incidents(
     health: RouteHealth, at: int, lost: Mapping[tuple[str, str], Iterable[str]] | None = None
 ) -> dict[str, Alert]:
-    """Open incidents the route tables show now, one per broker group at fault (see the module docstring).
+    """Open incidents the route tables show now, one per broker group at fault (``docs/internals/alerts.md``).
 
     ``health`` must have been asked about every topic in ``lost`` (its ``routeless_topics``): the
     topics lost with each (cluster, broker name), which stay lost while they have no route at all.

@@ -1,20 +1,13 @@
 """Typed configuration of the streaming job, from ``conf/streaming.properties``.
 
-Theory of operation: :data:`OPTIONS` is the one table of keys; each row names the key, the
-:class:`StreamingConfig` attribute, its converter (:mod:`namesrv.options`, shared with the node's
-and the local services' tables: one error, one boolean syntax, one message shape) and a line of
-documentation (``conf/streaming.properties`` shows every key with its default). Loading is strict:
-a value that does not parse, or a key that is not in the table, stops the job with a message naming
-it, so a typo in ``monitor.watermarkDelayMillis`` cannot silently fall back to a default.
-Keys starting with ``spark.`` are not ours: they go to the SparkSession builder unchanged
-(``spark.master``, ``spark.sql.shuffle.partitions``, anything Spark knows).
-
-Kafka security uses the Kafka client's own names after ``kafka.`` (``kafka.security.protocol``,
-``kafka.sasl.*``, ``kafka.ssl.*``; :data:`namesrv.kafka_clients.SECURITY_KEYS`), the same keys as the
-nodes' file.  They are checked whole at load (:class:`~namesrv.kafka_clients.KafkaSecurity`) and
-reach every client of the job: the source (as Spark's connector's ``kafka.*`` options, the Java
-client's names) and the publisher of actions and alerts (kafka-python).  ``redis.url`` is checked at load by
-:func:`namesrv.redis_clients.check_url` (``rediss://`` and its files, credentials in the URL).
+:data:`OPTIONS` is the one table of keys: each row names the key, the :class:`StreamingConfig`
+attribute, its converter (:mod:`namesrv.options`, shared with the node's and the local services'
+tables) and a line of documentation.  Loading is strict: a value that does not parse, or a key that
+is not in the table, stops the job naming it, so a typo cannot silently fall back to a default.
+Keys starting with ``spark.`` go to the SparkSession builder unchanged.  Kafka security uses the
+Kafka client's own names after ``kafka.``, checked whole at load
+(:class:`~namesrv.kafka_clients.KafkaSecurity`); ``redis.url`` is checked by
+:func:`namesrv.redis_clients.check_url`.  ``docs/internals/config.md`` has more.
 """
 
 from __future__ import annotations
@@ -85,7 +78,7 @@ SPARK_DEFAULTS: Mapping[str, str] = {
     # Checkpoint files (offsets, commits, state changelogs) are written to a temporary name and
     # renamed. The default manager renames through Hadoop's FileContext, which on a local disk runs
     # `readlink` in a child process for every rename (Hadoop's RawLocalFileSystem without its native
-    # library): ~90 ms of every micro-batch here. FileSystem.rename is a plain rename(2), as atomic
+    # library), a cost on every micro-batch. FileSystem.rename is a plain rename(2), as atomic
     # on a local disk (the checkpoint directory, monitor.checkpointDir, is a local path) and on HDFS.
     "spark.sql.streaming.checkpointFileManagerClass": (
         "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"

@@ -291,7 +291,7 @@ EVENTS_METRIC = "events"
 def count_events(bundles: DataFrame) -> DataFrame:
     """Report, per micro-batch, how many records arrived, how many were malformed, how many were ahead.
 
-    The counts reach :class:`streaming.job.ProgressLogger` in the query progress
+    The counts reach the progress logger (:mod:`streaming.progress`) in the query progress
     (``observedMetrics``); Spark's ``observe`` is exact across task retries, unlike an accumulator.
     For events ahead of the clock it also names two of the nodes that sent them (the greatest and
     the least name: ``observe`` allows no distinct or collecting aggregates) and the furthest claim.

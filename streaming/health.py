@@ -1,34 +1,15 @@
 """Cluster health for the console: what the monitor keeps in Redis besides routes, and how it reads back.
 
-Theory of operation
--------------------
-Writer (the job's driver). The stateful step (:mod:`streaming.liveness`) emits one row of kind
-:data:`KIND_HEALTH` per broker key and per node key that had events in a micro-batch: for a
-broker its newest heartbeat (event time), its timeout and whether it is alive, expired or
-removed; for a node its newest TICK and whether its own expiry scan is on. :class:`HealthBook`
-keeps the last value per broker and per node, folds in the batch's EXPIRE/REMOVE actions and its
-BROKER_FLAPPING / NODE_SILENT alerts, and hands what changed (:meth:`HealthBook.take`) to
-:meth:`streaming.routes.RedisRouteStore.commit`, which writes it in the batch's MULTI/EXEC. Only
-the last value per key is kept and only differences are written, so a batch costs what changed.
-
-States: ``alive``; ``expired`` (the monitor's EXPIRE: silent past its deadline); ``removed``
-(REMOVE: it unregistered, or lost its connection at every node); ``flapping``: alive while its
-BROKER_FLAPPING incident is open, i.e. it expired or came back more than ``alerts.flapThreshold``
-times within ``alerts.flapWindowMillis`` (an expired or removed broker keeps that state and
-``flapping: true``). A broker's deadline is ``lastHeartbeat + timeoutMillis``: it expires once
-event time is past it.
-
-Bounds: at most :data:`MAX_BROKERS` brokers and :data:`MAX_NODES` nodes (past that the ones gone
-longest, then the ones silent longest, are dropped), gone brokers and silent nodes are forgotten
-after ``monitor.forgetAfterMillis`` of event time (as the stateful step forgets them), and the list
-of resolved alerts (``P:alerts:resolved``, written by the store) keeps :data:`MAX_RESOLVED`.
-
-Reader (``namesrv console``). Redis is shared, so whatever :func:`read_health` reads is hostile
-until checked: every value is size-capped before it is parsed, and every field is checked for
-type and range with the bounds of the event schema (:mod:`namesrv.events.schema`); an entry that
-fails is skipped and counted in :attr:`HealthView.problems`, never fatal. Hashes are read whole
-only up to a cap (:func:`bounded_hash`). This module imports neither Spark nor pandas: the console
-imports it.
+Writer (the job's driver): the stateful step (:mod:`streaming.liveness`) emits a :data:`KIND_HEALTH`
+row per broker and node that had events in a batch; :class:`HealthBook` keeps the last value of
+each, folds in the batch's actions and alerts, and hands only what changed
+(:meth:`HealthBook.take`) to :meth:`streaming.routes.RedisRouteStore.commit`, which writes it in the
+batch's MULTI/EXEC.  Brokers, nodes and resolved alerts are bounded (:data:`MAX_BROKERS`,
+:data:`MAX_NODES`, :data:`MAX_RESOLVED`).  Reader (``namesrv console``): Redis is shared, so
+:class:`HealthReader` treats every value as hostile, capping sizes before parsing and checking each
+field with the event schema's bounds; a bad entry is skipped and counted, never fatal.  This module
+imports neither Spark nor pandas: the console imports it.  ``docs/internals/console.md`` has the
+states and bounds; ``docs/redis-keys.md`` the keys.
 """
 
 from __future__ import annotations

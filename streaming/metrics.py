@@ -3,16 +3,15 @@
 Theory of operation
 -------------------
 The driver already sees everything an operator wants to graph: the query's progress (the
-``ProgressLogger`` listener writes it into :class:`~streaming.job.MonitorStatus`), what each batch
-published and how long its Redis write took (:class:`~streaming.job.BatchSink` notes both in the
-same status), the route model and the open incidents (the sink's alert book).  Nothing new is
-measured: :class:`MonitorCollector` reads those when Prometheus scrapes, through the sink's and the
-status' read-only accessors, on the metrics server's thread (prometheus_client's, see
-:class:`namesrv.metrics.MetricsServer`).  Each value is a plain int or float written by one thread,
-or a copy of a dict or list taken in one step, which the GIL makes whole; the route counts are
-taken under the route manager's own lock.
+progress listener, :mod:`streaming.progress`, writes it into :class:`~streaming.status.MonitorStatus`),
+what each batch published and how long its Redis write took (:class:`~streaming.sink.BatchSink`
+notes both in the same status), the route model and the open incidents (the sink's alert book).
+Nothing new is measured: :class:`MonitorCollector` reads those when Prometheus scrapes, through the
+sink's and the status' read-only accessors, on the metrics server's thread (prometheus_client's, see
+:class:`namesrv.metrics.MetricsServer`), without their locks (see :mod:`streaming.status`); the route
+counts are taken under the route manager's own lock.
 
-Names are ``rocketmq_namesrv_monitor_*`` in base units (seconds); the README lists them.
+Names are ``rocketmq_namesrv_monitor_*`` in base units (seconds); docs/operations.md lists them.
 """
 
 from __future__ import annotations
@@ -30,21 +29,10 @@ from namesrv.request_stats import Buckets
 
 if TYPE_CHECKING:
     from streaming.config import StreamingConfig
-    from streaming.job import BatchSink, MonitorStatus
+    from streaming.sink import BatchSink
+    from streaming.status import MonitorStatus
 
-#: micro-batches take about a second on the shipped stack, tens of seconds on a loaded machine
-BATCH_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
-#: one MULTI/EXEC of a batch's routes, cluster info and alerts
-REDIS_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 PREFIX = "rocketmq_namesrv_monitor_"
-
-
-def batch_buckets() -> Buckets:
-    return Buckets(BATCH_SECONDS_BUCKETS)
-
-
-def redis_buckets() -> Buckets:
-    return Buckets(REDIS_SECONDS_BUCKETS)
 
 
 def _histogram(name: str, doc: str, buckets: Buckets) -> HistogramMetricFamily:

@@ -1,47 +1,13 @@
 """Alerts that reach people: Prometheus Alertmanager's v2 API and a generic JSON webhook.
 
-Theory of operation
--------------------
-The job decides alerts (:mod:`streaming.alerts`); this module delivers them, and must never slow
-a batch down nor lose one across a restart of either side.
-
-* **Off the batch.** :meth:`Pager.submit` only puts the batch's alerts into one bounded,
-  coalescing queue per target (the latest word on an incident wins) and wakes that target's
-  thread; the HTTP happens there. Each target (every Alertmanager of ``alerts.alertmanagerUrl``,
-  the ``alerts.webhookUrl``) has its own thread, so one that is down delays no other.
-* **Retries.** A delivery that fails (no connection, time-out, 5xx, 408, 429) is retried with
-  exponential back-off (tenacity, :func:`namesrv.retrying.retry_until_stopped`: 0.5 s doubling up
-  to the resend interval, at most 30 s), one WARNING per outage. Each attempt sends what is
-  pending *then*, so alerts decided meanwhile join it. An answer that refuses the payload
-  (another 4xx) is split: each alert is tried alone and only those refused alone are dropped,
-  logged with the answer.
-* **Alertmanager forgets.** It drops an alert whose ``endsAt`` has passed, and keeps alerts only
-  in memory. So, as Prometheus does, every open alert is sent again every
-  ``alerts.resendIntervalMillis`` with ``endsAt`` :data:`ENDS_AT_RESENDS` intervals ahead, and
-  after any failed attempt the next one re-sends every open alert: an Alertmanager that
-  restarted has them again within one resend interval, and one that stops hearing from the
-  monitor resolves them by itself after four. A resolution is sent with ``endsAt`` = when it
-  ended and the labels of the alert it ends (the resolution the stateful step emits says
-  severity INFO; Alertmanager identifies an alert by its labels).
-* **Restarts of the monitor.** Open alerts are in Redis (``P:alerts``); the job reloads them and
-  :meth:`Pager.start` re-sends them at once. A resolution has left ``P:alerts`` in the batch's
-  transaction, so the same transaction writes it to the outbox ``P:alerts:outbox``
-  (:meth:`Pager.outbox_entries`); a target thread deletes the entry (compare-and-delete, so a
-  newer word on the incident stays) once every target has it, and :meth:`Pager.start` re-sends
-  what is still there. Opening an incident deletes its outbox entry in the same transaction.
-  Without Redis both live in memory only; Alertmanager's own ``endsAt`` expiry still resolves a
-  lost resolution within four resend intervals (the webhook has no such net).
-* **Bounds.** At most :data:`MAX_PENDING` incidents wait per target; past it the oldest OPEN
-  ones go first (the next resend carries them), then the oldest resolutions (counted, logged;
-  Alertmanager still expires them). A POST carries at most :data:`MAX_BATCH` alerts.
-
-Alertmanager receives, per alert: labels ``alertname`` (the kind), ``severity`` (critical,
-warning, info), and those of ``cluster``, ``broker`` (broker name), ``broker_addr``, ``node``,
-``topic`` that the incident has; annotations ``summary``, ``description`` (the message),
-``incident`` and ``monitor``; ``startsAt``; ``endsAt``; ``generatorURL`` when
-``alerts.generatorUrl`` is set. The webhook receives ``{"version": 1, "monitor": ..., "alerts":
-[...]}``, each alert the alerts topic's JSON plus ``startsAt``/``endsAt``, the same resends
-included (receivers deduplicate by ``id``).
+The job decides alerts (:mod:`streaming.alerts`); this module delivers them, and must never slow a
+batch down nor lose one across a restart of either side.  :meth:`Pager.submit` only queues the
+batch's alerts (bounded, the latest word on an incident wins) for one thread per target, which
+POSTs them with back-off and splits a refused payload to drop only what is refused alone.  Open
+alerts are re-sent every ``alerts.resendIntervalMillis`` with ``endsAt`` a few intervals ahead,
+because Alertmanager forgets; resolutions wait in a Redis outbox until every target has them, so a
+restarted job (:meth:`Pager.start`) re-sends what was open or undelivered.
+``docs/internals/alerts.md`` has the delivery rules and what each target receives.
 """
 
 from __future__ import annotations

@@ -1,32 +1,14 @@
 """Topic routes and cluster info in Redis: the model the job keeps, its store, and a lookup client.
 
-Theory of operation
--------------------
-:class:`RouteModel` owns a :class:`namesrv.routes.RouteInfoManager`, the node's own route
-tables, fed with what the nodes fed theirs: registrations (REGISTER events), admin
-operations (ADMIN events) and removals (the job's EXPIRE/REMOVE actions, applied as a node
-applies them). So a route read from Redis is, byte for byte, what GET_ROUTEINFO_BY_TOPIC on a
-node answers in the standard dialect (``encode_route(route, standard=True)``), and the cluster
-info is the GET_BROKER_CLUSTER_INFO body. REGISTER events carry the registration's filter
-servers and static-topic mappings, so routes include those as well. ORDER_TOPIC_CONF events
-carry the nodes' changes of their KV namespace ORDER_TOPIC_CONFIG; with
-``order_message_enable`` (the nodes' ``orderMessageEnable``) a route carries its topic's
-``orderTopicConf`` as a node's does. When nodes disagree the newest event wins (see
-:meth:`RouteModel.apply_event`).
-
-After each micro-batch, :meth:`RouteModel.changes` compares the topics the batch could have
-touched (those served by a broker group it touched, plus the topics admin and order-conf events
-named) with what was last written; :class:`RedisRouteStore` writes the differences, the model
-itself (so a restarted job carries on from it), the open alerts and the batch id in one
-MULTI/EXEC, so a reader never sees half a batch, and PUBLISHes the changed topic names in the
-same transaction.
-A batch whose id is not above the stored one for the same query lineage was already written
-and is skipped, which makes a replay after a crash change nothing. The key layout, the model's
-encoding and its one validation (shared with a node's warm start) are in
-:mod:`namesrv.routes.snapshot`, documented in ``docs/redis-keys.md``.  A model that does not pass
-it is not used: the job starts empty and its first write replaces everything.
-
-:class:`RouteLookup` is the reader side (``namesrv routes get|watch``).
+:class:`RouteModel` owns a :class:`namesrv.routes.RouteInfoManager`, the node's own route tables,
+fed with what the nodes fed theirs (REGISTER, ADMIN and ORDER_TOPIC_CONF events, and the job's own
+EXPIRE/REMOVE actions), so a route read from Redis is byte for byte what a node answers; when nodes
+disagree the newest event wins.  After each micro-batch :meth:`RouteModel.changes` finds what the
+batch could have changed, and :class:`RedisRouteStore` writes the differences, the model, the open
+alerts and the batch id in one MULTI/EXEC with the change notifications, skipping a batch already
+written, so readers never see half a batch and a replay changes nothing.  :class:`RouteLookup` is
+the reader side (``namesrv routes get|watch``).  The keys are documented in ``docs/redis-keys.md``;
+``docs/internals/routes.md`` has how the model is kept.
 """
 
 from __future__ import annotations
@@ -140,7 +122,7 @@ class RouteModel:
         self._unclean_groups: dict[str, str] = {}
         self._deleted: set[str] = set()
         #: anything applied since the last :meth:`changes`: without it, the cluster info and the brokers
-        #: snapshot are what was last written (encoding them costs ~40 ms per 1,000 brokers, and most
+        #: snapshot are what was last written (encoding them is costly with many brokers, and most
         #: batches carry heartbeats only)
         self._dirty = False
 

@@ -1,29 +1,13 @@
 """Spark's Python worker daemon for this job: PySpark's own, started with the job's imports done.
 
 Spark starts one daemon per executor (``spark.python.daemon.module``, set by
-:func:`streaming.job.python_settings`) and forks a worker from it for each task that finds no idle
-one: the second task of a backlog's batch, every task after a minute of quiet. A fork of PySpark's
-daemon imports the worker, the data source and the stateful processor afresh, and PySpark from the
-``pyspark.zip`` Spark puts first on the workers' path, compiled from source every time (nothing
-caches bytecode for a zip): 1.0-1.6 s of a core per worker, and the batch waits for its slowest
-task. Forked from this one, a worker has all of that already.
-
-Three things are done before PySpark's daemon takes over:
-
-1. When the ``pyspark.zip`` on the path is the one inside the installed ``pyspark`` package (a
-   pip-installed PySpark: the same files), the installed package goes first: its modules have
-   compiled bytecode. Any other zip (a Spark distribution's) keeps its place.
-2. The modules every task imports are imported. PySpark's daemon imports nothing before it forks
-   because a fork copies no thread but the caller's, and a lock another thread held stays held in
-   the child. numpy (OpenBLAS's pool) and pyarrow (jemalloc's purging thread) start one each on
-   import unless told not to (:data:`NO_THREADS`); the daemon tells them, for itself and the workers
-   it forks, and imports them, and pandas, only when the environment left it those settings. What
-   is imported is checked to have started no thread, else the daemon stops with a message rather
-   than fork broken workers.
-
-   numpy, pyarrow and pandas are a third of a second of a core, more on a busy machine, paid by
-   every fresh worker before its first batch: a source task's first Arrow array imports pandas.
-3. What was imported is frozen out of the garbage collector's reach (:func:`prepare`).
+:func:`streaming.session.python_settings`) and forks a worker from it for each task that finds no idle
+one.  A worker forked from PySpark's daemon imports PySpark (compiled afresh from Spark's zip), the
+worker and the job's modules itself, and the batch waits for its slowest task; forked from this one,
+it has them already.  :func:`prepare` puts the installed PySpark (with bytecode) before an identical
+zip, imports what every task needs, with numpy and pyarrow told to start no thread (a fork copies
+only the calling thread) and a check that none started, and freezes what was imported out of the
+garbage collector's reach.  ``docs/internals/spark-job.md`` has the reasons and the figures.
 """
 
 from __future__ import annotations
@@ -98,10 +82,10 @@ def prepare() -> None:
     sys.path[:] = prefer_installed_pyspark(sys.path)
     threadless = threadless_settings(os.environ)
     preload(PRELOAD + PRELOAD_THREADLESS if threadless else PRELOAD)
-    # A reused worker runs a full gc.collect() after every task: some 50 ms of a core with pandas and
-    # PySpark loaded, twice a batch (the source's task, the stateful one). Frozen here, the imported
-    # modules' objects are left out of every collection in the workers forked from now on (and their
-    # pages stay shared: a collection writes to the headers of the objects it scans).
+    # A reused worker runs a full gc.collect() after every task, twice a batch, and with pandas and
+    # PySpark loaded that walk is costly. Frozen here, the imported modules' objects are left out of
+    # every collection in the workers forked from now on (and their pages stay shared: a collection
+    # writes to the headers of the objects it scans).
     gc.freeze()
 
 

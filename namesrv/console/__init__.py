@@ -1,26 +1,13 @@
 """``namesrv console``: a live cluster-health page in the browser, read from what the monitor keeps in Redis.
 
-Theory of operation
--------------------
-The streaming monitor writes, with every micro-batch, each broker's last heartbeat, timeout and
-state, each node's last tick, local-scan flag and clock offset, its own progress, the open
-incidents and the recently resolved ones (``docs/redis-keys.md``, :mod:`streaming.health`). The
-console only reads those keys (and the routes, for the topic search): it is stateless, needs no
-Kafka or Spark, and as many can run as people want to look. :mod:`namesrv.console.app` is the
-web application (aiohttp, one Jinja2 template, server-sent events, a small vanilla script; no
+The streaming monitor writes, with every micro-batch, each broker's and node's state, its own
+progress and the open and recently resolved incidents (``docs/redis-keys.md``,
+:mod:`streaming.health`).  The console only reads those keys (and the routes, for the topic
+search): it is stateless and needs no Kafka or Spark, so any number can run.
+:mod:`namesrv.console.app` is the web application (aiohttp, one template, server-sent events, no
 JavaScript build step); :mod:`namesrv.console.snapshot` turns the checked Redis values into the
-page's document.
-
-========================  ===========================  ============================================
-option                    default                      meaning
-========================  ===========================  ============================================
-``--redis URL``           ``redis://127.0.0.1:16379/0``  the Redis the monitor writes (its redis.url)
-``--prefix P``            ``namesrv``                  its key prefix (the monitor's redis.keyPrefix)
-``--host H``              ``127.0.0.1``                address to listen on (the page has no login:
-                                                       keep it on loopback or behind a proxy)
-``--port N``              ``18080``                    port to listen on
-``--poll-ms N``           ``300``                      how often Redis is read (50 ..= 5000)
-========================  ===========================  ============================================
+page's document.  The options are in the README ("The console"); ``docs/internals/console.md``
+describes the parts.
 """
 
 from __future__ import annotations

@@ -1,29 +1,14 @@
 """The console's web application: one page, a server-sent event stream, a route lookup.
 
-Theory of operation
--------------------
-One :class:`Poller` task per process reads Redis every ``poll_ms`` (on a worker thread: the Redis
-client is redis-py's blocking one, built by :mod:`namesrv.redis_clients`), builds the page's
-document (:mod:`namesrv.console.snapshot`) and, when it differs from the last one, stores it as
-the new version and wakes every stream. ``GET /events`` is a ``text/event-stream``: the current
-document at once, then each new version (a slow browser skips versions, it never queues them), and
-a comment every :data:`KEEPALIVE_S` so proxies keep the connection. So a change in Redis reaches
-the page within one poll plus the stream's latency, with no reload; countdowns tick in the page.
-
-Redis unreachable: the document keeps the last data and says so (``redis.ok`` false, the error);
-the poller keeps trying. Everything from Redis is checked by :mod:`streaming.health`; the page
-only ever sets ``textContent``, the template is autoescaped, and every response carries a
-Content-Security-Policy that allows no inline script. Bounded: at most :data:`MAX_STREAMS`
-streams at once (then 503), topic queries of at most 1,024 characters, at most
-:data:`MAX_MATCHES` topic matches from at most :data:`MAX_SCAN_STEPS` SSCAN steps, routes of at
-most :data:`MAX_ROUTE_BYTES`.
-
-=================  ==============================================================================
-``GET /``          the page (``templates/console.html``, ``static/console.js``)
-``GET /events``    server-sent events, one ``data:`` line of JSON per version
-``GET /api/state`` the current document as JSON
-``GET /api/route`` ``?topic=T``: the route of T as Redis holds it, and topics whose name contains T
-=================  ==============================================================================
+One :class:`Poller` task per process reads Redis every ``poll_ms`` (on a worker thread: the client
+is redis-py's blocking one) and, when the page's document changed, stores the new version and wakes
+every stream.  ``GET /events`` sends the current document, then each new version (a slow browser
+skips versions rather than queueing them), so a change reaches the page within one poll, without a
+reload.  With Redis unreachable the page keeps the last data and says so.  Everything read is
+checked by :mod:`streaming.health`, the page only ever sets ``textContent``, and a
+Content-Security-Policy forbids inline script; streams, topic queries, matches and routes are
+bounded (the ``MAX_*`` constants).  Routes: ``GET /``, ``/events``, ``/api/state``,
+``/api/route?topic=T``; ``docs/internals/console.md`` has the details.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 * :mod:`namesrv.events.schema`: the versioned JSON of events and actions (shared with the Spark
   job; no Kafka or Spark imports);
 * :mod:`namesrv.events.publisher`: the node's observer, publishing events from a bounded queue;
-* :mod:`namesrv.events.actions`: the action consumer, the fenced applier, the monitor watchdog;
+* :mod:`namesrv.events.actions`: the action consumer and the fenced applier;
 * :mod:`namesrv.events.link`: :class:`~namesrv.events.link.KafkaLink`, which puts them together
   for :mod:`namesrv.app`.
 

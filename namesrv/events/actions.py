@@ -1,52 +1,13 @@
 """Read the monitor's actions from Kafka and apply them on the node, fenced by what the node saw.
 
-Theory of operation
--------------------
-:class:`ActionConsumer` is a daemon thread with a kafka-python ``KafkaConsumer`` that reads *every*
-partition of the actions topic with ``assign()`` (no consumer group: every node must see every
-action, and a group would share the partitions out).  It starts at the end of each partition, the
-offsets Kafka's ListOffsets answers (``end_offsets()``): actions decided before the node started are
-not its business.  If the log under our position goes (the broker lost it, or the topic was made
-again), Kafka's own rules move the consumer back into the new log: past its end, OFFSET_OUT_OF_RANGE
-resets it to the earliest offset (``auto_offset_reset``); where the new log's leader epochs diverge
-from what it read (KIP-320), it resumes at the divergence.  Replayed actions are harmless (see fencing
-below); actions written below the divergence before the consumer noticed are not read, so restart
-the nodes after making the actions topic again.
-
-Each record is decoded with :func:`~namesrv.events.schema.decode_action` (types, and every value
-within the schema's bounds); malformed records and unknown action types are counted and skipped.
-Valid actions are handed to the node's event loop (``loop.call_soon_threadsafe``), where
-:class:`ActionApplier` owns the decision, in this order:
-
-* an action whose ``lastHeartbeat`` or ``watermark`` is more than ``maxClockSkewMillis`` ahead of
-  the node's wall clock is refused (AHEAD): its monitor's event time was pushed into the future (one
-  TICK stamped in year 2100 once expired the fleet) or a clock is wrong.  A MONITOR_HEARTBEAT with
-  such a watermark is refused too, so a monitor in that state does not keep the local scan off;
-* :class:`MonitorTrust` decides whether the node obeys the sending monitor at all (UNTRUSTED
-  otherwise, with one warning per monitor id and minute): the ids in ``trustedMonitors``, or, when
-  that is empty, the first monitor heard, until it has been silent for
-  ``monitorSilenceFallbackMillis``; then the next one heard takes over, with a warning.  A second
-  monitor deciding at the same time is refused, not obeyed;
-* EXPIRE / REMOVE are applied only if the node has published nothing newer for that broker than
-  the action's ``lastHeartbeat`` (the event time the monitor based its decision on).  Applying
-  means what an unregistration means: an ``UnregisterRequest`` decided now, submitted to the batch
-  unregistration queue, so the route tables' own sequence fence still protects a broker that
-  registers again before the batch runs.  A duplicate finds the broker gone and changes nothing.
-* every action that passed the two checks above, MONITOR_HEARTBEAT included, tells
-  :class:`MonitorWatchdog` the monitor is alive.  The watchdog turns the node's local expiry scan
-  off while it hears the monitor and back on, with a warning, after ``monitorSilenceFallbackMillis``
-  of silence.  Until it first hears the
-  monitor the scan stays on, as in Apache RocketMQ.
-
-Latency: the consumer polls without blocking and, when a fetch brings nothing, pauses
-``idle_pause_s`` before the next one.  Kafka holds an empty fetch up to ``fetch_max_wait_ms`` and
-answers it as soon as a record lands; the record is handed over at the first poll after that, so the
-pause sets the latency and part of the idle cost.  ``bench/action_latency.py`` (Apache Kafka 4.1.1,
-one KRaft node; from the producer's acknowledgement to ``deliver``) measured, per pause: 200 ms:
-median 130 ms, p90 358 ms, 0.7% of a core idle; 100 ms: 61 / 155 ms, 1.0%; **50 ms**: 25 / 47 ms,
-1.5%; 20 ms: 11 / 19 ms, 2.1% (a blocking ``poll(timeout_ms=100)`` idles at 1.9%).  50 ms keeps an
-action within ~50 ms of Kafka, well inside the 2 s the monitor has from a deadline to gone
-everywhere, at under 2% of a core.
+:class:`ActionConsumer` is a daemon thread reading *every* partition of the actions topic from its
+end with ``assign()`` (no consumer group: every node must see every action); malformed records are
+counted and skipped.  Valid actions go to the node's event loop, where :class:`ActionApplier`
+refuses an action whose times are too far ahead of the node's clock (AHEAD) or whose monitor the
+node does not obey (:class:`MonitorTrust`), tells the watchdog the monitor is alive, and applies
+EXPIRE / REMOVE as an unregistration only if the node has published nothing newer for the broker
+than the action's ``lastHeartbeat``.  docs/internals/node-liveness.md tells the whole story: the
+offsets after a lost log, the fencing, which monitor is obeyed, and why the consumer pauses 50 ms.
 """
 
 from __future__ import annotations
@@ -61,17 +22,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from namesrv import kafka_clients
-from namesrv.departure import MONITOR_EXPIRE, MONITOR_REMOVE, Departure
 from namesrv.events.schema import Action, ActionType, SchemaError, decode_action, wall_ms
 from namesrv.handlers import NodeObserver
 from namesrv.kafka_clients import KafkaSecurity
-from namesrv.liveness import ExpiryScan
+from namesrv.liveness import Departure, MonitorWatchdog, departure
 from namesrv.logs import LogThrottle
 from namesrv.retrying import retry_until_stopped
 from namesrv.routes.manager import RouteInfoManager
 from namesrv.routes.model import UnregisterRequest
 
-#: how long an idle consumer waits between empty fetches (the latency an action may gain; see above)
+#: pause after an empty fetch: latency an action may gain against an idle node's CPU (docs/internals/node-liveness.md)
 IDLE_PAUSE_S = 0.05
 #: at most one warning per this many seconds about each refused monitor
 REFUSAL_LOG_INTERVAL_S = 60.0
@@ -79,7 +39,10 @@ REFUSAL_LOG_INTERVAL_S = 60.0
 log = logging.getLogger("namesrv.actions")
 
 #: what applying each removing action tells the observer (the UNREGISTER event's source)
-_DEPARTURES: dict[ActionType, Departure] = {ActionType.EXPIRE: MONITOR_EXPIRE, ActionType.REMOVE: MONITOR_REMOVE}
+_DEPARTURES: dict[ActionType, Departure] = {
+    ActionType.EXPIRE: departure.MONITOR_EXPIRE,
+    ActionType.REMOVE: departure.MONITOR_REMOVE,
+}
 
 
 class Outcome(enum.Enum):
@@ -164,55 +127,6 @@ class MonitorTrust:
             self.current = monitor
         self.last_heard = now
         return True
-
-
-class MonitorWatchdog:
-    """Keeps the local expiry scan off while the monitor is heard, on after it falls silent."""
-
-    def __init__(self, expiry: ExpiryScan, silence_ms: int, now: Callable[[], float] = time.monotonic) -> None:
-        self.expiry = expiry
-        self.silence_ms = silence_ms
-        self.now = now
-        self.last_heard: float | None = None
-        self.monitor: str | None = None
-
-    @property
-    def monitor_alive(self) -> bool:
-        return self.last_heard is not None and (self.now() - self.last_heard) * 1000 < self.silence_ms
-
-    def silence_s(self) -> float | None:
-        """Seconds since the monitor was last heard; None if it never was (read by the metrics)."""
-        last = self.last_heard
-        return None if last is None else max(0.0, self.now() - last)
-
-    def heard(self, monitor: str) -> None:
-        handing_back = self.last_heard is not None  # the scan is on because the monitor fell silent
-        self.last_heard = self.now()
-        self.monitor = monitor
-        if self.expiry.enabled:
-            self.expiry.enabled = False
-            # a hand-back pairs with the warning that switched the scan on, so it is one too
-            log.log(
-                logging.WARNING if handing_back else logging.INFO,
-                "liveness monitor %r is alive: local expiry scan off, the monitor decides",
-                monitor,
-            )
-
-    def check(self) -> None:
-        if self.expiry.enabled or self.last_heard is None or self.monitor_alive:
-            return
-        self.expiry.enabled = True
-        log.warning(
-            "liveness monitor %r silent for %d ms (monitorSilenceFallbackMillis): local expiry scan back on",
-            self.monitor,
-            self.silence_ms,
-        )
-
-    async def run(self) -> None:
-        period = max(0.05, min(1.0, self.silence_ms / 4000))
-        while True:
-            await asyncio.sleep(period)
-            self.check()
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,7 +237,7 @@ class ConsumerSettings:
     client_id: str = "namesrv-actions"
     #: how long one metadata / offsets request may take before we retry
     request_timeout_ms: int = 5_000
-    #: pause after an empty fetch (see the module docstring)
+    #: pause after an empty fetch (see IDLE_PAUSE_S)
     idle_pause_s: float = IDLE_PAUSE_S
     #: TLS and SASL (the node's ``kafka.security.*``, ``kafka.sasl.*``, ``kafka.ssl.*`` keys); plaintext by default
     security: KafkaSecurity = KafkaSecurity()

@@ -19,16 +19,15 @@ from namesrv.events.actions import (
     ActionStats,
     ConsumerSettings,
     MonitorTrust,
-    MonitorWatchdog,
     action_stats,
     loop_deliverer,
     trusted_monitors,
 )
 from namesrv.events.publisher import EventPublisher, PublisherSettings, PublisherStats
 from namesrv.events.schema import MAX_NAME_CHARS
-from namesrv.handlers import NameServerNode
+from namesrv.handlers import HandlerContext
 from namesrv.kafka_clients import bootstrap_list
-from namesrv.liveness import ExpiryScan
+from namesrv.liveness import ExpiryScan, MonitorWatchdog
 
 __all__ = ["KafkaLink", "check_bootstrap_servers", "check_names", "default_node_name"]
 
@@ -70,7 +69,7 @@ class KafkaLink:
     consumer: ActionConsumer | None = None
 
     @classmethod
-    def attach(cls, config: NamesrvConfig, node: NameServerNode, expiry: ExpiryScan) -> KafkaLink:
+    def attach(cls, config: NamesrvConfig, node: HandlerContext, expiry: ExpiryScan) -> KafkaLink:
         """Build the parts and make the publisher the node's observer (before the server serves)."""
         check_bootstrap_servers(config.kafka_bootstrap_servers)
         check_names(config)

@@ -1,49 +1,14 @@
 """Publish what a node sees about brokers to Kafka without ever slowing a request down.
 
-Theory of operation
--------------------
-:class:`EventPublisher` is the node's :class:`~namesrv.handlers.NodeObserver`.  Handlers call it on
-the event-loop thread; each call builds one :class:`~namesrv.events.schema.Event`, stamps it with the
-node's wall clock and the next per-node sequence number, and appends it to an :class:`EventQueue`.
-That is all the request path pays: a dataclass, a lock, a deque append.
-
-A daemon thread drains the queue into a kafka-python ``KafkaProducer``.  It never holds more than
-``max_in_flight`` unacknowledged events inside the producer, so while Kafka is slow or down events
-pile up in *our* bounded queue, where the drop policy applies:
-
-* the queue has two lanes, light (HEARTBEAT, TICK: the next one supersedes them) and heavy
-  (REGISTER, UNREGISTER, CHANNEL_CLOSED, ADMIN, ORDER_TOPIC_CONF); the sender merges them back
-  in ``seq`` order;
-* when it is full the oldest light event goes; a heavy one goes only when no light one is left;
-  both are counted (:class:`PublisherStats`);
-* a heavy event whose delivery failed goes back into the queue (up to ``MAX_REDELIVERIES`` times,
-  unless the error is one the same record would get again); a light one is counted as failed.
-  A redelivered event may therefore appear twice in the topic: readers deduplicate by (node, seq).
-
-Producer settings, and why:
-
-* ``acks="all"``: a registration (with its topic table) must survive the loss of the partition
-  leader in a replicated cluster; the extra latency is paid on this thread, not by requests.
-* idempotence off, ``max_in_flight_requests_per_connection=1``: retries keep per-partition order
-  without producer ids.  An idempotent producer turns a broker that lost producer state (its log
-  gone, e.g. a local Kafka whose data directory was wiped) into a fatal error that aborts every later send.
-* ``api_version`` pinned (:mod:`namesrv.kafka_clients`, which builds every client): without it the
-  constructor blocks to probe the broker and raises when Kafka is down at start-up.  With it,
-  connecting, reconnecting (``reconnect_backoff_max_ms``) and metadata retries are the library's business.
-* ``max_block_ms`` short: ``send`` waits that long for metadata, then we put the event back and
-  back off, so stopping the node is never stuck behind a dead broker.
-
-Every event is checked against the schema's bounds (:func:`~namesrv.events.schema.check_event`,
-the same checks every reader applies) before it is queued, so the node never sends a record the
-monitor would refuse.  What a broker or an admin tool sent decides most values; an event that fails
-is not queued: it is counted (``invalid``) and a warning is logged once a minute per field.  Two
-values are fitted instead of refused, because refusing them would hide a live broker from the
-monitor: a broker's ``heartbeatTimeoutMillis`` is clamped into the schema's range (with a warning
-naming the broker), and a CHANNEL_CLOSED ``reason`` (free text) is cut to its bound.
-
-The publisher also remembers, per broker (cluster, address), the event time of the last
-REGISTER/HEARTBEAT it published: :meth:`EventPublisher.last_event_time`.  The action consumer fences
-the monitor's decisions with it.
+:class:`EventPublisher` is the node's :class:`~namesrv.handlers.NodeObserver`.  On the event loop a
+call only builds an :class:`~namesrv.events.schema.Event`, stamps it with the node's clock and the
+next sequence number, and appends it to a bounded :class:`EventQueue`; a daemon thread drains the
+queue into kafka-python's producer with few events in flight, so while Kafka is slow or down events
+wait in our queue, where heartbeats and ticks are dropped before registrations and failed heavy
+events are redelivered (readers deduplicate by node and seq).  Every event is checked against the
+schema's bounds before it is queued, so the node never sends what the monitor would refuse.
+:meth:`EventPublisher.last_event_time` lets the action consumer fence the monitor's decisions.
+``docs/internals/event-pipeline.md`` gives the reason for each producer setting and the drop policy.
 """
 
 from __future__ import annotations
@@ -60,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from namesrv import kafka_clients
-from namesrv.departure import Cause, Departure
 from namesrv.events.schema import (
     MAX_HEARTBEAT_TIMEOUT_MILLIS,
     MAX_REASON_CHARS,
@@ -80,9 +44,9 @@ from namesrv.events.schema import (
     is_light,
     wall_ms,
 )
-from namesrv.events.silence import SilenceWatch
 from namesrv.handlers import AdminChange, NodeObserver
 from namesrv.kafka_clients import KafkaSecurity
+from namesrv.liveness import Cause, Departure, SilenceWatch
 from namesrv.logs import LogThrottle
 from namesrv.protocol import fastjson
 from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS, ORDER_TOPIC_CONFIG, RequestCode
@@ -264,7 +228,7 @@ ProducerFactory = Callable[[PublisherSettings, str], Any]
 
 
 def kafka_producer(settings: PublisherSettings, client_id: str) -> Any:
-    """The real producer (see the module docstring for why each setting)."""
+    """The real producer (``docs/internals/event-pipeline.md`` says why each setting)."""
     return kafka_clients.producer(
         settings.bootstrap_servers,
         key="kafkaBootstrapServers",
@@ -443,7 +407,7 @@ class EventPublisher(NodeObserver):
 
     def tick(self, local_scan: bool | None = None) -> Event:
         """A TICK (saying whether the node's own expiry scan is on), then a SILENT for each broker
-        whose deadline the tick's time has passed (see :mod:`.silence`)."""
+        whose deadline the tick's time has passed (see :mod:`namesrv.liveness.silence`)."""
         tick = self._emit(EventType.TICK, local_scan=local_scan)
         self.report_silences(tick.event_time)
         return tick

@@ -1,37 +1,15 @@
 """The JSON that name-server nodes and the streaming monitor exchange through Kafka, version 1.
 
-Theory of operation
--------------------
-Two record kinds travel through two topics:
-
-* an :class:`Event` (topic ``eventsTopic``): what one node saw a broker do, or a TICK carrying the
-  node's clock;
-* an :class:`Action` (topic ``actionsTopic``): what the monitor decided (EXPIRE, REMOVE) and its own
-  MONITOR_HEARTBEAT.
-
-Each kind is described once, by a table of :class:`Field` rows (``EVENT_FIELDS``,
-``ACTION_FIELDS``).  Encoding, strict decoding and the Spark schema (:func:`event_ddl`,
-:func:`action_ddl`) are all derived from those rows, so the node and the Spark job cannot drift
-apart.  This module imports nothing but the standard library and ``orjson``: the Spark job imports
-it in its Python workers.
-
-Rules of version 1 (``docs/events.md`` is the reader's guide):
-
-* ``"v": 1`` is required; any other value is a :class:`SchemaError`.
-* Fields whose value is absent are not written; readers treat a missing field as null.
-* Readers ignore fields they do not know (a writer may add an optional field without a new
-  version); changing the meaning or type of a field, or making one required, needs ``"v": 2``.
-* Numbers must be JSON integers (not booleans, not floats); strings must be strings.
-* Every value is bounded (``bound`` of its :class:`Field` row; the constants below): times within
-  [0, :data:`MAX_EPOCH_MILLIS`], other integers within the Spark column's type (BIGINT: signed
-  int64, INT: int32), names at most :data:`MAX_NAME_CHARS`, free text at most
-  :data:`MAX_REASON_CHARS`.  One unbounded value (a TICK stamped in year 2100, eventTime = Long.MAX,
-  a 0.9 MB node name) once stopped the Spark job or expired the fleet; a bound is a property of the
-  schema, so the node (:func:`check_event` before it queues an event) and every reader
-  (:func:`decode_event`) apply the same ones: the node never writes a record a reader refuses.
-
-Every failure to decode is one :class:`SchemaError` whose message names the field and what was
-wrong; callers count and skip such records.
+An :class:`Event` (topic ``eventsTopic``) is what one node saw a broker do, or a TICK carrying its
+clock; an :class:`Action` (topic ``actionsTopic``) is what the monitor decided (EXPIRE, REMOVE) or
+its MONITOR_HEARTBEAT.  Each kind is described once, by a table of :class:`Field` rows
+(``EVENT_FIELDS``, ``ACTION_FIELDS``), and encoding, strict decoding and the Spark schema
+(:func:`event_ddl`, :func:`action_ddl`) all derive from those rows, so the node and the job cannot
+drift apart.  Every value is bounded by its row, and the node (:func:`check_event`) and every
+reader (:func:`decode_event`) apply the same bounds; a record that fails is one :class:`SchemaError`
+naming the field.  Only the standard library and ``orjson`` are imported: Spark's Python workers
+import this module.  ``docs/events.md`` is the reader's guide to the rules of version 1, and
+``docs/internals/event-pipeline.md`` says why the schema is built this way.
 """
 
 from __future__ import annotations

@@ -1,41 +1,14 @@
 """RocketMQ remoting frames: bytes in, :class:`RemotingCommand` out, and back.  No I/O here.
 
-Theory of operation.  Every frame, request or response, is::
-
-    length:u32  type<<24|headerLen:u32  header[headerLen]  body[length-4-headerLen]
-
-``length`` counts what follows it.  ``type`` says how the header is written: JSON (the fastjson text
-of the command bean, keys in alphabetical order, nulls left out) or ROCKETMQ (a compact binary
-layout, spec section 1.4).  The body is opaque bytes here; :mod:`namesrv.protocol.bodies` reads it.
-
-:class:`FrameDecoder` is fed whatever the socket delivered and hands out whole commands.  It judges a
-frame by its first 8 bytes, before waiting for the rest, so a peer cannot make us buffer more than
-the 16 MiB Java allows.  Anything that is not a frame raises :class:`RemoteProtocolError`; the server
-then closes the connection, exactly as Java's ``NettyDecoder`` does.
-
-A frame of :data:`LARGE_FRAME_BYTES` or more gets, once its header is in, memory of its own of the
-length its first word declares (an anonymous mapping: pages are taken as bytes arrive, so a frame
-announced at 16 MiB and never sent costs what was sent, and the mapping goes back to the system
-when the frame is done or dropped).  Its bytes are written there as they come: by :meth:`FrameDecoder.feed`,
-or by a reader that receives straight into :meth:`FrameDecoder.receive_buffer`, which saves copying
-each read once more.  When it is whole the body is copied out once.
-
-A decoder may be given ``body_limits``, the most body bytes a request code may carry.  A frame over
-its code's limit is handed out as soon as its header is in, with no body and ``body_dropped`` set to
-the body's length; the rest of that body is counted off as it arrives and never kept.  So a peer
-sending an 11 MiB config update costs the receiver a counter, not 11 MiB and their copies.
-
-A decoder may also be given ``max_header``, the most header bytes a frame may carry.  A longer
-header is refused from the first 8 bytes, as an oversized length word is: a header must be parsed
-whole before anything in it (even the opaque to answer to) can be trusted, so one far beyond any
-real request would otherwise cost a parse of up to 16 MiB.
-
-A peer sends the same header over and over with only the opaque changed (a broker's heartbeat, a
-client's route lookup), and we answer with the same few headers.  So both directions remember
-headers by *shape*, everything but the opaque: a header is parsed or written once per shape and
-afterwards only the opaque is spliced in.  The shape tables are bounded; a received shape is
-remembered when it comes back, so headers that never repeat cost no more than before; a header that
-is too large, or whose opaque cannot be located unambiguously, takes the full path every time.
+Every frame is ``length:u32  type<<24|headerLen:u32  header  body``, with a JSON or ROCKETMQ
+(binary) header; the body stays opaque bytes here (:mod:`namesrv.protocol.bodies` reads it).
+:class:`FrameDecoder` is fed whatever the socket delivered and hands out whole commands.  It judges
+a frame by its first 8 bytes, so a peer can make us buffer neither more than the 16 MiB Java allows
+nor a header over ``max_header``; anything that is not a frame raises :class:`RemoteProtocolError`
+and the server closes the connection, as Java's ``NettyDecoder`` does.  Large frames get memory of
+their own that fills as bytes arrive, bodies over their code's ``body_limits`` are counted off and
+dropped, and headers are parsed and written once per shape (all but the opaque), since peers repeat
+them.  ``docs/internals/codec.md`` explains each of these.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """The two JSON dialects Java RocketMQ peers speak through fastjson 1.2.x.
 
-Theory of operation: fastjson is not JSON.  By default it writes map keys that are not strings
-without quotes (``{0:"127.0.0.1:10911"}``), and it reads them back; RocketMQ uses such maps for
-broker ids and static-topic queue ids.  So:
-
-* :func:`loads` parses standard JSON with orjson and, only when that fails, re-parses with a small
-  recursive-descent parser that also takes bare integer (and identifier) object keys and trailing
-  commas.  A regex pre-pass that quotes keys would be wrong: string values may contain ``{0:``.
-* :func:`dumps_legacy` writes fastjson's default output: compact, raw UTF-8, integer keys bare.
-* :func:`dumps_standard` writes the dialect route answers use for clients from 4.9.4 on
-  (``MapSortField`` + ``BrowserCompatible`` + ``WriteSlashAsSpecial``): valid JSON, ASCII only with
-  upper-case ``\\uXXXX`` escapes, ``/`` escaped, and longs JavaScript cannot hold written as strings.
-
-Both writers sort map keys (integers numerically, before strings) and leave out ``None`` values of
-maps, as fastjson leaves out null bean properties.  They take plain dicts/lists/scalars, e.g. the
-``to_wire()`` dicts of :mod:`namesrv.protocol.types`.
+fastjson is not JSON: by default it writes map keys that are not strings without quotes
+(``{0:"127.0.0.1:10911"}``) and reads them back, and RocketMQ uses such maps for broker ids and
+static-topic queue ids.  :func:`loads` parses standard JSON with orjson and, only when that fails,
+with a small parser that also takes bare keys and trailing commas (a regex that quotes keys would
+be wrong: string values may contain ``{0:``).  :func:`dumps_legacy` writes fastjson's default
+output; :func:`dumps_standard` the dialect route answers use for clients from 4.9.4 on (ASCII only,
+``/`` escaped, long integers as strings).  Both sort map keys and leave out ``None`` values, as
+fastjson does.  ``docs/internals/codec.md`` has the details.
 """
 
 from __future__ import annotations

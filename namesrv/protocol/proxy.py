@@ -1,42 +1,15 @@
 """The HAProxy PROXY protocol, versions 1 and 2: the preamble a load balancer sends ahead of the
 first frame to say whom it is relaying.  Bytes in, a :class:`ProxyHeader` out.  No I/O here.
 
-Theory of operation
--------------------
-A proxy that speaks the PROXY protocol opens its connection to us with one preamble, then relays
-the client's bytes unchanged (a TLS ClientHello or the first RocketMQ frame)::
-
-    v1 (text):   "PROXY TCP4 203.0.113.7 10.0.0.1 51234 9876\\r\\n"     at most 107 bytes
-    v2 (binary): 12-byte signature, ver|cmd, family|transport, length:u16, addresses, TLVs
-
-RocketMQ's ``NettyRemotingServer.HandshakeHandler`` detects either with Netty's
-``HAProxyMessageDecoder`` and keeps the source address as the channel's client address; so do we.
-
-:func:`detect` tells from the **first byte alone** whether a connection starts with a preamble:
-``P`` (v1) or ``\\r`` (v2).  Neither can start anything else the node accepts: as the first byte of
-a frame's length they would mean a frame of more than 200 MiB (the limit is 16 MiB), and a TLS
-record starts with 0x16.  One byte is what the server can always peek without waiting for more.
-
-:class:`ProxyParser` is fed what the connection delivered and **takes only the preamble's bytes**:
-:meth:`ProxyParser.feed` returns how many of the offered bytes it consumed, and never consumes past
-the preamble's end, so everything after it (TLS or frames) stays with the caller.  This lets the
-server peek at the socket, feed the peeked bytes, and read exactly the consumed count off the socket.
-Until the end is found the parser consumes everything offered (all of it is preamble), which means
-the caller never has to wait for more bytes while unconsumed ones are pending.
-
-Bounds: a v1 line is at most :data:`V1_MAX_BYTES` (107, the spec's own limit, CRLF included); a v2
-header announces its length in its 16th byte, and one longer than ``max_v2_length`` (default
-:data:`V2_MAX_LENGTH`, far above the 12 to 216 bytes of addresses plus the few TLVs real proxies
-send) is refused from the header alone, before any of it is buffered.  Anything that does not follow
-the spec raises :class:`ProxyProtocolError` (a :class:`~namesrv.protocol.codec.RemoteProtocolError`:
-the server closes that connection), whose message says what was wrong and never quotes more than a
-few escaped bytes of the peer's.
-
-What is kept: the source and destination address of a ``PROXY`` command over TCP/UDP on IPv4 or
-IPv6.  ``UNKNOWN`` (v1), the ``LOCAL`` command (v2: the proxy's own health check), the unspecified
-family and Unix sockets carry no usable client address: :attr:`ProxyHeader.source` is None and the
-connection keeps the address it was accepted from, as the spec says.  TLVs are checked for
-structure (each fits in the header) and kept as ``(type, value)`` pairs.
+:func:`detect` tells from the first byte alone (``P`` for v1, ``\\r`` for v2) whether a connection
+starts with a preamble: neither can start a frame under the 16 MiB limit or a TLS record, and one
+byte is what the server can always peek without waiting.  :class:`ProxyParser` takes only the
+preamble's bytes: :meth:`ProxyParser.feed` returns how many of the offered bytes it consumed, never
+past the preamble's end, and consumes everything offered until then, so the server can peek, feed,
+and read exactly that count off the socket.  v1 lines and v2 lengths are bounded before anything is
+buffered; whatever breaks the spec is a :class:`ProxyProtocolError`.  A preamble without a usable
+client address (``UNKNOWN``, ``LOCAL``, Unix sockets) leaves :attr:`ProxyHeader.source` None.
+``docs/internals/tls-and-proxy.md`` has the formats and bounds.
 """
 
 from __future__ import annotations

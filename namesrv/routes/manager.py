@@ -1,35 +1,15 @@
 """The route tables behind one lock: the only way into them from outside ``namesrv/routes/``.
 
-Theory of operation
--------------------
-:class:`RouteInfoManager` keeps RocketMQ's name and its public operations, but holds no logic: the
-tables are plain data (:mod:`namesrv.routes.tables`) and every operation is a function of one
-concern module (:mod:`~namesrv.routes.register`, :mod:`~namesrv.routes.unregister`,
-:mod:`~namesrv.routes.provisional`, :mod:`~namesrv.routes.queries`, :mod:`~namesrv.routes.admin`,
-:mod:`~namesrv.routes.snapshot`).  Each method here takes the lock, calls one of them, and returns
-a value that shares nothing mutable with the tables.
-
-The lock, and the threads it is for
------------------------------------
-On a node the tables are used by exactly two threads:
-
-* the event loop: every handler, the unregistration decisions, the reports of the expiry scan,
-  the warm-start deadlines, the monitor's actions (the Kafka consumer thread hands them to the loop
-  with ``call_soon_threadsafe``; it never calls in here), the event publisher and the stats log;
-* the node's worker thread (``NameServerNode.worker``, one thread), which decodes and applies
-  REGISTER_BROKER bodies over ``handlers.OFF_LOOP_BODY_BYTES``, applies the batched unregistrations
-  and runs the expiry scan's removals, so that adding or removing a 100,000-topic broker does not
-  stall the loop.
-
-So one ``threading.Lock`` makes each operation atomic against the other thread; it is never held
-across I/O or an ``await`` (there is none below this class) and, since no method calls another
-while holding it, it need not be re-entrant.  In the streaming job a ``RouteModel`` owns its
-manager and is used only under the sink's own lock (batch thread, query-start thread, heartbeat
-thread), so this lock is taken uncontended there.  ``version`` is read without the lock: it is an
-int that only grows, and a reader that sees the old value rebuilds a cached answer once more.
-
-``tests/unit/test_routes_boundary.py`` asserts that no module outside ``namesrv/routes/`` imports
-the tables or the operation modules, or reaches for ``_tables`` or ``_lock``.
+:class:`RouteInfoManager` keeps RocketMQ's name and its public operations but holds no logic: the
+tables are plain data (:mod:`namesrv.routes.tables`), every operation is a function of one concern
+module, and each method here takes the lock, calls one of them, and returns a value that shares
+nothing mutable with the tables.  On a node exactly two threads use the tables: the event loop and
+the node's one worker thread, which applies large registrations, batched unregistrations and the
+expiry scan's removals so that they do not stall the loop.  One ``threading.Lock`` makes each
+operation atomic against the other thread; it is never held across I/O or an ``await``, and no
+method calls another while holding it, so it need not be re-entrant.  ``version`` is read without
+it: an int that only grows.  ``tests/unit/test_routes_boundary.py`` keeps everyone else out of the
+tables; ``docs/internals/routes.md`` has the rest.
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
 """Provisional entries: routes a warm-started node serves before the brokers register (:mod:`namesrv.warmstart`).
 
-Theory of operation
--------------------
-:func:`load_provisional` fills empty tables from a snapshot taken elsewhere (the streaming job's
-model in Redis, :mod:`namesrv.routes.snapshot`), so routes are answered before the brokers
-register.  Until a broker's own REGISTER_BROKER arrives, its live entry is *provisional*: it
-answers clients but never brokers, as if the broker had not registered here yet.
-QUERY_DATA_VERSION and heartbeats find no entry (so a broker is told to register even when its
-DataVersion equals the copied one), a provisional holder never wins the stateVersion conflict
-check, and a slave is not told a provisional master's address (all in
-:mod:`namesrv.routes.register`).  The first registration of a group's master (or prime slave)
-rewrites that group's topic rows in full and drops the copied rows its table no longer has,
-whatever the DataVersions say.  The expiry scan skips provisional entries:
-:func:`drop_unconfirmed_provisional` removes those still unconfirmed one heartbeat timeout after
-loading, even while the monitor has the scan switched off.  Copied filter servers belong to their
-entry: the broker's registration replaces them (an empty list removes them) and every drop
-removes them.  Copied static-topic mappings follow the ordinary rules: registrations overwrite
-them and nothing removes them (spec §3.4).
+:func:`load_provisional` fills empty tables from the streaming job's model
+(:mod:`namesrv.routes.snapshot`), so routes are answered before the brokers register.  Until a
+broker's own REGISTER_BROKER arrives its live entry is *provisional*: it answers clients but never
+brokers, as if the broker had not registered here yet (the rules are in
+:mod:`namesrv.routes.register`), and the first registration of a group's writer rewrites that
+group's copied topic rows in full.  The expiry scan skips provisional entries;
+:func:`drop_unconfirmed_provisional` removes those unconfirmed one heartbeat timeout after loading,
+even while the monitor has the scan switched off.  ``docs/internals/routes.md`` and
+``docs/warm-start.md`` have the details.
 """
 
 from __future__ import annotations

@@ -1,26 +1,13 @@
 """REGISTER_BROKER and heartbeats over :class:`~namesrv.routes.tables.RouteTables` (spec §3.2).
 
-Theory of operation
--------------------
-:func:`register_broker` reads as the spec's steps, in this order, each a function below:
-
-* :func:`_join_group`: list the group in its cluster, create it if new, take this member's zone
-  and acting-master flag (every member overwrites them, as Java does);
-* :func:`_drop_other_ids`: one address has one id in a group (a role switch);
-* two refusals, before the id or any topic row is written: the stateVersion conflict
-  (:func:`_holder_is_newer`: another address holds the id with a newer stateVersion) and the
-  single-topic guard (a first registration of this id carrying exactly one topic);
-* :func:`_take_id`: the id now maps to this address (a provisional holder elsewhere is dropped);
-* :func:`_apply_group_topics`: the master, or the prime slave (lowest id) of a 5.x group, writes
-  the group's topic rows: all of them on a first registration or a changed DataVersion, else
-  only the missing ones (so a name-server-side perm wipe survives, issue #313); none when the rows
-  were made from this very table and no row changed since (:func:`_rows_written_from`);
-* :func:`_refresh_live`: the live entry, stamped with a new sequence number (fencing), and the
-  filter servers;
-* :func:`_answer`: what a slave is told about its master, and the NOTIFY_MIN_BROKER_ID_CHANGE.
-
-An id held only provisionally (warm start) counts as unregistered: see
-:mod:`namesrv.routes.provisional`.  :func:`touch` is the heartbeat.
+:func:`register_broker` reads as the spec's steps, in order, each a function below: join the group
+(:func:`_join_group`), drop the address's other ids (:func:`_drop_other_ids`), refuse a stateVersion
+conflict or a single-topic first registration before anything is written, take the id
+(:func:`_take_id`), write the group's topic rows when this member is the one that writes them
+(:func:`_apply_group_topics`), refresh the live entry with a new sequence number for fencing
+(:func:`_refresh_live`), and build the answer (:func:`_answer`).  An id held only provisionally
+(warm start) counts as unregistered: see :mod:`namesrv.routes.provisional`.  :func:`touch` is the
+heartbeat.  ``docs/internals/routes.md`` lists what each step decides.
 """
 
 from __future__ import annotations

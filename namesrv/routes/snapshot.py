@@ -1,25 +1,13 @@
 """The route model the streaming job keeps in Redis: key layout, what it writes, what it reads back.
 
-Theory of operation
--------------------
-The job (``streaming/routes.py``) keeps a copy of the nodes' route tables and writes it, after
-each micro-batch, under a key prefix ``P`` (``docs/redis-keys.md`` documents every key):
-
-* ``P:model:topics``  hash, topic -> :func:`encode_topic_entry` (``{brokerName: QueueData}``);
-* ``P:model:brokers`` string, :func:`encode_brokers`: groups, clusters, live entries
-  (``"cluster|addr"`` -> dataVersion, timeoutMillis, haServerAddr, lastUpdate), filter servers,
-  static-topic mappings (fastjson text, so integer keys survive), and the job's own
-  ``orderTopicConf`` and ``orderMessageEnable``;
-* ``P:meta`` hash, :func:`encode_meta`: lineage, batchId, updatedAt, watermark.
-
-Two readers take it back: a restarted job (:func:`restore`, an exact copy) and a node's warm start
-(:mod:`namesrv.routes.provisional`, every live entry provisional).  Both go through
-:func:`decode_model`, the one validation of that layout: it raises :class:`SnapshotError` naming the
-key and the field whose value does not have the documented shape, before any table changes.
-Fields added after the first version (filterServers, mappings, orderTopicConf,
-orderMessageEnable, a live entry's timeoutMillis and lastUpdate) may be absent.
-
-Nothing here does I/O: the callers read and write Redis with the keys of :class:`RedisKeys`.
+The job (``streaming/routes.py``) writes a copy of the nodes' route tables after each micro-batch
+under a key prefix ``P``: ``P:model:topics`` (:func:`encode_topic_entry`), ``P:model:brokers``
+(:func:`encode_brokers`) and ``P:meta`` (:func:`encode_meta`), all documented in
+``docs/redis-keys.md``.  Two readers take it back, a restarted job (:func:`restore`) and a node's
+warm start (:mod:`namesrv.routes.provisional`), and both go through :func:`decode_model`, the one
+validation of that layout: it raises :class:`SnapshotError` naming the key and the field before any
+table changes, and accepts models written before later fields existed.  Nothing here does I/O: the
+callers read and write Redis with the keys of :class:`RedisKeys`.
 """
 
 from __future__ import annotations

@@ -1,35 +1,15 @@
 """The route tables as plain data: RocketMQ's ``RouteInfoManager`` fields, and nothing else.
 
-Theory of operation
--------------------
-Six tables, named as in RocketMQ:
-
-* ``topic_queue_table``   topic -> broker name -> QueueData (frozen; replaced, never mutated)
-* ``broker_addr_table``   broker name -> BrokerData (group membership, id -> addr; 0 is master)
-* ``cluster_addr_table``  cluster -> set of broker names
-* ``broker_live_table``   BrokerAddrInfo(cluster, addr) -> BrokerLiveInfo
-* ``filter_server_table`` BrokerAddrInfo -> filter server addresses
-* ``topic_queue_mapping_info_table`` topic -> bname -> static-topic mapping JSON
-
-and the bookkeeping that goes with them: ``version`` (bumped on every change a route,
-cluster-info or topic-list answer can show, never on a pure heartbeat or an unchanged
-re-registration, so answers can be cached by it), ``seq`` (the sequence that fences
-unregistrations, see :mod:`namesrv.routes.unregister`) and the provisional entries of a warm
-start (:mod:`namesrv.routes.provisional`).
-
-The operations are functions over a :class:`RouteTables`, one module per concern:
-:mod:`~namesrv.routes.register` (REGISTER_BROKER and heartbeats),
-:mod:`~namesrv.routes.unregister` (unregistration, channel close, expiry),
-:mod:`~namesrv.routes.provisional` (warm start), :mod:`~namesrv.routes.queries` (every read),
-:mod:`~namesrv.routes.admin` (the admin writes) and :mod:`~namesrv.routes.snapshot` (the model
-the streaming job keeps in Redis).  They never lock, await or do I/O (a few log a warning), and
-reads hand out copies of every mutable part; a mutation returns what the caller must do (channels
-to close, brokers to notify) as a value, for the caller to do after the lock is released.
-
-Ownership: a ``RouteTables`` belongs to one :class:`~namesrv.routes.manager.RouteInfoManager`,
-which calls these functions with its lock held, one function per lock acquisition.  Nothing
-outside ``namesrv/routes/`` sees a ``RouteTables`` (``tests/unit/test_routes_boundary.py`` checks
-it), so the functions need no lock of their own and tests call them on tables they build.
+Six tables named as in RocketMQ (``topic_queue_table``, ``broker_addr_table``,
+``cluster_addr_table``, ``broker_live_table``, ``filter_server_table``,
+``topic_queue_mapping_info_table``), plus ``version`` (bumped on every change an answer can show,
+so answers can be cached by it), ``seq`` (which fences unregistrations) and a warm start's
+provisional entries.  The operations are functions over a :class:`RouteTables`, one module per
+concern (register, unregister, provisional, queries, admin, snapshot); they never lock, await or do
+I/O, reads hand out copies, and a mutation returns what the caller must do (channels to close,
+brokers to notify) for after the lock is released.  A ``RouteTables`` belongs to one
+:class:`~namesrv.routes.manager.RouteInfoManager`, which calls one function per lock acquisition.
+``docs/internals/routes.md`` describes each table and module.
 """
 
 from __future__ import annotations

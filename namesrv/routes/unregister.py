@@ -1,31 +1,13 @@
 """Unregistration, channel close and expiry over :class:`~namesrv.routes.tables.RouteTables` (spec §3.4, §3.5).
 
-Theory of operation
--------------------
-Deciding and applying are separate: :func:`on_channel_destroy`, :func:`build_unregister_request`
-and :func:`scan_not_active_broker` decide (they return :class:`UnregisterRequest` values and change
-nothing); :func:`unregister_brokers` applies a batch.  The server queues decisions and applies them
-later, as Java does.
-
-Fencing (apache/rocketmq#11043)
--------------------------------
-Java applies a queued decision even when the broker re-registered in between, and wipes it.  Here
-every decision carries ``decided_seq = t.next_seq()`` and every registration and heartbeat stamps
-the live entry with a newer sequence number.  A request is skipped when the live entry's
-``refreshed_seq`` is newer than the decision.  Heartbeats count too: a broker that proved it is
-alive after the decision is not removed.
-
-Java also removes *every* id mapped to the address, ignoring the request's broker id, so a queued
-slave unregister removes a master that re-registered at the same address as id 0.  Here, when the
-address is in the group under an id other than the request's, the request is skipped as
-``ROLE_CHANGED``: the address now plays a role the decision was not about.  (An address appears at
-most once per group, because registration removes its other ids.)  When the address is not in the
-group, the live entry and filter servers are still removed, as in Java.
-
-Deviations from Java, all deliberate: requests for a live broker that belongs to no group of its
-cluster (possible when a group's fixed cluster differs from the registering one) remove the live
-entry instead of leaving it to be re-expired forever; the acting-master wipe on unregister skips
-groups no longer in ``broker_addr_table`` (Java would throw and abort the batch).
+Deciding and applying are separate, as in Java: :func:`on_channel_destroy`,
+:func:`build_unregister_request` and :func:`scan_not_active_broker` return
+:class:`UnregisterRequest` values and change nothing; :func:`unregister_brokers` applies a queued
+batch later.  Unlike Java, a decision is fenced (apache/rocketmq#11043): it carries the sequence
+number it was decided at and is skipped when the broker registered or heartbeated since.  It is
+also skipped as ``ROLE_CHANGED`` when the address now holds another id in the group, where Java
+would remove a master that re-registered at a slave's address.  ``docs/internals/routes.md`` has
+these and the other deliberate deviations.
 """
 
 from __future__ import annotations

@@ -154,7 +154,7 @@ def test_the_simulator_signs_registrations_and_heartbeats(node, credentials, reg
             # a request on each member's own connection is answered after its oneway heartbeat was dispatched
             for member in fleet.members:
                 member.links[node.addr].conn.call(RequestCode.GET_BROKER_CLUSTER_INFO)
-        refused = node.call(lambda: node.running.node.acl.refused)
+        refused = node.call(lambda: node.running.context.acl.refused)
         assert refused == (0 if credentials is not None else 2)
     finally:
         fleet.close()

@@ -1,6 +1,6 @@
 """TLS and the PROXY protocol on the remoting port, against a live node on loopback.
 
-Certificates are made at test time (tests/support/tls.py, the README's openssl recipe).  Each test
+Certificates are made at test time (tests/support/tls.py, docs/security.md's openssl recipe).  Each test
 starts its own node with the keys it needs; a well-formed client is served throughout.
 """
 

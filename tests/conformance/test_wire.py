@@ -296,7 +296,7 @@ def test_a_closed_and_an_idled_out_connection_each_drop_their_broker_and_say_whi
     closes = Closes()
     cluster = V3_EXT["clusterName"]
     with running_node(tmp_path, serverChannelMaxIdleTimeSeconds="1") as n:
-        n.call(setattr, n.running.node, "observer", closes)
+        n.call(setattr, n.running.context, "observer", closes)
         with NameServerClient(n.addr) as idle:
             assert register_v3(idle).code == ResponseCode.SUCCESS  # 127.0.0.1:10911, then silent
             with NameServerClient(n.addr) as leaving:
@@ -306,7 +306,7 @@ def test_a_closed_and_an_idled_out_connection_each_drop_their_broker_and_say_whi
                 "127.0.0.1:20911": "connection closed",
                 "127.0.0.1:10911": "idle for 1 s (serverChannelMaxIdleTimeSeconds)",
             }
-            routes = n.running.node.routes
+            routes = n.running.context.routes
             wait_until(
                 lambda: n.call(routes.last_seen, cluster, "127.0.0.1:10911") is None
                 and n.call(routes.last_seen, cluster, "127.0.0.1:20911") is None,

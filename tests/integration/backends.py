@@ -1,28 +1,15 @@
 """The whole system for the end-to-end suite, on two interchangeable backends, and the tools to drive it.
 
-Theory of operation
--------------------
-A :class:`System` is what ``make run`` starts: Apache Kafka and Redis (the *infra*),
-two name-server nodes (:class:`infra.stack.NamesrvNode`) and the Spark liveness monitor
-(:class:`infra.stack.StreamingJob`), all on free loopback ports, with a short liveness timeout
-(:class:`Timing`). Only the infra differs between backends:
-
-* :class:`ProcessInfra` runs Apache Kafka (one KRaft node) and redis-server as local processes
-  (:mod:`infra.services`), stopped by PID;
-* :class:`ContainerInfra` runs them as testcontainers containers (Ryuk off, connection mode
-  ``docker_host``), from images whose names are configurable; the default images are built
-  from this machine's JDK, Kafka jars and redis-server by :mod:`tests.integration.images.build`,
-  with no registry.
-
-Nodes and the job are always local processes: tests restart them, SIGKILL the job, and read
-their logs. Each incarnation of a process gets its own run directory, so a restart does not
-overwrite the log of the one before.
-
-The tools: :class:`FleetRunner` ticks simulated brokers (:class:`namesrv.simulate.Fleet`) in a
-thread and can silence a fleet (its connections stay open, nothing more is sent) or hold its
-reconnections to one node; :class:`KafkaTap` reads the events, actions and alerts topics from
-the beginning in a thread; :class:`RouteProbe` asks every node for a route four times a second
-and records each answer; :func:`run_cpp_producer` runs the real C++ client.
+A :class:`System` is what ``make run`` starts: Apache Kafka and Redis (the *infra*), two name-server
+nodes (:class:`infra.stack.NodeService`) and the Spark liveness monitor
+(:class:`infra.stack.StreamingJob`), on free loopback ports, with a short broker timeout
+(:class:`Timing`).  Only the infra differs between backends: :class:`ProcessInfra` runs Kafka and
+redis-server as local processes, :class:`ContainerInfra` as testcontainers containers from images
+built locally (:mod:`tests.integration.images.build`).  Nodes and the job are always local processes
+that tests restart, kill and read the logs of, each incarnation in a run directory of its own.  The
+tools: :class:`FleetRunner` (simulated brokers), :class:`KafkaTap` (reads the topics),
+:class:`RouteProbe` (asks every node for a route) and :func:`run_cpp_producer` (the real C++
+client).  ``docs/internals/testing.md`` has more.
 """
 
 from __future__ import annotations
@@ -55,7 +42,7 @@ from infra.services import (
     pid_alive,
     tcp_answers,
 )
-from infra.stack import NamesrvNode, StreamingJob
+from infra.stack import NodeService, StreamingJob
 from namesrv import kafka_clients, procfs
 from namesrv.client import NameServerClient
 from namesrv.protocol import bodies
@@ -108,7 +95,7 @@ class Timing:
 
     Only the brokers' own heartbeat timeout is short: that cannot hide how late the system acts on
     it. The watermark delay, trigger, ticks and the nodes' fallback are as shipped unless a module
-    says otherwise (a shortened watermark delay once hid a 2x expiry delay).
+    says otherwise (a shortened watermark delay can hide an expiry delay).
     """
 
     #: every simulated broker's heartbeatTimeoutMillis (as a registration carries it)
@@ -126,6 +113,11 @@ class Timing:
     def expiry_bound_s(self) -> float:
         """How long after a broker's last heartbeat every place must have dropped it."""
         return self.broker_timeout_ms / 1000 + 6.0
+
+
+#: every setting as ``conf/`` ships it; only simulated brokers send a short timeout of their own (real
+#: brokers send theirs), which cannot hide how late the system acts on it
+SHIPPED = Timing(broker_timeout_ms=10_000, monitor_heartbeat_ms=None, monitor_fallback_ms=None)
 
 
 # --------------------------------------------------------------------------- infra: Kafka and Redis
@@ -497,7 +489,7 @@ class System:
         self.timing = timing or Timing()
         self.node_ports = [free_port() for _ in range(nodes)]
         self.checkpoint_dir = run_dir / "checkpoint"
-        self.nodes: list[NamesrvNode | None] = [None] * nodes
+        self.nodes: list[NodeService | None] = [None] * nodes
         self.streaming: StreamingJob | None = None
         self._runs: dict[str, int] = {}
         self._tap: KafkaTap | None = None
@@ -586,7 +578,7 @@ class System:
 
     def start_node(self, i: int, *, warm_start: bool = False) -> float:
         """Start node ``i``; returns the seconds until it answered."""
-        node = NamesrvNode(
+        node = NodeService(
             port=self.node_ports[i],
             run_dir=self._run_dir(f"node-{i + 1}"),
             conf=REPO / "conf" / "namesrv.properties",
@@ -647,8 +639,8 @@ class System:
     def start_streaming(self, timeout: float = 240.0) -> float:
         """Start the job; returns the seconds until it wrote a micro-batch and sent a MONITOR_HEARTBEAT.
 
-        Spark takes 10-40 s to start here and its first batch is the slowest; the system is ready
-        only when a batch is committed, or the first scenario would wait for it on its own clock.
+        Spark is slow to start and its first batch is the slowest; the system is ready only when a
+        batch is committed, or the first scenario would wait for it on its own clock.
         """
         since_ms = int(time.time() * 1000)
         batch_before = self.committed_batch()

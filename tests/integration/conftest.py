@@ -1,20 +1,13 @@
 """Fixtures of the end-to-end suite: the whole system on the process or the container backend.
 
-``system`` (module scope) starts Kafka, Redis, two name-server nodes and the streaming job and
-stops them afterwards (:mod:`tests.integration.backends`). Which backend runs Kafka and Redis:
-
-* ``--backend=processes``: local Apache Kafka (one KRaft node) and redis-server on free loopback ports;
-* ``--backend=containers``: testcontainers containers; when no Docker daemon answers, one is
-  started by hand for the session (root only) and stopped by PID at the end;
-* ``--backend=auto`` (the default; or ``$NAMESRV_IT_BACKEND``): containers when a Docker daemon
-  already answers (``$DOCKER_HOST`` or /var/run/docker.sock), processes otherwise.
-
-Images: ``--kafka-image`` / ``$NAMESRV_IT_KAFKA_IMAGE`` and ``--redis-image`` /
-``$NAMESRV_IT_REDIS_IMAGE``; the defaults are built locally from this machine's JVM, Kafka jars
-and redis-server when missing (:mod:`tests.integration.images.build`).
-
-The modules that drive the streaming job directly use ``services`` instead: a local Apache Kafka
-and Redis on free loopback ports, per module.
+``system`` (module scope) starts Kafka, Redis, two name-server nodes and the streaming job and stops
+them afterwards (:mod:`tests.integration.backends`).  ``--backend=processes`` runs Kafka and Redis
+as local processes, ``--backend=containers`` as testcontainers containers (starting a Docker daemon
+for the session when root and none answers), and ``--backend=auto`` (the default, or
+``$NAMESRV_IT_BACKEND``) picks containers only when a Docker daemon already answers.  The images
+(``--kafka-image``, ``--redis-image``) are built locally when missing.  Modules that drive the
+streaming job directly use ``services`` instead: a local Kafka and Redis per module.
+``docs/internals/testing.md`` has more.
 """
 
 from __future__ import annotations

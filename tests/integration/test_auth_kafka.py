@@ -1,20 +1,12 @@
 """The node's Kafka clients over SASL and TLS, against Apache Kafka, which checks what they present.
 
-The module starts two Kafka nodes (each once, on free ports):
-
-* ``sasl_kafka``: a SASL_PLAINTEXT listener offering PLAIN (its users in the listener's JAAS line) and
-  SCRAM-SHA-256/512 (users created by ``kafka-storage format --add-scram``);
-* ``tls_kafka``: an SSL listener with a certificate from the test CA (PEM key and trust stores) that
-  requires a client certificate signed by that CA.
-
-Against them, a node (in-process) publishes its events and applies the monitor's actions over each
-mechanism and over TLS; a node (``namesrv start``, its own process and log) with a wrong password, or
-a certificate from another CA, is refused and says so, in the broker's (or OpenSSL's) words and
-naming the setting to fix, in one warning without the password; a node configured with a security
-the broker does not offer says so within seconds, and which.  Either way the refused node keeps
-serving.  The mapping of
-every key is unit-tested (tests/unit/test_kafka_security.py); the streaming job reads over SASL through
-Spark's own connector, tested with the job.
+Two Kafka nodes, each started once: ``sasl_kafka`` (a SASL_PLAINTEXT listener offering PLAIN and
+SCRAM-SHA-256/512) and ``tls_kafka`` (an SSL listener requiring a client certificate from the test
+CA).  A node publishes its events and applies the monitor's actions over each mechanism and over
+TLS; a node with a wrong password, a certificate from another CA, or a security the broker does not
+offer is refused and says so in one warning, in the broker's (or OpenSSL's) words, naming the
+setting to fix and never the password, and keeps serving.  The mapping of every key is unit-tested
+(tests/unit/test_kafka_security.py).
 """
 
 from __future__ import annotations

@@ -408,5 +408,5 @@ def test_a_node_without_kafka_starts_and_serves_as_before(tmp_path):
         register(c)
         assert c.topic_route("TopicTest").broker_datas[0].broker_addrs == {0: ADDR}
         assert node.running.kafka is None
-        assert type(node.running.node.observer).__name__ == "NodeObserver"
+        assert type(node.running.context.observer).__name__ == "NodeObserver"
         assert node.running.expiry.enabled

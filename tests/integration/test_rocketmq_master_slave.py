@@ -1,24 +1,14 @@
 """A real 5.3.3 master/slave group loses its master: reads go on from the slave, and our node's routes
 equal Apache's 5.3.3 NameServer's at every step.
 
-One group, ``broker-a``: a master (brokerId 0, ASYNC_MASTER) and a slave (brokerId 1) of Apache
-RocketMQ 5.3.3, both registered with one of our nodes and with Apache's NameServer of the same
-release, started once for the module. The steps: both members registered, a topic on both, messages
-produced and copied to the slave; the master SIGKILLed; a consumer reads them all from the slave; no
-producer can write; the slave registers alone; the master comes back.
-
-How a dead master leaves the routes: both name servers here run standalone, as an operator starts
-ours without the streaming monitor. A broker leaves when the connection it registered on closes (our
-node: ``NameServer.channel_destroyed``; Java: ``BrokerHousekeepingService``), or by the expiry scan
-after 120 s of silence. A killed process's sockets are closed by its kernel, so both drop the master
-within milliseconds. (With the monitor configured our node still drops a broker whose connection
-closed, and reports it; only expiry moves to the monitor. A master whose host vanishes without
-closing anything would wait for the expiry, on both.)
-
-At each step the answers are compared parsed (headers without the version stamp, bodies read as
-fastjson's dialect): GET_BROKER_CLUSTER_INFO and the route of every topic either lists. The slave
-serves reads (``slaveReadEnable=true``: without it a 5.x slave answers every pull with
-PULL_RETRY_IMMEDIATELY and points the client back at the master).
+One group, ``broker-a``: a master (brokerId 0) and a slave (brokerId 1) of Apache RocketMQ 5.3.3,
+registered with one of our nodes and with Apache's NameServer of the same release, both standalone.
+The steps: both members registered, a topic on both, messages produced and copied to the slave; the
+master SIGKILLed (its kernel closes its sockets, so both name servers drop it at once); a consumer
+reads everything from the slave (``slaveReadEnable=true``); no producer can write; the slave
+registers alone; the master comes back.  At each step the answers are compared parsed:
+GET_BROKER_CLUSTER_INFO and the route of every topic either lists.  ``docs/internals/testing.md``
+says how a dead master leaves the routes.
 """
 
 from __future__ import annotations
@@ -233,7 +223,7 @@ def test_master_killed_reads_go_on_from_the_slave_and_routes_equal_java_at_each_
 
     # 6. the slave registers again on its own (every 10 s), now the group's smallest id, so its own
     # topic table is applied: still only the slave, and still the same routes on both
-    routes = group.node.running.node.routes
+    routes = group.node.running.context.routes
     since = group.node.call(routes.now_ms)
     wait_until(lambda: (group.node.call(routes.last_seen, slave.cluster, slave.addr) or 0) > since, 40,
                "the slave's next registration at our node")  # fmt: skip

@@ -2,20 +2,11 @@
 signed requests (ACL 1.0) checked.
 
 One world for the module: our node with ``tls.server.mode=enforcing``, client certificates required
-(``tls.server.need.client.auth=require``, verified against the test CA) and ``aclEnable=true``; a
-5.3.3 broker that registers over TLS and signs its registrations with a broker account
-(``innerClientAuthenticationCredentials``); the certificates made by ``openssl`` at test time
-(:mod:`tests.support.tls`).
-
-The Java side is configured as RocketMQ reads it, with ``-D`` system properties (``TlsSystemConfig``):
-``tls.enable=true`` turns TLS on for its clients; ``tls.test.mode.enable=false`` is needed for anything
-else to count, since in test mode (RocketMQ's default) a client trusts any server and presents no
-certificate, and a server serves a self-signed one; ``tls.client.authServer=true`` with
-``tls.client.trustCertPath`` verifies the servers (our node, and the broker, which serves a certificate
-of the same CA in its default ``permissive`` mode), ``tls.client.certPath``/``keyPath`` present a
-client certificate. mqadmin signs with the ``accessKey``/``secretKey`` of ``conf/tools.yml`` under its
-``rocketmq.home.dir`` (5.3.3 and 4.9.8 alike: ``AclUtils.getAclRPCHook``), and sends unsigned requests
-without that file.
+and verified against the test CA, and ``aclEnable=true``; a 5.3.3 broker that registers over TLS and
+signs its registrations with a broker account; certificates made by ``openssl`` at test time
+(:mod:`tests.support.tls`).  The Java side is configured as RocketMQ reads it, with ``-D`` system
+properties, and mqadmin signs with the keys of the ``conf/tools.yml`` under its home;
+``docs/internals/testing.md`` lists which property does what.
 """
 
 from __future__ import annotations
@@ -146,7 +137,7 @@ def world(tmp_path_factory) -> Iterator[World]:
                 namesrv_tls=client_tls(certs, cert=True),
             )
         )
-        refused = node.call(lambda: node.running.node.acl.refused)
+        refused = node.call(lambda: node.running.context.acl.refused)
         yield World(base, certs, node, broker, classes, admin, broker_account, refused)
 
 
@@ -259,7 +250,7 @@ def test_mqadmin_kv_write_is_refused_with_code_16(world, who, remark):
         "unsigned": None,
         "broker account": world.broker_account,
     }[who]
-    refused_before = world.node.call(lambda: world.node.running.node.acl.refused)
+    refused_before = world.node.call(lambda: world.node.running.context.acl.refused)
     key = f"{KEY}-{who.replace(' ', '-')}"
     done = world.mqadmin("updateKvConfig", "-n", world.node.addr, "-s", NAMESPACE, "-k", key, "-v", who,
                          credentials=credentials)  # fmt: skip
@@ -268,4 +259,4 @@ def test_mqadmin_kv_write_is_refused_with_code_16(world, who, remark):
     # mqadmin shows the node's answer as RocketMQ's client reports any refusal: the code and our remark
     assert "CODE: 16" in out and remark in out, out
     assert kv(world, key) is None
-    assert world.node.call(lambda: world.node.running.node.acl.refused) == refused_before + 1
+    assert world.node.call(lambda: world.node.running.context.acl.refused) == refused_before + 1

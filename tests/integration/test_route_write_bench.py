@@ -1,4 +1,4 @@
-"""``bench/route_write_bench.py`` as the README prints it, on a small fleet: it runs and reports."""
+"""``bench/route_write_bench.py`` as docs/testing.md names it, on a small fleet: it runs and reports."""
 
 from __future__ import annotations
 

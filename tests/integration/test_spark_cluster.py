@@ -1,27 +1,15 @@
-"""The job on a Spark standalone cluster, launched as the README says: a lost worker, SIGTERM, a restart.
+"""The job on a Spark standalone cluster, launched as docs/deploy.md says: a lost worker, SIGTERM, a restart.
 
-A master and two workers (1 core each) from the pip-installed pyspark on loopback
-(:mod:`tests.support.spark_cluster`), the local Kafka and Redis (``services``), and
-``spark-submit --jars 'build/jvm/spark-kafka/*.jar' streaming/__main__.py -c conf/streaming.properties -D
-spark.master=spark://…`` run from a shell that did not activate the venv, with ``PYSPARK_DRIVER_PYTHON`` set as
-the README says and nothing else: the job itself must give the executors the project's Python, and
-Spark's Kafka connector reaches them from the driver (``--jars``), nothing downloaded. The test plays a
-name-server node: it publishes REGISTERs of six brokers with a 20 s heartbeat timeout of their own, then
-a TICK and a heartbeat per live broker every second.
-
-1. Every route reaches Redis while both workers run executors.
-2. Two brokers fall silent and one worker is killed with its executor (SIGKILL, as a dead host):
-   both brokers still get exactly one EXPIRE and leave Redis; no live broker is touched.
-3. SIGTERM to the PID spark-submit runs as (the JVM: what a supervisor signals) stops the job:
-   exit 0, no StackOverflowError, the stop was the driver's.
-4. A third broker falls silent while the job is down; the job restarted from its checkpoint resumes
-   the same query lineage, expires it exactly once and publishes no second EXPIRE for the first two.
-
-On this shared 2-core machine Spark takes one to two minutes to start and a batch up to a minute:
-the deadlines are generous, and the module takes several minutes (about 4.5 at a load average of
-8-11). Past a load average of about 20, Spark's fixed 10 s for a new Python worker to connect back
-(``PythonWorkerFactory``) runs out again and again; the job then gives up after six failed queries
-in ten minutes (exit 1, left to its supervisor) and the test fails saying so.
+A master and two 1-core workers from the pip-installed pyspark on loopback
+(:mod:`tests.support.spark_cluster`), the local Kafka and Redis, and ``spark-submit --jars
+'build/jvm/spark-kafka/*.jar' streaming/__main__.py ...`` from a shell without the venv, with only
+``PYSPARK_DRIVER_PYTHON`` set: the job must give the executors the project's Python itself.  The test
+plays a node, publishing six brokers' REGISTERs, then TICKs and heartbeats every second.  (1) Every
+route reaches Redis; (2) two brokers fall silent and a worker is SIGKILLed with its executor: each
+still gets exactly one EXPIRE; (3) SIGTERM to spark-submit's JVM stops the job cleanly, exit 0;
+(4) restarted from its checkpoint, the job expires a broker that fell silent meanwhile, exactly once,
+and repeats no earlier EXPIRE.  Spark is slow on a shared machine, so the deadlines are generous
+(``docs/internals/testing.md``, "Timing").
 """
 
 from __future__ import annotations
@@ -110,13 +98,13 @@ class Fleet:
 
 
 class SubmittedJob:
-    """``spark-submit --jars … streaming/__main__.py`` as the README's recipe runs it; ``pid`` is the JVM's."""
+    """``spark-submit --jars … streaming/__main__.py`` as docs/deploy.md's recipe runs it; ``pid`` is the JVM's."""
 
     def __init__(self, master: str, kafka: str, redis: str, checkpoint: Path, log: Path) -> None:
         venv_bin = os.path.dirname(sys.executable)
         path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and os.path.abspath(p) != venv_bin]
         env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "SPARK_HOME", "PYSPARK_PYTHON")}
-        # the README: "without activating it, set PYSPARK_DRIVER_PYTHON=.venv/bin/python"; PYTHONPATH is the
+        # docs/deploy.md: "Without activating the venv, set PYSPARK_DRIVER_PYTHON=.venv/bin/python"; PYTHONPATH is the
         # test run's (this tree), as for every process a test starts
         env.update(PATH=os.pathsep.join(path or ["/usr/bin", "/bin"]), PYSPARK_DRIVER_PYTHON=sys.executable,
                    SPARK_LOCAL_IP="127.0.0.1")  # fmt: skip

@@ -1,20 +1,12 @@
 """``make run`` when a part dies: the real ``python -m infra.stack up``, on free ports and its own run dir.
 
-One stack with the Spark job for the module, one story in order:
-
-1. the job's driver is SIGKILLed once it has committed a batch: the nodes keep answering, Kafka,
-   Redis and the nodes keep their PIDs, nothing of the dead job's process tree survives, ``up`` says
-   so, and a new job appears and commits batches under the same query lineage (its checkpoint);
-2. a node is SIGKILLed: the other node answers throughout, the node comes back on its port under a
-   new PID, nothing else is restarted;
-3. SIGTERM to ``up``: it exits 0, and every process it ever started, and their children, is gone.
-
-Then, on a stack without the job (cheap): ``make stop`` from another shell while ``up`` is waiting
-to restart Redis stops everything, and nothing is restarted behind its back.
-
-The stack runs the shipped ``conf/`` files; only ports and paths differ (``--services-conf``,
-``--node-ports``).  Spark starts in 20-40 s here and twice in this module; every wait is a poll with
-a deadline.
+One stack with the Spark job for the module, one story in order: (1) the job's driver is SIGKILLed
+after a committed batch: nothing else restarts, nothing of its process tree survives, and a new job
+carries on under the same query lineage; (2) a node is SIGKILLed: the other answers throughout and
+it comes back on its port; (3) SIGTERM to ``up``: exit 0 and every process it started is gone.
+Then, without the job: ``make stop`` from another shell while ``up`` waits to restart Redis stops
+everything, and nothing is restarted behind its back.  The stack runs the shipped ``conf/`` files,
+only ports and paths differ; every wait is a poll with a deadline.
 """
 
 from __future__ import annotations
@@ -33,7 +25,7 @@ import pytest
 import redis
 
 from infra.services import ProcessService, RedisService, _read_pidfile, free_port, pid_alive, port_is_free
-from infra.stack import UP_PIDFILE, NamesrvNode, StreamingJob, build_parser, build_stack
+from infra.stack import UP_PIDFILE, NodeService, StreamingJob, build_parser, build_stack
 from namesrv.client import NameServerClient
 from streaming.routes import RouteLookup
 from tests.integration.backends import SUMMARY, _start_time, descendants, log_tail
@@ -61,8 +53,8 @@ class Stack:
         return next(s for s in self.services if s.name == name)
 
     @property
-    def nodes(self) -> list[NamesrvNode]:
-        return [s for s in self.services if isinstance(s, NamesrvNode)]
+    def nodes(self) -> list[NodeService]:
+        return [s for s in self.services if isinstance(s, NodeService)]
 
     def pid(self, name: str) -> int | None:
         """The live PID in the service's pidfile.  Read only: ``running_pid`` would remove a stale
@@ -90,7 +82,7 @@ class Stack:
         )
 
 
-def answers(node: NamesrvNode) -> bool:
+def answers(node: NodeService) -> bool:
     try:
         with NameServerClient(node.address, timeout=2.0) as client:
             client.cluster_info()

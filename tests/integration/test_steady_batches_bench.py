@@ -1,4 +1,4 @@
-"""``bench/steady_batches.py`` as the README names it, briefly: it runs the job at a fixed rate and reports each part."""
+"""``bench/steady_batches.py`` (docs/testing.md), briefly: it runs the job at a fixed rate and reports each part."""
 
 from __future__ import annotations
 

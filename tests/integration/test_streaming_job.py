@@ -28,11 +28,13 @@ from namesrv.events.schema import (
     decode_action,
     encode_event,
     event_key,
+    wall_ms,
 )
 from streaming import job
 from streaming.alerts import decode_alert
 from streaming.config import load_config
 from streaming.routes import RouteLookup
+from streaming.session import build_spark
 from tests.support import alertmanager
 from tests.support.prometheus import running_prometheus
 
@@ -53,7 +55,7 @@ TOPICS = {A: ["TA", "TS"], B: ["TB", "TS"], C: ["TC"]}
 @pytest.fixture(scope="module")
 def spark():
     cfg = load_config(None, {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"})
-    session = job.build_spark(cfg)
+    session = build_spark(cfg)
     session.sparkContext.setLogLevel("ERROR")
     return session  # shared with the other streaming test modules; Spark stops it at exit
 
@@ -345,7 +347,7 @@ def test_prometheus_scrapes_the_monitor_s_batches_brokers_alerts_and_redis_write
         assert len(prom.values("rocketmq_namesrv_monitor_input_rows_per_second")) == 1
         # event times here are synthetic (2023): the lag is the wall clock's distance to them
         (lag,) = prom.values("rocketmq_namesrv_monitor_watermark_lag_seconds")
-        assert lag == pytest.approx((job.now_ms() - (w.t0 + 14_000)) / 1000, abs=120)
+        assert lag == pytest.approx((wall_ms() - (w.t0 + 14_000)) / 1000, abs=120)
 
 
 def test_poison_events_are_refused_and_the_job_keeps_deciding_after_a_restart(spark, world):

@@ -7,8 +7,8 @@ broker's JAAS line): ``admin`` (the broker itself, the test's clients) and ``mon
 1. The job in this process, as user ``monitor``: a broker registers through two nodes and falls silent;
    a TICK past its deadline makes the job publish one EXPIRE, read back from the actions topic over SASL.
 2. ``python -m streaming`` with a wrong password: it exits 2 once Spark is up, saying that Kafka refuses
-   the job's credentials and why (the broker's own answer, read by the connector's Java client), never
-   the password; it does not wait for Kafka forever as for a broker that is down.
+   the job's credentials and why (the broker's own answer, read as the node reads it) and what to fix,
+   never the password; it does not wait for Kafka forever as for a broker that is down.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from namesrv.events.schema import (
     event_key,
 )
 from namesrv.kafka_clients import KafkaSecurity
-from streaming import job
+from streaming import job, session
 from streaming.config import load_config
 from tests.support.wait import wait_until
 
@@ -116,7 +116,7 @@ def event(etype: EventType, node: str, dt: int, seq: int, **kw) -> Event:
 
 def test_the_job_reads_events_over_sasl_with_spark_s_connector_and_expires_a_silent_broker(kafka, tmp_path):
     cfg = load_config(REPO / "conf" / "streaming.properties", job_settings(kafka, MONITOR_PASSWORD, tmp_path / "ckpt"))
-    spark = job.build_spark(cfg)
+    spark = session.build_spark(cfg)
     spark.sparkContext.setLogLevel("ERROR")
     producer = kafka_clients.producer(kafka.bootstrap_servers, security=ADMIN)
     actions = kafka_clients.consumer(kafka.bootstrap_servers, security=ADMIN, auto_offset_reset="earliest")
@@ -181,8 +181,9 @@ def test_a_wrong_password_stops_the_job_saying_kafka_refuses_its_credentials(kaf
         text = log.read_text(errors="replace")
         assert proc.returncode == 2, text[-3000:]
         assert "refuses the job's credentials" in text and "sasl.username='monitor'" in text, text[-3000:]
-        # the broker's own answer, through the connector's Java client
-        assert "SaslAuthenticationException: Authentication failed" in text, text[-3000:]
+        # the broker's own answer, quoted, and the settings to fix
+        assert "Kafka refused the login: 'Authentication failed: Invalid username or password'" in text, text[-3000:]
+        assert "check kafka.sasl.username and kafka.sasl.password" in text, text[-3000:]
         assert WRONG_PASSWORD not in text
         said = [line for line in text.splitlines() if line.startswith("error:")]
         print(f"gave up after {time.monotonic() - started:.0f} s: {said}")

@@ -7,9 +7,9 @@ import logging
 
 from infra.services import free_port
 from namesrv.events.schema import ActionType, Event, EventType, decode_action, encode_event
-from streaming import job
 from streaming.alerts import decode_alert
 from streaming.liveness import KIND_ROUTE
+from streaming.publisher import KafkaPublisher
 from streaming.routes import RedisRouteStore, RouteLookup
 from tests.support.streaming import T0, expire_row, make_sink, out_row, register, route_row
 
@@ -92,7 +92,7 @@ def test_redis_down_does_not_stop_decisions_and_the_next_write_catches_up(redis_
     sink.set_lineage("q")
     good_client = sink.store.client
     sink.store.client = RedisRouteStore.from_url(f"redis://127.0.0.1:{free_port()}/0").client
-    with caplog.at_level(logging.ERROR, logger="streaming.job"):
+    with caplog.at_level(logging.ERROR, logger="streaming.sink"):
         sink.process([route_row(register()), expire_row(T0 + 20_000, addr="10.0.0.7:1")], 0)
     assert "not written" in caplog.text
     assert [t for t, _, _ in pub.sent if t == sink.cfg.actions_topic]  # the action went out anyway
@@ -107,7 +107,7 @@ def test_the_monitor_waits_for_kafka_at_start_and_can_be_stopped_meanwhile(caplo
 
     stopping = threading.Event()
     threading.Timer(1.0, stopping.set).start()
-    with caplog.at_level(logging.WARNING, logger="streaming.job"):
-        assert job.KafkaPublisher.connect(f"127.0.0.1:{free_port()}", stopping) is None
-    warnings = [r.getMessage() for r in caplog.records if r.name == "streaming.job"]
+    with caplog.at_level(logging.WARNING, logger="streaming.publisher"):
+        assert KafkaPublisher.connect(f"127.0.0.1:{free_port()}", stopping) is None
+    warnings = [r.getMessage() for r in caplog.records if r.name == "streaming.publisher"]
     assert len(warnings) == 1 and "does not answer yet" in warnings[0] and "kafka.bootstrap" in warnings[0]

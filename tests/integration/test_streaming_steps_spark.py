@@ -11,14 +11,18 @@ from streaming.config import load_config
 from streaming.events import broker_key
 from streaming.health import KIND_HEALTH
 from streaming.liveness import KIND_ROUTE, OUTPUT_COLUMNS
+from streaming.session import build_spark
 from tests.support.streaming import SKEW, T0, YEAR_2100, register
 
 
 @pytest.fixture(scope="module")
 def spark():
     cfg = load_config(None, {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"})
-    session = job.build_spark(cfg)
+    session = build_spark(cfg)
     session.sparkContext.setLogLevel("ERROR")
+    # A batch (non-streaming) transformWithState loads its state store through the coordinator that
+    # Spark's streaming query manager starts; a job always has one, this static test must ask for it.
+    _ = session.streams
     return session
 
 

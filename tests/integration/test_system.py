@@ -1,23 +1,14 @@
 """The whole system end to end: Kafka, Redis, two nodes, the Spark monitor, simulated brokers, real clients.
 
-One system per module (the ``system`` fixture, on the process or the container backend), one
-story told in order, each test a chapter that leaves the system as the next one expects:
-
-1. three brokers (``live``, ``silent``, ``leaving``) register with both nodes; Redis gets their routes;
-2. ``silent`` stops heartbeating: both nodes and Redis drop it within timeout + a few seconds,
-   with one EXPIRE and one BROKER_EXPIRED alert;
-3. ``leaving`` unregisters: removed everywhere, one REMOVE;
-4. Kafka restarts while a broker (``late``) registers: no event is lost, the job carries on;
-5. the job is SIGKILLed while ``doomed`` has a pending expiry; restarted from its checkpoint, it
-   still expires it (the nodes' own fallback scan is off, so the job is the only one who can);
-6. node 2 restarts without warm start: TOPIC_NOT_EXIST until the brokers register again;
-7. node 1 restarts with warm start: it answers from Redis at once, then converges to the brokers'
-   own registrations, dropping ``ghost``, which went silent meanwhile;
-8. our client asked both nodes for a route four times a second all along, and the C++ client
-   sent through routes it read at every stage.
-
-Brokers heartbeat every second with a 4 s timeout; everything else is as conf/ ships it. Every wait is a
-poll with a deadline.
+One system per module (the ``system`` fixture), one story told in order, each test a chapter that
+leaves the system as the next one expects: (1) three brokers register and Redis gets their routes;
+(2) ``silent`` stops heartbeating and is dropped everywhere with one EXPIRE and one alert;
+(3) ``leaving`` unregisters, one REMOVE; (4) Kafka restarts while ``late`` registers and no event is
+lost; (5) the job is SIGKILLed with an expiry pending and, restarted from its checkpoint, still
+decides it; (6) node 2 restarts without warm start (TOPIC_NOT_EXIST until brokers register);
+(7) node 1 restarts with warm start, answers from Redis at once, then drops ``ghost``; (8) our client
+and the C++ client read routes throughout.  Brokers heartbeat every second with a 4 s timeout;
+everything else is as conf/ ships it.  Every wait is a poll with a deadline.
 """
 
 from __future__ import annotations

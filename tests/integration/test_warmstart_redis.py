@@ -83,11 +83,11 @@ def test_routes_answer_at_once_then_registrations_replace_and_unconfirmed_broker
         assert route_or_none(client, "TopicA") == raw
         assert {b.broker_name for b in client.topic_route("TopicA").broker_datas} == {"broker-a", "broker-b"}
         assert set(client.cluster_info()[1][CLUSTER]) == {"broker-a", "broker-b"}
-        routes = node.running.node.routes
+        routes = node.running.context.routes
         assert node.call(routes.is_provisional, CLUSTER, A_ADDR)
 
         # the monitor switched the local scan off: the provisional deadline must not depend on it
-        node.call(setattr, node.running.expiry, "enabled", False)
+        node.call(node.running.expiry.hand_to_monitor)
 
         # the broker asks whether to register with the DataVersion Redis holds: it is told to
         ask = client.call(

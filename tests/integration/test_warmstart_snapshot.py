@@ -43,7 +43,7 @@ class Node:
     def __init__(self, tmp_path, name: str, clock: Clock, *, publish: bool) -> None:
         from namesrv.config import load_config
         from namesrv.events.publisher import EventPublisher, PublisherSettings
-        from namesrv.handlers import NameServerNode
+        from namesrv.handlers import HandlerContext
         from namesrv.kvconfig import KVConfigManager
 
         kv = tmp_path / f"{name}-kv.json"
@@ -51,7 +51,7 @@ class Node:
         self.routes = RouteInfoManager(config, now_ms=clock)
         self.publisher = EventPublisher(PublisherSettings("k:1", "events", name), self.routes) if publish else None
         observer = {} if self.publisher is None else {"observer": self.publisher}
-        self.node = NameServerNode(config, self.routes, KVConfigManager(kv), lambda _: True, **observer)
+        self.node = HandlerContext(config, self.routes, KVConfigManager(kv), lambda _: True, **observer)
 
     def register(
         self,

@@ -134,7 +134,7 @@ def test_cpp_producer_signs_its_route_lookups(acl_node, acl_broker, tmp_path):
     code, result = produce(ACL_ADMIN.secret_key)
     assert code == 0 and result["ok"] and result["signed"], result
     assert acl_broker.wait_for_send("PeerTopic", timeout=10).language == "CPP"
-    assert acl_node.call(lambda: acl_node.running.node.acl.refused) == 0
+    assert acl_node.call(lambda: acl_node.running.context.acl.refused) == 0
 
     code, result = produce("not-the-secret")
     assert code == 1 and not result["ok"]
@@ -148,7 +148,7 @@ def test_ali_ons_signs_name_server_requests(acl_node, acl_broker):
     assert code == 0 and result["signed"], result
     assert result["route"]["brokerDatas"][0]["brokerAddrs"] == {"0": acl_broker.address}
     assert result["kv"]["delete"] == 0 and result["kv"]["get_after_delete"]["code"] == 22
-    assert acl_node.call(lambda: acl_node.running.node.acl.refused) == 0
+    assert acl_node.call(lambda: acl_node.running.context.acl.refused) == 0
 
     code, result = run_result([*probe, "--access-key", ACL_ADMIN.access_key, "--secret-key", "not-the-secret"])
     assert code == 1 and result["code"] == 16 and result["error"].startswith("Check signature failed")

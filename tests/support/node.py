@@ -12,7 +12,7 @@ from pathlib import Path
 
 import uvloop
 
-from namesrv.app import RunningNode, start_node
+from namesrv.app import Node, start_node
 from namesrv.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ VECTORS = REPO / "tests" / "vectors"
 class NodeThread:
     """A node on its own event loop in a daemon thread; ``call`` runs a function on that loop."""
 
-    def __init__(self, running: RunningNode, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, running: Node, loop: asyncio.AbstractEventLoop) -> None:
         self.running = running
         self.loop = loop
 

@@ -1,31 +1,14 @@
 """Apache RocketMQ's own NameServer, broker, mqadmin and Java client, as real peers of the tests.
 
-Theory of operation
--------------------
-The jars come from the pinned JVM manifest (``infra/jvm/pom.xml``), resolved once by ``make setup``
-into ``build/jvm/<module>/``: ``rocketmq-5`` holds 5.3.3's server and clients, ``rocketmq-4-server``
-4.9.7's NameServer and broker (4.9.8 has none on Maven Central) and ``rocketmq-4-clients`` 4.9.8's
-mqadmin and Java client. A :class:`Release` names the two class paths one test world uses.
-
-Every JVM is a child process that this module starts and stops by its PID (:class:`JavaProcess`),
-on free loopback ports, with a home directory of its own under the test's temporary directory:
-``ROCKETMQ_HOME`` and ``user.home`` point there, so the broker's store, the logs RocketMQ writes
-itself and any file a NameServer persists stay inside it. Logging goes to ``<home>/<name>.log``
-through a logback configuration written here (4.x reads ``$ROCKETMQ_HOME/conf/logback_*.xml`` and
-stops without one; 5.x reads ``-Drmq.logback.configurationFile``, with logback shaded into
-``org.apache.rocketmq.logging``); stdout and stderr go to ``<home>/<name>.out``.
-
-Readiness is a real round trip, never a sleep: a NameServer is up once it answers
-GET_BROKER_CLUSTER_INFO to :class:`namesrv.client.NameServerClient`; a broker once every name server
-it was given lists it as its group's master at its address. A process that exits while being waited
-for fails the wait at once, with the end of its output; one that lost a port picked for it to another
-process before binding it (the machine is shared) is started again on new ports, up to three times.
-
-The JVMs run small (128-256 MB heap, the serial collector, C1 only): the tests need them to answer,
-not to be fast, and two cores are shared. ``bench/namesrv_bench.py`` starts the NameServers through
-:func:`start_java_namesrv` with JVM options of its own (a full JIT). TLS, which RocketMQ configures with
-system properties only, goes to a broker, mqadmin or the Java client as ``system_props``; mqadmin's
-ACL credentials as the ``conf/tools.yml`` it reads.
+The jars come from the pinned JVM manifest (``infra/jvm/pom.xml``), resolved by ``make setup`` into
+``build/jvm/<module>/``; a :class:`Release` names the two class paths (5.3.3, or 4.9.7's servers with
+4.9.8's clients) one test world uses.  Every JVM is a child process started and stopped by its PID
+(:class:`JavaProcess`) on free loopback ports, with a home directory of its own under the test's
+temporary directory, so everything RocketMQ writes stays there; its logging is configured here.
+Readiness is a real round trip, never a sleep, a process that exits while awaited fails the wait at
+once, and one that lost its port to another process is restarted on new ports.  The JVMs run small:
+the tests need them to answer, not to be fast.  TLS goes to the JVMs as ``system_props``, as
+RocketMQ reads it.  ``docs/internals/testing.md`` has the details.
 """
 
 from __future__ import annotations

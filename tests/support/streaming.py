@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo, encode_event
-from streaming import job
 from streaming.config import load_config
 from streaming.liveness import KIND_ACTION, KIND_ROUTE, OUTPUT_COLUMNS
 from streaming.routes import RedisRouteStore
+from streaming.sink import BatchSink
 
 T0 = 1_700_000_000_000
 #: a TICK from a node whose clock says 2100: refused, it must not move event time
@@ -52,10 +52,10 @@ def expire_row(t: int, addr: str = "10.0.0.1:1", last: int = T0) -> dict:
                    brokerAddr=addr, lastHeartbeat=last, watermark=t, reason="silent")  # fmt: skip
 
 
-def make_sink(redis_url: str | None, prefix: str, **overrides: str) -> tuple[job.BatchSink, FakePublisher]:
+def make_sink(redis_url: str | None, prefix: str, **overrides: str) -> tuple[BatchSink, FakePublisher]:
     """A sink publishing to a FakePublisher, writing to Redis at ``redis_url`` under ``prefix`` (None: no Redis)."""
     cfg = load_config(None, {"redis.url": redis_url or "", "redis.keyPrefix": prefix, "monitor.id": "m",
                              "alerts.monitorLagMillis": "1000", **overrides})  # fmt: skip
     pub = FakePublisher()
     store = RedisRouteStore.from_url(cfg.redis_url, cfg.redis_prefix) if redis_url else None
-    return job.BatchSink(cfg, pub, store, clock=lambda: T0 + 100_000), pub
+    return BatchSink(cfg, pub, store, clock=lambda: T0 + 100_000), pub

@@ -1,4 +1,4 @@
-"""Certificates for TLS tests, made at test time with the ``openssl`` command (the README's recipe),
+"""Certificates for TLS tests, made at test time with the ``openssl`` command (docs/security.md's recipe),
 and the client contexts and raw bytes (a ClientHello, PROXY preambles) the tests send.
 
 One home for every test certificate: the node's remoting port, and the Redis and Kafka clients'

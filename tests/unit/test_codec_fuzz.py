@@ -5,6 +5,7 @@ import json
 import re
 import struct
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -110,6 +111,7 @@ def expected_after_round_trip(cmd: RemotingCommand) -> RemotingCommand:
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(commands(), st.integers(1, 50))
 def test_encode_decode_round_trip(cmd, chunk):
@@ -190,6 +192,7 @@ def test_one_shape_many_opaques(cmd, other):
 _any_text = st.text(st.characters(blacklist_categories=()), max_size=20)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(commands(), _any_text, st.dictionaries(_any_text, _any_text, max_size=3))
 def test_any_text_in_an_answer_encodes_with_lone_surrogates_as_question_marks(cmd, remark, ext):

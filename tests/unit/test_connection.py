@@ -20,14 +20,14 @@ import pytest
 from namesrv import server as server_mod
 from namesrv.app import build_node
 from namesrv.config import load_config
-from namesrv.departure import Cause, Departure
 from namesrv.handlers import MAX_REQUEST_HEADER_BYTES, NodeObserver
 from namesrv.kvconfig import MAX_NAME_CHARS, MAX_VALUE_CHARS
+from namesrv.liveness import Cause, Departure
 from namesrv.logs import RateLimited
 from namesrv.protocol.codec import FrameDecoder, encode
 from namesrv.protocol.codes import FRAME_MAX_LENGTH, RequestCode, ResponseCode
 from namesrv.protocol.command import RemotingCommand, request
-from namesrv.server import Connection, NameServer
+from namesrv.server import Connection, RemotingServer
 from tests.support.attacks import json_frame
 from tests.support.brokers import registration
 from tests.support.wait import wait_until
@@ -172,7 +172,7 @@ class Departures(NodeObserver):
 
 @dataclass
 class Harness:
-    server: NameServer
+    server: RemotingServer
     loop: FakeLoop
     clock: FakeClock
     observer: Departures
@@ -197,7 +197,7 @@ def harness(tmp_path, monkeypatch) -> Harness:
     observer = Departures()
     node.observer = observer
     clock = FakeClock()
-    server = NameServer(node, clock=clock)
+    server = RemotingServer(node, clock=clock)
     loop = FakeLoop(clock)
     server.loop = loop  # type: ignore[assignment]
     # the drop warnings are rate-limited per process: give this test its own budget
@@ -216,7 +216,7 @@ def route_frame(opaque: int, topic: str = "TopicTest") -> bytes:
 
 
 def routes_of(harness: Harness) -> Any:
-    return harness.server.node.routes
+    return harness.server.context.routes
 
 
 # --------------------------------------------------------------------------- framing
@@ -266,7 +266,7 @@ def test_a_connection_silent_past_the_idle_limit_is_closed_and_its_broker_report
 
 
 def test_an_idle_limit_of_zero_closes_nothing(harness):
-    harness.server.node.config.server_channel_max_idle_time_seconds = 0
+    harness.server.context.config.server_channel_max_idle_time_seconds = 0
     _, transport = harness.connect(5000)
     harness.clock.now += 10 * IDLE_LIMIT_S
     harness.server.close_idle_connections()
@@ -373,7 +373,7 @@ def test_the_largest_header_a_request_may_have_is_read(harness):
     wait_until(lambda: harness.loop.ready, 10, "the KV write to finish")
     harness.loop.run_ready()
     assert [(a.opaque, a.code) for a in transport.peer_reads()] == [(9, ResponseCode.SUCCESS)]
-    assert harness.server.node.kv.get(fields["namespace"], fields["key"]) == fields["value"]
+    assert harness.server.context.kv.get(fields["namespace"], fields["key"]) == fields["value"]
 
 
 def test_a_failure_on_our_side_while_answering_costs_only_that_connection(harness, monkeypatch, caplog):
@@ -516,6 +516,7 @@ def test_a_large_frame_is_received_into_its_own_memory_and_the_next_frame_throug
     assert connection.get_buffer(-1) is harness.server.read_buffer and connection.decoder.buffered == 0
 
 
+@pytest.mark.slow
 def test_a_10_mib_registration_is_received_at_the_pace_and_registers(harness):
     ext, body = registration(broker_addr=BROKER, topics=[f"BigTopic{i:06d}{'x' * 60}" for i in range(40_000)])
     frame = encode(request(RequestCode.REGISTER_BROKER, ext, body, opaque=1))

@@ -1,25 +1,23 @@
 """Applying the monitor's actions: fencing by last-seen time, duplicates, the clock-skew bound, which
-monitors are obeyed, the monitor watchdog."""
+monitors are obeyed, and that every admitted action tells the monitor watchdog."""
 
 from __future__ import annotations
 
 import logging
 
 from namesrv.config import load_config
-from namesrv.departure import MONITOR_EXPIRE, Departure
 from namesrv.events.actions import (
     ActionApplier,
     ActionConsumer,
     ConsumerSettings,
     MonitorTrust,
-    MonitorWatchdog,
     Outcome,
     action_stats,
     trusted_monitors,
 )
 from namesrv.events.schema import Action, ActionType, encode_action
 from namesrv.handlers import NodeObserver
-from namesrv.liveness import BatchUnregistration, ExpiryScan
+from namesrv.liveness import Departure, ExpiryScan, MonitorWatchdog, UnregisterBatcher, departure
 from namesrv.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
 from namesrv.routes import RouteInfoManager, RouteSettings
 
@@ -59,7 +57,7 @@ def expire(last_heartbeat: int, **kw) -> Action:
 def setup(last_seen: dict | None = None):
     routes = RouteInfoManager(RouteSettings())
     routes.register_broker(CLUSTER, ADDR, NAME, 0, None, body=BODY)
-    batch = BatchUnregistration(routes, 10)
+    batch = UnregisterBatcher(routes, 10)
     observer = Recorder()
     seen = {} if last_seen is None else last_seen
     applier = ActionApplier(routes, batch.submit, lambda c, a: seen.get((c, a)), observer)
@@ -71,7 +69,7 @@ def test_an_action_based_on_the_latest_event_removes_the_broker_like_an_unregist
     assert applier.apply(expire(1_000)) is Outcome.APPLIED
     batch.drain_now()
     assert routes.last_seen(CLUSTER, ADDR) is None and routes.get_all_topic_list() == []
-    assert observer.unregistered == [(ADDR, MONITOR_EXPIRE)]
+    assert observer.unregistered == [(ADDR, departure.MONITOR_EXPIRE)]
 
 
 def test_an_action_older_than_what_the_node_saw_is_stale_and_changes_nothing():

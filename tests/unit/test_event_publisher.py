@@ -11,9 +11,7 @@ import pytest
 from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError, NotLeaderForPartitionError
 from kafka.future import Future
 
-from namesrv import departure
 from namesrv.config import ConfigError
-from namesrv.departure import Cause
 from namesrv.events.link import check_bootstrap_servers
 from namesrv.events.publisher import UNREGISTER_SOURCES, EventPublisher, EventQueue, PublisherSettings
 from namesrv.events.schema import (
@@ -27,6 +25,7 @@ from namesrv.events.schema import (
     event_key,
 )
 from namesrv.handlers import AdminChange
+from namesrv.liveness import Cause, departure
 from namesrv.protocol import fastjson
 from namesrv.protocol.codes import RequestCode
 from namesrv.protocol.headers import RegisterBrokerHeader
@@ -383,7 +382,8 @@ def test_sender_publishes_in_order_with_broker_keys():
     assert (p.stats().sent, p.stats().queued) == (2, 0)
 
 
-def test_undelivered_registrations_are_retried_and_heartbeats_counted_as_failed():
+def test_undelivered_registrations_are_retried_and_heartbeats_counted_as_failed(monkeypatch):
+    monkeypatch.setattr("namesrv.events.publisher.RETRY_PAUSE_S", 0.01)  # the pause's length is not the point
     producer = FakeProducer([NotLeaderForPartitionError(), NotLeaderForPartitionError(), KafkaTimeoutError()])
     p = run_with(producer, [ev(1, False), ev(2, True), ev(3, False)])
     assert sorted(json.loads(v)["seq"] for _, _, v in producer.sent) == [1, 3]

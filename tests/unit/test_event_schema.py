@@ -507,6 +507,7 @@ _EVENT_BY_TABLE = _by_table_walk(schema.EVENT_FIELDS, schema._event_rules, Event
 _ACTION_BY_TABLE = _by_table_walk(schema.ACTION_FIELDS, schema._action_rules, Action, "action")
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None)
 @given(_records(_VALID_EVENTS))
 def test_walking_the_present_fields_decides_every_event_as_the_table_walk_does(record):
@@ -523,6 +524,7 @@ def test_walking_the_present_fields_decides_every_event_as_the_table_walk_does(r
         assert _outcome(decode_event, wire) == _outcome(_EVENT_BY_TABLE, parsed)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(_records(_VALID_ACTIONS))
 def test_walking_the_present_fields_decides_every_action_as_the_table_walk_does(record):

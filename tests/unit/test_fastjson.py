@@ -203,6 +203,7 @@ def test_standard_is_strict_ascii_json(value):
     assert json.loads(text) == _standardise(value)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(_uniform_values)
 def test_standard_writes_byte_for_byte_what_the_stdlib_encoder_writes(value):

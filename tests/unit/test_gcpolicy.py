@@ -101,6 +101,7 @@ def register_and_unregister(addr: str, ext: dict[str, str], body: bytes) -> None
         )
 
 
+@pytest.mark.slow
 def test_no_collection_pauses_long_across_a_100k_topic_registration_and_unregistration(tmp_path, policy, capsys):
     ext, body = big_registration()
     with running_node(tmp_path) as n:
@@ -113,6 +114,7 @@ def test_no_collection_pauses_long_across_a_100k_topic_registration_and_unregist
             assert pauses.longest()[1] < LONGEST_PAUSE, pauses.summary()
 
 
+@pytest.mark.slow
 def test_repeated_100k_topic_rounds_leave_nothing_frozen_or_resident_behind(tmp_path, policy, capsys):
     ext, body = big_registration()
     with running_node(tmp_path) as n:
@@ -130,6 +132,7 @@ def test_repeated_100k_topic_rounds_leave_nothing_frozen_or_resident_behind(tmp_
         assert gcpolicy.reclaims == reclaims  # the backstop had nothing to do (and hid nothing)
 
 
+@pytest.mark.slow
 def test_the_route_tables_form_no_cycles_a_broker_leaves_nothing_for_the_collector():
     """Frozen rows are freed by reference counting alone: with the collector off, a 100,000-topic
     broker's registration and removal leave no tracked object behind (a cycle would)."""

@@ -297,7 +297,7 @@ def test_each_node_and_the_job_get_a_metrics_port_and_the_banner_prints_their_ur
         ["status", "--services-conf", str(services), "--node-ports", "9876,9877", "--metrics-base", "9500"]
     )
     built = stack.build_stack(args)
-    nodes = [s for s in built if isinstance(s, stack.NamesrvNode)]
+    nodes = [s for s in built if isinstance(s, stack.NodeService)]
     assert [n.properties["metricsPort"] for n in nodes] == ["9501", "9502"]
     (monitor,) = [s for s in built if isinstance(s, StreamingJob)]
     assert monitor.overrides["monitor.metricsPort"] == "9500"

@@ -223,17 +223,21 @@ def test_an_entry_that_cannot_be_stored_is_refused_before_anything_changes(tmp_p
     assert loaded(tmp_path / "kvConfig.json").get("ns", "k").startswith("v\x00")
 
 
-def test_the_whole_table_is_bounded(tmp_path: Path) -> None:
-    from namesrv.kvconfig import MAX_TABLE_CHARS, MAX_VALUE_CHARS, KVRefused
+def test_the_whole_table_is_bounded(tmp_path: Path, monkeypatch) -> None:
+    from namesrv import kvconfig
+    from namesrv.kvconfig import MAX_VALUE_CHARS, KVRefused
 
+    # a bound of eight values is reached as the real one of 128 is, without rewriting megabytes per put
+    bound = 8 * MAX_VALUE_CHARS
+    monkeypatch.setattr(kvconfig, "MAX_TABLE_CHARS", bound)
     kv = loaded(tmp_path / "kvConfig.json")
     n = 0
     with pytest.raises(KVRefused) as refused:
-        while n < MAX_TABLE_CHARS // MAX_VALUE_CHARS + 2:
+        while n < bound // MAX_VALUE_CHARS + 2:
             kv.put("ns", f"k{n}", "v" * MAX_VALUE_CHARS)
             n += 1
-    assert "delete entries first" in str(refused.value)
-    assert n == MAX_TABLE_CHARS // (MAX_VALUE_CHARS + 3)  # the one that did not fit changed nothing
+    assert f"past the limit of {bound}: delete entries first" in str(refused.value)
+    assert n == bound // (MAX_VALUE_CHARS + 3)  # the one that did not fit changed nothing
     kv.put("ns", "k0", "small")  # replacing an entry with a smaller one always fits
     kv.delete("ns", "k1")
     kv.put("ns", "new", "v" * 1000)

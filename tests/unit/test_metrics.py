@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from namesrv.app import build_node
 from namesrv.config import load_config
-from namesrv.events.actions import ActionStats, MonitorWatchdog
+from namesrv.events.actions import ActionStats
 from namesrv.events.publisher import PublisherStats
 from namesrv.handlers import HANDLERS, dispatch
 from namesrv.metrics import NodeCollector, histogram_buckets
@@ -147,7 +147,7 @@ def test_node_gauges_are_read_from_the_tables_and_the_scan_at_scrape_time(tmp_pa
     ext, body = registration(broker_addr="10.0.0.1:10911", topics=["T1", "T2"])
     assert dispatch(node, request(REGISTER, ext, body), object()).code == ResponseCode.SUCCESS
     stats.record(REGISTER, ResponseCode.SUCCESS, 100.0)
-    expiry.enabled = False
+    expiry.hand_to_monitor()
     connections.append(4)
     got = scrape(collector)  # the same collector: nothing was pushed to it
     assert one(got, "rocketmq_namesrv_brokers") == 1 and one(got, "rocketmq_namesrv_broker_groups") == 1
@@ -198,13 +198,3 @@ def test_kafka_figures_come_from_the_publisher_the_applier_and_the_watchdog(tmp_
     assert "rocketmq_namesrv_monitor_heartbeat_age_seconds" not in got  # never heard: no made-up age
     kafka.watchdog.silence = 2.5
     assert one(scrape(collector), "rocketmq_namesrv_monitor_heartbeat_age_seconds") == 2.5
-
-
-def test_the_watchdog_reports_how_long_the_monitor_has_been_silent(tmp_path):
-    clock = Clock()
-    _, _, expiry = _node(tmp_path)
-    watchdog = MonitorWatchdog(expiry, 30_000, now=clock)
-    assert watchdog.silence_s() is None
-    watchdog.heard("m")
-    clock.now += 4
-    assert watchdog.silence_s() == 4

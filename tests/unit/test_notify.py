@@ -8,7 +8,7 @@ import pytest
 
 from namesrv.app import build_node
 from namesrv.config import load_config
-from namesrv.handlers import NameServerNode, dispatch, min_broker_id_change_request
+from namesrv.handlers import HandlerContext, dispatch, min_broker_id_change_request
 from namesrv.protocol.codec import decode_frame, encode
 from namesrv.protocol.codes import Flag, RequestCode, ResponseCode, SerializeType
 from namesrv.protocol.command import request
@@ -41,7 +41,7 @@ class Clock:
         return self.now
 
 
-def _node(tmp_path: Path, notify: bool) -> tuple[NameServerNode, object, object, Clock, list[MinBrokerIdChange]]:
+def _node(tmp_path: Path, notify: bool) -> tuple[HandlerContext, object, object, Clock, list[MinBrokerIdChange]]:
     props = {"kvConfigPath": str(tmp_path / "kv.json"), "notifyMinBrokerIdChanged": str(notify).lower()}
     node, unregistration, expiry = build_node(load_config(None, props))
     clock = node.routes.now_ms = Clock()
@@ -50,7 +50,7 @@ def _node(tmp_path: Path, notify: bool) -> tuple[NameServerNode, object, object,
     return node, unregistration, expiry, clock, sent
 
 
-def _register(node: NameServerNode, addr: str, broker_id: int, channel: object) -> None:
+def _register(node: HandlerContext, addr: str, broker_id: int, channel: object) -> None:
     ext, body = registration(
         broker_addr=addr,
         topics=["T"],

@@ -241,6 +241,7 @@ preambles = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None)
 @given(data=preambles, cut=st.integers(0, 300))
 def test_random_bytes_give_a_header_or_a_clean_refusal_and_split_reads_agree(data, cut):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from namesrv.config import load_config
-from namesrv.handlers import OFF_LOOP_BODY_BYTES, REUSED_ON_LOOP_BODY_BYTES, NameServerNode, Pending, dispatch
+from namesrv.handlers import OFF_LOOP_BODY_BYTES, REUSED_ON_LOOP_BODY_BYTES, HandlerContext, Pending, dispatch
 from namesrv.kvconfig import KVConfigManager
 from namesrv.protocol import bodies
 from namesrv.protocol.codes import RequestCode, ResponseCode
@@ -16,9 +16,9 @@ EXT = {"clusterName": "C", "brokerAddr": "127.0.0.1:10911", "brokerName": "b", "
        "haServerAddr": "127.0.0.1:10912"}  # fmt: skip
 
 
-def node(tmp_path) -> NameServerNode:
+def node(tmp_path) -> HandlerContext:
     config = load_config(None, {"kvConfigPath": str(tmp_path / "kv.json"), "configStorePath": str(tmp_path / "p")})
-    return NameServerNode(config, RouteInfoManager(config), KVConfigManager(tmp_path / "kv.json"), lambda r: True)
+    return HandlerContext(config, RouteInfoManager(config), KVConfigManager(tmp_path / "kv.json"), lambda r: True)
 
 
 def registration(counter: int, perm_of_t0: int = 6):
@@ -28,12 +28,12 @@ def registration(counter: int, perm_of_t0: int = 6):
     return request(RequestCode.REGISTER_BROKER, {**EXT, "bodyCrc32": str(bodies.body_crc32(body))}, body)
 
 
-def answer(n: NameServerNode, req):
+def answer(n: HandlerContext, req):
     got = dispatch(n, req, "channel", wait=False)
     return ("worker", got.resolve()) if isinstance(got, Pending) else ("loop", got)
 
 
-def perm_of(n: NameServerNode, topic: str = "T0") -> int:
+def perm_of(n: HandlerContext, topic: str = "T0") -> int:
     route = dispatch(n, request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}), None)
     assert route.code == ResponseCode.SUCCESS
     return bodies.decode_route(route.body).queue_datas[0].perm

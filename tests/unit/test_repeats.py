@@ -22,7 +22,7 @@ from namesrv.protocol.codes import RequestCode
 from namesrv.protocol.command import request
 from namesrv.repeats import Repeats
 from namesrv.request_stats import RequestStats
-from namesrv.server import Connection, NameServer
+from namesrv.server import Connection, RemotingServer
 from tests.support.brokers import registration
 
 DV = b'{"counter":1,"stateVersion":0,"timestamp":1700000000000}'
@@ -64,7 +64,7 @@ class Transport:
 
 @dataclass
 class Node:
-    server: NameServer
+    server: RemotingServer
     observer: Heartbeats
     transport: Transport = field(default_factory=Transport)
     connection: Connection | None = None
@@ -88,7 +88,7 @@ def make_node(tmp_path, name: str, repeats: bool, **settings: str) -> Node:
     node.routes.now_ms = lambda: 5_000  # both nodes refresh their brokers to the same time
     observer = Heartbeats()
     node.observer = observer
-    server = NameServer(node)
+    server = RemotingServer(node)
     if not repeats:
         server.repeats = None
     n = Node(server, observer)
@@ -102,7 +102,7 @@ def pair(tmp_path):
     nodes = make_node(tmp_path, "repeats", True), make_node(tmp_path, "full", False)
     yield nodes
     for n in nodes:
-        n.server.node.close()
+        n.server.context.close()
 
 
 def header(code: int, ext: list[tuple[str, str]], opaque: int | str, flag: int = 0, version: int = 409) -> bytes:
@@ -190,7 +190,7 @@ def test_repeated_lookups_and_heartbeats_answer_what_the_full_path_answers(pair)
     assert len(fast.server.repeats) >= 10
     # both nodes refreshed the same brokers, and nothing more
     for b in (*range(3), 7):
-        assert fast.server.node.routes.last_seen(CLUSTER, addr(b)) == full.server.node.routes.last_seen(
+        assert fast.server.context.routes.last_seen(CLUSTER, addr(b)) == full.server.context.routes.last_seen(
             CLUSTER, addr(b)
         )
 
@@ -232,15 +232,15 @@ def test_answers_follow_route_and_data_version_changes(pair):
     assert before[0].body != after[0].body
     assert before[1].ext_fields == {"changed": "false"} and after[1].ext_fields == {"changed": "true"}
     # broker-0 re-registers the same topics with a newer DataVersion: only the heartbeat answer changes
-    version = pair[0].server.node.routes.version
+    version = pair[0].server.context.routes.version
     both(pair, register(0, 10, [f"T{i}" for i in range(10)] + ["T15"], counter=3))
-    assert pair[0].server.node.routes.version == version
+    assert pair[0].server.context.routes.version == version
     again = answers(both(pair, lookups))
     assert again[0].body == after[0].body and again[1].body != after[1].body
     # a KV change can change route answers too (orderMessageEnable off here: they must simply still agree)
     fast, full = pair
     for n in pair:
-        n.server.node.kv.put("ORDER_TOPIC_CONFIG", "T15", "broker-1:8")
+        n.server.context.kv.put("ORDER_TOPIC_CONFIG", "T15", "broker-1:8")
     both(pair, lookups + lookups)
 
 
@@ -273,11 +273,11 @@ def test_frames_that_only_look_repeatable_take_the_full_path(pair):
 
 def test_nothing_is_repeated_while_the_node_is_not_ready(tmp_path):
     waiting = make_node(tmp_path, "waiting", True, needWaitForService="true", waitSecondsForService="3600")
-    waiting.server.node.started_at = waiting.server.node.now()
+    waiting.server.context.started_at = waiting.server.context.now()
     waiting.feed(route("T1", 1) * 4)
     assert [a.remark for a in answers(waiting.taken())] == ["name server not ready"] * 4
     assert len(waiting.server.repeats) == 0
-    waiting.server.node.close()
+    waiting.server.context.close()
 
 
 def test_repeated_requests_are_counted_for_the_metrics(pair):
@@ -293,7 +293,7 @@ def test_repeated_requests_are_counted_for_the_metrics(pair):
 def test_learnt_requests_stay_within_their_byte_bound(pair):
     seed(pair)
     fast, _ = pair
-    fast.server.repeats = repeats = Repeats(fast.server.node, max_bytes=8 * 1024)
+    fast.server.repeats = repeats = Repeats(fast.server.context, max_bytes=8 * 1024)
     lookups = b"".join(route(f"T{i % 30}", i) + route(f"gone-{i}", i) for i in range(200))
     both(pair, lookups + lookups)
     assert 0 < repeats.size <= 8 * 1024

@@ -192,8 +192,8 @@ def test_malformed_meta_and_topic_entries_are_refused_naming_the_key(meta, entri
 
 
 def test_a_job_that_finds_an_unreadable_model_starts_empty_and_rewrites_everything(caplog):
-    from streaming import job
     from streaming.config import load_config
+    from streaming.sink import BatchSink
 
     class UnreadableStore:
         replaced: list[bool] = []
@@ -210,8 +210,8 @@ def test_a_job_that_finds_an_unreadable_model_starts_empty_and_rewrites_everythi
 
     cfg = load_config(None, {"redis.url": "redis://unused", "monitor.id": "m"})
     store = UnreadableStore()
-    sink = job.BatchSink(cfg, Publisher(), store, clock=lambda: T0)
-    with caplog.at_level(logging.ERROR, "streaming.job"):
+    sink = BatchSink(cfg, Publisher(), store, clock=lambda: T0)
+    with caplog.at_level(logging.ERROR, "streaming.sink"):
         sink.set_lineage("query-1")
     assert "unreadable route model" in caplog.text and "not cluster|addr" in caplog.text
     assert sink.model.topics() == []

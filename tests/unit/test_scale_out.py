@@ -12,14 +12,14 @@ import pytest
 from namesrv import redis_clients
 from namesrv.options import ConfigError
 from namesrv.routes.snapshot import RedisKeys
-from streaming import job
+from streaming import session
 from streaming.config import load_config
 
 # --------------------------------------------------------------------------- the job's Python
 
 
 def test_every_python_of_the_job_is_this_interpreter_unless_the_settings_say_otherwise():
-    python, conf = job.python_settings({}, {}, executable="/venv/bin/python", root=Path("/src"), installed=False)
+    python, conf = session.python_settings({}, {}, executable="/venv/bin/python", root=Path("/src"), installed=False)
     assert python == "/venv/bin/python"
     assert conf == {
         "spark.pyspark.python": "/venv/bin/python",
@@ -31,7 +31,7 @@ def test_every_python_of_the_job_is_this_interpreter_unless_the_settings_say_oth
 
 
 def test_an_installed_project_adds_no_pythonpath_and_given_settings_win():
-    python, conf = job.python_settings(
+    python, conf = session.python_settings(
         {"spark.pyspark.python": "/opt/py", "spark.executorEnv.PYTHONPATH": "/x", "spark.python.daemon.module": "d"},
         {"PYSPARK_PYTHON": "/env/py"},
         executable="/venv/bin/python",
@@ -40,13 +40,15 @@ def test_an_installed_project_adds_no_pythonpath_and_given_settings_win():
     )
     assert python == "/opt/py"  # spark.pyspark.python outranks $PYSPARK_PYTHON, as in Spark
     assert conf == {"spark.pyspark.driver.python": "/venv/bin/python"}  # nothing given is overridden
-    python, _ = job.python_settings({}, {"PYSPARK_PYTHON": "/env/py"}, executable="/v", root=Path("/s"), installed=True)
+    python, _ = session.python_settings(
+        {}, {"PYSPARK_PYTHON": "/env/py"}, executable="/v", root=Path("/s"), installed=True
+    )
     assert python == "/env/py"
 
 
 def test_the_project_root_is_where_the_packages_are():
-    assert (job._PROJECT_ROOT / "streaming" / "job.py").is_file()
-    assert (job._PROJECT_ROOT / "namesrv").is_dir()
+    assert (session._PROJECT_ROOT / "streaming" / "job.py").is_file()
+    assert (session._PROJECT_ROOT / "namesrv").is_dir()
 
 
 # --------------------------------------------------------------------------- the JVM's signals
@@ -76,7 +78,7 @@ class _JavaHandler:
 
 def test_the_first_signal_to_the_jvm_goes_to_the_driver_a_second_to_the_jvm():
     told: list[str] = []
-    handler = job._JvmSignalHandler(told.append)
+    handler = session._JvmSignalHandler(told.append)
     term = handler.previous["TERM"] = _JavaHandler("java.lang.Terminator$1")
     native = handler.previous["INT"] = _JavaHandler("sun.misc.NativeSignalHandler")  # SIG_DFL, SIG_IGN
 

@@ -37,6 +37,7 @@ def fresh_python(code: str, path: list[str], **env: str) -> list[str]:
     return out.stdout.split()
 
 
+@pytest.mark.slow
 def test_what_the_daemon_imports_starts_no_thread_as_the_workers_path_has_it():
     """Run as Spark runs it: the zips first on the path, a fresh interpreter; the preload must not raise."""
     code = (
@@ -47,6 +48,7 @@ def test_what_the_daemon_imports_starts_no_thread_as_the_workers_path_has_it():
     assert ".zip" not in where and pyarrow == "False" and threads == "1"
 
 
+@pytest.mark.slow
 def test_prepare_imports_numpy_pyarrow_and_pandas_threadless_and_frozen_out_of_a_forked_workers_collections():
     """The daemon's own sequence: the settings it gives itself keep the imports threadless, and in a child
     forked after it only what the child made itself is scanned by the gc.collect() PySpark's worker loop
@@ -60,6 +62,7 @@ def test_prepare_imports_numpy_pyarrow_and_pandas_threadless_and_frozen_out_of_a
     assert fresh_python(code, [*ZIPS, REPO]) == ["True", "1", "0"]
 
 
+@pytest.mark.slow
 def test_without_the_daemons_settings_the_imports_start_threads_so_an_operators_own_value_skips_them():
     """The settings are what keeps the fork safe (this fails if numpy or pyarrow stop starting threads:
     then NO_THREADS and PRELOAD_THREADLESS can go); an operator's own value is kept and the three skipped."""

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from streaming import job
+from streaming import session
 from streaming.config import (
     CONNECTOR_DIR,
     CONSUMER_OPTIONS,
@@ -109,9 +109,9 @@ def test_the_connector_s_jars_are_those_make_setup_resolved_unless_spark_jars_na
     assert CONNECTOR_DIR == REPO / "build" / "jvm" / "spark-kafka"
     shipped = load_config(REPO / "conf" / "streaming.properties", base_dir=tmp_path)
     if any(CONNECTOR_DIR.glob("*.jar")):
-        assert job.launch_settings(shipped) == {"spark.jars": connector_jars()}
+        assert session.launch_settings(shipped) == {"spark.jars": connector_jars()}
     given = load_config(None, {"spark.jars": "/opt/jars/*.jar"}, base_dir=tmp_path)
-    assert job.launch_settings(given) == {"spark.jars": "/opt/jars/*.jar"}
+    assert session.launch_settings(given) == {"spark.jars": "/opt/jars/*.jar"}
 
 
 def test_the_source_reads_with_spark_s_connector_and_its_consumers_tuned(tmp_path):

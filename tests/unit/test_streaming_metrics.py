@@ -10,8 +10,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from streaming import job
 from streaming.metrics import MonitorCollector
+from streaming.progress import _ProgressAsJson, progress_logger
+from streaming.status import MonitorStatus
 from tests.support.streaming import T0, expire_row, make_sink, register, route_row
 
 NOW = T0 + 100_000  # make_sink's clock
@@ -96,8 +97,8 @@ def test_redis_writes_are_timed_and_failures_counted():
 
 def test_the_progress_reaches_the_listener_as_json_from_one_jvm_call():
     """The JVM bridge asks the progress for its JSON once, and the listener gets what query.lastProgress would give."""
-    status = job.MonitorStatus()
-    listener = job._make_listener_class()(status, 120_000, 10_000, lambda: "8d6e8a43-4f57-4b1b-9c54-000000000001")
+    status = MonitorStatus()
+    listener = progress_logger(status, 120_000, 10_000, lambda: "8d6e8a43-4f57-4b1b-9c54-000000000001")
     progress = {
         "id": "8d6e8a43-4f57-4b1b-9c54-000000000001", "runId": "8d6e8a43-4f57-4b1b-9c54-000000000002",
         "name": "namesrv-liveness", "timestamp": "2023-11-14T22:13:20.000Z", "batchId": 7, "batchDuration": 640,
@@ -119,7 +120,7 @@ def test_the_progress_reaches_the_listener_as_json_from_one_jvm_call():
             calls.append("progress")
             return JProgress()
 
-    job._ProgressAsJson(listener).onQueryProgress(JEvent())
+    _ProgressAsJson(listener).onQueryProgress(JEvent())
     assert calls == ["progress", "json"]
     assert (status.batches, status.events, status.bad_events) == (1, 100, 1)
     assert status.batch_durations_ms == [640] and status.input_rate == 50.0  # 2 bundles/s of 25 events each
@@ -127,8 +128,8 @@ def test_the_progress_reaches_the_listener_as_json_from_one_jvm_call():
 
 
 def test_the_progress_listener_feeds_input_rate_batch_duration_and_counts():
-    status = job.MonitorStatus()
-    listener = job._make_listener_class()(status, 120_000, 10_000, lambda: "q")
+    status = MonitorStatus()
+    listener = progress_logger(status, 120_000, 10_000, lambda: "q")
     # the source's rows are bundles of events: the rate and the counts are the events'
     for batch, (rows, events, rate, duration_ms) in enumerate([(2, 10, 1.0, 400), (3, 30, 1.5, 3000)]):
         progress = SimpleNamespace(

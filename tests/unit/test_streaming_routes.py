@@ -16,7 +16,7 @@ from namesrv.events.schema import (
     decode_event,
     encode_event,
 )
-from namesrv.handlers import NameServerNode, dispatch
+from namesrv.handlers import HandlerContext, dispatch
 from namesrv.kvconfig import KVConfigManager
 from namesrv.protocol import bodies, fastjson
 from namesrv.protocol.codes import ORDER_TOPIC_CONFIG, ZONE_NAME_EXT, RequestCode, ResponseCode
@@ -195,7 +195,7 @@ class NodeAndJob:
                                     **node_config})  # fmt: skip
         routes = RouteInfoManager(config)
         self.publisher = EventPublisher(PublisherSettings("k:1", "events", "ns-1"), routes)
-        self.node = NameServerNode(config, routes, KVConfigManager(tmp_path / "kv.json"), lambda _: True,
+        self.node = HandlerContext(config, routes, KVConfigManager(tmp_path / "kv.json"), lambda _: True,
                                    observer=self.publisher)  # fmt: skip
         # the job's switch set as on the node, as conf/streaming.properties tells operators to
         self.model = RouteModel(RouteSettings(support_acting_master=config.support_acting_master),

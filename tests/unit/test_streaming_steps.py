@@ -16,6 +16,7 @@ from streaming import events, job
 from streaming.alerts import decode_alert
 from streaming.events import parse_record
 from streaming.liveness import KIND_ACTION, KIND_ROUTE
+from streaming.sink import order_key
 from tests.support.streaming import T0, YEAR_2100, make_sink, out_row
 from tests.unit.test_event_schema import EVENTS
 
@@ -77,7 +78,7 @@ def test_order_applies_a_removal_before_a_later_comeback():
         out_row(KIND_ACTION, T0 + 1, node="n1", seq=7, step=0),
         out_row(KIND_ROUTE, T0 + 1, node="n1", seq=7, step=1),
     ]
-    ordered = sorted(rows, key=job.order_key)
+    ordered = sorted(rows, key=order_key)
     assert [(r["orderTime"], r["step"]) for r in ordered] == [(T0 + 1, 0), (T0 + 1, 1), (T0 + 5, 0)]
 
 

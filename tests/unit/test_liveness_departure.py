@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from namesrv import departure
-from namesrv.departure import Cause, Departure
+from namesrv.liveness import Cause, Departure, departure
 
 
 def test_connection_ends_carry_the_documented_reasons():

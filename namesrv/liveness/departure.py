@@ -1,23 +1,12 @@
 """Why a node removed a broker: one typed value from the place that decided to the event that says so.
 
-Theory of operation
--------------------
-A broker leaves a node's route tables for one of two families of reasons, and the published event
-says which (docs/events.md):
-
-* something *decided* it: the broker asked (UNREGISTER_BROKER), the node's own expiry scan, or the
-  monitor's EXPIRE / REMOVE action.  The event is ``UNREGISTER`` with a ``source`` naming the
-  decider;
-* the connection it registered on *ended*: the peer closed it, an error broke it, or the node closed
-  it because it stayed idle past ``serverChannelMaxIdleTimeSeconds`` or sent a malformed frame (or
-  something failed on our side while reading it).  The event is ``CHANNEL_CLOSED`` with a ``reason``
-  for people, the text of :attr:`Departure.reason`.
-
-Whoever decides builds a :class:`Departure` with the functions and constants below, and
-:meth:`namesrv.handlers.NodeObserver.broker_unregistered` receives it; the event publisher maps its
-:class:`Cause` to the event (a table that a test checks covers every cause, so a new cause cannot
-silently turn into some other event).  ``NODE_STOPPING`` is the node's own shutdown: it is never
-reported (a fleet-wide restart must not tell the monitor every broker left).
+A broker leaves for one of two families of reasons, and the published event says which
+(docs/events.md): something *decided* it (the broker asked, the node's expiry scan, the monitor's
+EXPIRE / REMOVE), an ``UNREGISTER`` event naming the decider; or the connection it registered on
+*ended*, a ``CHANNEL_CLOSED`` event whose ``reason`` is :attr:`Departure.reason`. Whoever decides
+builds a :class:`Departure` with the functions and constants below; the observer
+(:meth:`namesrv.handlers.NodeObserver.broker_unregistered`) maps its :class:`Cause` to the event.
+``NODE_STOPPING`` is never reported: a fleet-wide restart must not tell the monitor every broker left.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from namesrv.events.silence import Silence, SilenceWatch
+from namesrv.liveness import Silence, SilenceWatch
 
 A, B = ("C", "10.0.0.1:10911"), ("C", "10.0.0.2:10911")
 

@@ -1,0 +1,34 @@
+"""Node-side liveness: how brokers leave this node's tables, and who decides when they expire.
+
+While the streaming monitor is heard it decides expiry for every node and the node applies its
+actions; while it is away the node's own scan decides, as Apache RocketMQ's does.  This package is
+that hand-over and what surrounds it (docs/internals/node-liveness.md tells the whole story):
+
+* :class:`ExpiryScan`: the fallback scan, on while the node decides itself;
+* :class:`MonitorWatchdog`: hands expiry to the monitor when it is heard, takes it back after silence;
+* :class:`SilenceWatch`: the deadlines behind the SILENT events that let the monitor decide sooner;
+* :class:`UnregisterBatcher`: every decided removal, applied in batches off the event loop;
+* :class:`Departure`, :class:`Cause` and :mod:`~namesrv.liveness.departure`: why a broker left.
+
+The rest of the node imports from here, never from the modules (tests/unit/test_liveness_boundary.py).
+"""
+
+from namesrv.liveness import departure
+from namesrv.liveness.departure import Cause, Departure
+from namesrv.liveness.expiry import ExpiryScan
+from namesrv.liveness.silence import Silence, SilenceWatch
+from namesrv.liveness.unregister_batcher import MinIdOutlet, UnregisterBatcher, forward_min_broker_id_changes
+from namesrv.liveness.watchdog import MonitorWatchdog
+
+__all__ = [
+    "Cause",
+    "Departure",
+    "ExpiryScan",
+    "MinIdOutlet",
+    "MonitorWatchdog",
+    "Silence",
+    "SilenceWatch",
+    "UnregisterBatcher",
+    "departure",
+    "forward_min_broker_id_changes",
+]

@@ -1,0 +1,153 @@
+"""The query's progress, batch by batch: logged, and noted in the :class:`~streaming.status.MonitorStatus`.
+
+:func:`progress_logger` makes the listener the job adds to its session: for every batch of the
+job's query it logs the input rate, the duration, the watermark and how far event time is behind
+the clock, warns about events refused for being stamped ahead of the clock, and notes the counts
+the heartbeat and the metrics endpoint read.
+
+The JVM hands each progress over as its JSON in one call (:class:`_ProgressAsJson`) rather than
+through PySpark's own bridge, which builds it one Py4J getter at a time and cost the driver a
+sizeable share of a core on a steady stream (bench/STREAMING_RESULTS.md, issue 13).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from namesrv.events.schema import wall_ms
+from streaming.status import MonitorStatus
+
+log = logging.getLogger(__name__)
+
+
+def _iso_ms(text: str | None) -> int | None:
+    if not text:
+        return None
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+class _ProgressAsJson:
+    """The JVM's side of the progress logger (Py4J): each batch's progress crosses as its JSON.
+
+    ``progress().json()`` is one call, and :meth:`StreamingQueryProgress.fromJson` is what
+    ``query.lastProgress`` itself uses; PySpark's bridge makes some thirty Py4J calls a batch, each
+    a reflective look-up in the JVM.
+    """
+
+    def __init__(self, listener: Any) -> None:
+        self.listener = listener
+
+    def onQueryStarted(self, jevent: Any) -> None:
+        from pyspark.sql.streaming.listener import QueryStartedEvent
+
+        self.listener.onQueryStarted(QueryStartedEvent.fromJObject(jevent))
+
+    def onQueryProgress(self, jevent: Any) -> None:
+        from pyspark.sql.streaming.listener import QueryProgressEvent
+
+        self.listener.onQueryProgress(QueryProgressEvent.fromJson({"progress": json.loads(jevent.progress().json())}))
+
+    def onQueryIdle(self, jevent: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, jevent: Any) -> None:
+        from pyspark.sql.streaming.listener import QueryTerminatedEvent
+
+        self.listener.onQueryTerminated(QueryTerminatedEvent.fromJObject(jevent))
+
+    class Java:
+        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+
+
+def progress_logger(status: MonitorStatus, delay_ms: int, max_skew_ms: int, query_id: Callable[[], str | None]) -> Any:
+    """A listener for ``spark.streams.addListener`` that follows the query whose id ``query_id()`` gives."""
+    return _listener_class()(status, delay_ms, max_skew_ms, query_id)
+
+
+def _listener_class() -> type:
+    # PySpark is imported when a listener is made, not with this module
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class ProgressLogger(StreamingQueryListener):
+        """Logs every batch: input rate, duration, watermark and event-time lag; feeds MonitorStatus."""
+
+        def __init__(
+            self, status: MonitorStatus, delay_ms: int, max_skew_ms: int, query_id: Callable[[], str | None]
+        ) -> None:
+            self.status = status
+            self.delay_ms = delay_ms
+            self.max_skew_ms = max_skew_ms
+            self.query_id = query_id
+            self._json_bridge: Any = None
+
+        @property
+        def _jlistener(self) -> Any:
+            # what spark.streams.addListener/removeListener hand the JVM: our JSON bridge, made once
+            if self._json_bridge is None:
+                from pyspark import SparkContext
+
+                jvm = SparkContext._jvm
+                assert jvm is not None, "a listener is added to a running session"
+                self._json_bridge = jvm.PythonStreamingQueryListenerWrapper(_ProgressAsJson(self))
+            return self._json_bridge
+
+        def onQueryStarted(self, event: Any) -> None:
+            log.info("query %s started (run %s)", event.id, event.runId)
+
+        def onQueryProgress(self, event: Any) -> None:
+            p = event.progress
+            if str(p.id) != self.query_id():
+                return
+            wm = _iso_ms(p.eventTime.get("watermark"))
+            metrics = p.observedMetrics.get("events")
+            bad = int(metrics["bad"]) if metrics is not None else 0
+            # the source's rows are bundles of events (streaming.events): the events are counted apart
+            events = int(metrics["events"]) if metrics is not None else 0
+            rows = int(p.numInputRows)
+            per_row = events / rows if rows else 0.0
+            rate = float(p.inputRowsPerSecond or 0.0) * per_row
+            ahead = int(metrics["ahead"] or 0) if metrics is not None else 0
+            s = self.status
+            if ahead:
+                nodes = {n for n in (metrics["aheadNode"], metrics["aheadOtherNode"]) if n is not None}
+                s.note_ahead(nodes, ahead, int(metrics["aheadMax"]), wall_ms())
+                log.warning(
+                    "refused %d event(s) stamped more than %d ms ahead of the monitor's clock, from %s "
+                    "(furthest: %s)",
+                    ahead,
+                    self.max_skew_ms,
+                    sorted(nodes),
+                    metrics["aheadMax"],
+                )
+            s.batches += 1
+            s.events += events
+            s.bad_events += bad
+            s.batch_durations_ms.append(int(p.batchDuration))
+            s.batch_seconds.observe(p.batchDuration / 1000)
+            s.input_rate = rate
+            del s.batch_durations_ms[:-1000]
+            if wm:
+                s.watermark_ms = wm
+            behind = (
+                f"event time {(wall_ms() - (wm + self.delay_ms)) / 1000:.1f} s behind" if wm else "no watermark yet"
+            )
+            log.info(
+                "batch %d: %d events (%d bad) in %d rows, input %.1f/s processed %.1f/s in %d ms; %s",
+                p.batchId, events, bad, rows, rate, per_row * float(p.processedRowsPerSecond or 0.0), p.batchDuration,
+                behind,
+            )  # fmt: skip
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            if event.exception:
+                log.error("query %s failed: %s", event.id, event.exception)
+            else:
+                log.info("query %s stopped", event.id)
+
+    return ProgressLogger
