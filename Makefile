@@ -34,7 +34,7 @@ run-node: setup
 lint: setup
 	$(BIN)/ruff check
 	$(BIN)/ruff format --check
-	$(BIN)/mypy namesrv streaming
+	$(BIN)/mypy common namesrv streaming
 
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

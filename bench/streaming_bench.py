@@ -38,8 +38,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.integration.backends: the stack and the simulated brokers the suite uses
 
+from common import kafka_clients  # noqa: E402
 from infra.services import KafkaService, RedisService, TopicSpec, free_port  # noqa: E402
-from namesrv import kafka_clients  # noqa: E402
 from namesrv.events.schema import (  # noqa: E402
     DataVersionInfo,
     Event,

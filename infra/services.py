@@ -34,11 +34,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 from urllib.parse import quote
 
-from namesrv import kafka_clients, options, procfs, redis_clients
+from common import kafka_clients, options, redis_clients
 
 # The name server's reader, so both files follow java.util.Properties.load the same way.
-from namesrv.config import parse_properties
-from namesrv.options import ConfigError, Option
+from common.options import ConfigError, Option
+from common.properties import parse_properties
+from namesrv import procfs
 
 if TYPE_CHECKING:
     from kafka.admin import KafkaAdminClient
@@ -152,7 +153,7 @@ _HEAP = options.Converter(_heap, "a JVM heap size such as 512m or 1g")
 
 
 #: the keys of ``conf/services.properties`` (the file shows each with its default); converters and
-#: errors are namesrv.options', shared with the node's and the streaming job's tables
+#: errors are common.options', shared with the node's and the streaming job's tables
 OPTIONS: tuple[Option, ...] = (
     Option("kafka.port", "kafka_port", options.port(), "the Kafka broker's loopback port"),
     Option("kafka.controllerPort", "kafka_controller_port", options.port(), "the KRaft controller's loopback port"),

@@ -88,10 +88,10 @@ class NodeService(ProcessService):
 
 
 class ConsoleService(ProcessService):
-    """The live cluster-health page, ``namesrv console``, reading the job's Redis."""
+    """The live cluster-health page, ``namesrv-monitor console``, reading the job's Redis."""
 
     port_key = "--console-port"
-    backend_key = "namesrv console"
+    backend_key = "namesrv-monitor console"
 
     def __init__(self, *, port: int, run_dir: Path, redis_url: str, prefix: str = "namesrv", host: str = LOOPBACK):
         super().__init__(port=port, run_dir=run_dir, host=host, start_timeout=20.0)
@@ -101,7 +101,7 @@ class ConsoleService(ProcessService):
 
     @property
     def backend(self) -> str:
-        return "namesrv console"
+        return "namesrv-monitor console"
 
     @property
     def url(self) -> str:
@@ -114,7 +114,7 @@ class ConsoleService(ProcessService):
         return [Path(sys.executable)]
 
     def _command(self, binary: Path) -> list[str]:
-        return [str(binary), "-m", "namesrv", "console", "--redis", self.redis_url, "--prefix", self.prefix,
+        return [str(binary), "-m", "streaming.cli", "console", "--redis", self.redis_url, "--prefix", self.prefix,
                 "--host", self.host, "--port", str(self.port)]  # fmt: skip
 
     def _probe(self, timeout: float) -> bool:
@@ -585,7 +585,7 @@ def banner(stack: list[ProcessService], node_ports: list[int]) -> str:
         f"  Admin:               .venv/bin/namesrv admin -n 127.0.0.1:{node_ports[0]} clusterList",
         f"  A simulated fleet:   .venv/bin/namesrv simulate -n '{namesrv_addr}' --brokers 3 --topics 10 "
         "--silent 1 --silent-after 30",
-        f"  Routes in Redis:     .venv/bin/namesrv routes --redis {redis.url} get T0   (or: routes watch)",
+        f"  Routes in Redis:     .venv/bin/namesrv-monitor routes --redis {redis.url} get T0   (or: routes watch)",
         "  Alerts:              in the streaming log, and on the Kafka topic namesrv-alerts",
     ]
     urls = metrics_urls(stack)
@@ -711,7 +711,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--console-port",
         type=int,
         default=18080,
-        help="port of the live cluster-health console (namesrv console) on 127.0.0.1; 0 = no console",
+        help="port of the live cluster-health console (namesrv-monitor console) on 127.0.0.1; 0 = no console",
     )
     parser.add_argument(
         "--metrics-base",

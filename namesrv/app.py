@@ -18,11 +18,12 @@ from namesrv.kvconfig import KVConfigManager
 from namesrv.liveness import ExpiryScan, UnregisterBatcher
 from namesrv.routes.manager import RouteInfoManager
 from namesrv.server import RemotingServer
+from namesrv.tls import tls_settings
 from namesrv.warmstart import WarmStartReport, drop_unconfirmed, warm_start
 
 if TYPE_CHECKING:
+    from common.metrics import MetricsServer
     from namesrv.events.link import KafkaLink
-    from namesrv.metrics import MetricsServer
 
 log = logging.getLogger("namesrv")
 
@@ -85,6 +86,7 @@ async def start_node(config: NamesrvConfig, *, own_process: bool = False) -> Nod
     """Start a node; ``own_process``: the process is the node's alone (``namesrv start``), so its
     garbage-collector policy is switched on (:mod:`namesrv.gcpolicy`); a node started inside another
     process (the tests') leaves that process's collector as it is."""
+    tls_settings(config)  # unusable TLS keys or files are refused before anything starts
     context, unregistrations, expiry = build_node(config)
     # before listening, so the first client already gets the provisional routes
     warm = await warm_start(config, context.routes)
@@ -140,8 +142,9 @@ async def start_node(config: NamesrvConfig, *, own_process: bool = False) -> Nod
 
 def _serve_metrics(running: Node, config: NamesrvConfig) -> MetricsServer:
     """Count requests from now on and serve them, with the node's tables and Kafka traffic, over HTTP."""
+    from common.metrics import serve
     from namesrv.handlers import HANDLERS
-    from namesrv.metrics import NodeCollector, serve
+    from namesrv.metrics import NodeCollector
     from namesrv.request_stats import RequestStats
 
     requests = running.server.request_stats = RequestStats(HANDLERS)

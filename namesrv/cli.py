@@ -11,10 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from namesrv.logs import setup_logging
-
-#: where `namesrv routes` finds its Redis URL when --redis is not given (keeps a password off the command line)
-REDIS_URL_ENV = "NAMESRV_REDIS_URL"
+from common.logs import setup_logging
 
 
 def _start(args: argparse.Namespace) -> int:
@@ -142,7 +139,7 @@ def _admin(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2, sort_keys=True, default=str))
     else:
-        print(_human(result))
+        print(human(result))
     return 0
 
 
@@ -179,7 +176,7 @@ def _simulate(args: argparse.Namespace) -> int:
     summary = simulate.run(
         simulate.Fleet(config), duration=args.duration, unregister_on_exit=not args.no_unregister_on_exit
     )
-    print(json.dumps(summary, indent=2, sort_keys=True) if args.json else _human(summary))
+    print(json.dumps(summary, indent=2, sort_keys=True) if args.json else human(summary))
     if summary["registrations"] == 0:
         print(
             f"namesrv simulate: no name server accepted a registration; is one listening at {args.namesrv}?",
@@ -189,84 +186,17 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _routes(args: argparse.Namespace) -> int:
-    """Read what the streaming monitor materialised in Redis (docs/redis-keys.md)."""
-    import redis
-
-    from namesrv.redis_clients import describe_error, redact_url
-    from streaming.routes import RouteLookup
-
-    shown = redact_url(args.redis)  # the URL may carry a password: only this form is ever printed
-    try:
-        lookup = RouteLookup(args.redis, prefix=args.prefix)
-    except ValueError as e:  # ConfigError included; a cluster URL or prefix that cannot work
-        print(f"namesrv routes: {e}", file=sys.stderr)
-        return 2
-    try:
-        if args.routes_command == "get":
-            raw = lookup.get_raw(args.topic)
-            if raw is None:
-                print(f"no route for {args.topic} in {shown} (is the streaming monitor running?)", file=sys.stderr)
-                return 1
-            print(json.dumps(json.loads(raw), indent=2) if args.pretty else raw.decode())
-        elif args.routes_command == "watch":
-            print(f"watching {shown} for route changes; Ctrl-C to stop", file=sys.stderr)
-            for topic in lookup.watch():
-                raw = lookup.get_raw(topic)
-                print(json.dumps({"topic": topic, "route": None if raw is None else json.loads(raw)}), flush=True)
-        elif args.routes_command == "topics":
-            print("\n".join(lookup.topics()))
-        elif args.routes_command == "alerts":
-            print(
-                _table(
-                    [{"severity": a.severity, "incident": a.incident, "message": a.message} for a in lookup.alerts()]
-                )
-            )
-        else:
-            print(_human(lookup.status() or "nothing written yet"))
-    except redis.AuthenticationError as e:
-        print(f"namesrv routes: {describe_error(e, args.redis)}", file=sys.stderr)
-        return 1
-    except redis.RedisError as e:
-        print(f"namesrv routes: {describe_error(e, args.redis)}. Is Redis up (make run starts it)?", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        lookup.close()
-    return 0
-
-
-def _console(args: argparse.Namespace) -> int:
-    """Serve the live cluster-health page (namesrv/console)."""
-    from namesrv.console import ConsoleSettings, serve
-
-    if not 50 <= args.poll_ms <= 5000:
-        print(f"namesrv console: --poll-ms {args.poll_ms}: use 50 ..= 5000", file=sys.stderr)
-        return 2
-    if not 0 <= args.port <= 65535:
-        print(f"namesrv console: --port {args.port}: use 0 ..= 65535", file=sys.stderr)
-        return 2
-    setup_logging(args.log_level or "WARNING")
-    try:
-        serve(ConsoleSettings(args.redis, args.prefix, args.poll_ms), args.host, args.port)
-    except OSError as e:
-        print(f"namesrv console: cannot listen on {args.host}:{args.port}: {e}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _human(result: Any) -> str:
+def human(result: Any) -> str:
     if isinstance(result, str):
         return result
     if isinstance(result, list):
-        return "\n".join(_human(r) for r in result) if result and isinstance(result[0], str) else _table(result)
+        return "\n".join(human(r) for r in result) if result and isinstance(result[0], str) else table(result)
     if isinstance(result, dict):
         return "\n".join(f"{k:<40} {v}" for k, v in result.items())
     return str(result)
 
 
-def _table(rows: list[dict[str, Any]]) -> str:
+def table(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "(none)"
     cols = list(rows[0])
@@ -360,41 +290,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="namesrv", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    routes = sub.add_parser("routes", help="routes, cluster info and alerts the streaming monitor keeps in Redis")
-    routes.add_argument(
-        "--redis",
-        default=os.environ.get(REDIS_URL_ENV) or "redis://127.0.0.1:16379/0",
-        help=f"Redis URL: redis://[[USER]:PASSWORD@]HOST:PORT/DB, rediss://... for TLS (?ssl_ca_certs=FILE), "
-        "redis+cluster://HOST:PORT for a Redis Cluster, or "
-        f"${{env:NAME}} / ${{file:PATH}} (default: ${REDIS_URL_ENV}, else the local stack's; a password there stays "
-        "off the command line)",
-    )
-    routes.add_argument("--prefix", default="namesrv", help="key prefix (the job's redis.keyPrefix)")
-    routes.set_defaults(func=_routes)
-    routes_sub = routes.add_subparsers(dest="routes_command", required=True)
-    get = routes_sub.add_parser("get", help="one topic's route, the bytes a name server would answer")
-    get.add_argument("topic")
-    get.add_argument("--pretty", action="store_true", help="indent the JSON")
-    routes_sub.add_parser("watch", help="print each topic's new route as it changes")
-    routes_sub.add_parser("topics", help="every topic with a route")
-    routes_sub.add_parser("alerts", help="open health incidents")
-    routes_sub.add_parser("status", help="the monitor's last write: batch, watermark, time")
-
-    console = sub.add_parser(
-        "console",
-        help="live cluster-health page in the browser, from what the streaming monitor keeps in Redis",
-        description="Serve a web page that shows every cluster, broker group and broker (heartbeat age, "
-        "countdown to expiry, state), the nodes, the monitor and its alerts, and looks up routes; it "
-        "updates within a second of a change. It reads Redis only.",
-    )
-    console.add_argument("--redis", default="redis://127.0.0.1:16379/0", help="Redis URL (default: the local stack's)")
-    console.add_argument("--prefix", default="namesrv", help="key prefix (the job's redis.keyPrefix)")
-    console.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; no login)")
-    console.add_argument("--port", type=int, default=18080, help="port to listen on (default 18080)")
-    console.add_argument("--poll-ms", type=int, default=300, help="read Redis every N ms (default 300)")
-    console.add_argument("--log-level", help="DEBUG, INFO, WARNING (default WARNING)")
-    console.set_defaults(func=_console)
-
     start = sub.add_parser("start", help="run a name-server node in the foreground")
     start.add_argument("-c", "--config", help="RocketMQ-style properties file (e.g. conf/namesrv.properties)")
     start.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one property")
@@ -483,7 +378,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: commands that moved to the monitor's own CLI, which reads what the monitor keeps in Redis
+_MOVED = {"routes": "namesrv-monitor routes", "console": "namesrv-monitor console"}
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in _MOVED:
+        print(f"namesrv {argv[0]}: this is now `{_MOVED[argv[0]]}`", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     return args.func(args)
 

@@ -187,7 +187,7 @@ class NameServerClient:
         return int(self.ok(RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": broker_name}).ext("addTopicCount") or 0)
 
     def get_config(self) -> dict[str, str]:
-        from namesrv.config import parse_properties
+        from common.properties import parse_properties
 
         return parse_properties((self.ok(RequestCode.GET_NAMESRV_CONFIG).body or b"").decode("utf-8"))
 

@@ -25,10 +25,9 @@ from typing import Any, Literal
 
 import javaproperties
 
-from namesrv.fileio import write_atomically
-from namesrv.kafka_clients import SECRET_KEYS as _KAFKA_SECRETS
-from namesrv.kafka_clients import KafkaSecurity
-from namesrv.options import (
+from common.kafka_clients import SECRET_KEYS as _KAFKA_SECRETS
+from common.kafka_clients import KafkaSecurity
+from common.options import (
     BOOLEAN,
     ConfigError,
     Converter,
@@ -39,19 +38,20 @@ from namesrv.options import (
     parse_integer,
     text,
 )
+from common.properties import decode_properties, parse_properties
+from namesrv.fileio import write_atomically
 from namesrv.protocol.codes import ResponseCode
 
 __all__ = [
     "ConfigError",
     "NamesrvConfig",
-    "Option",
+    "NodeOption",
     "OPTIONS",
     "OPTIONS_BY_KEY",
     "HARD_BLACKLIST",
     "RESTART_ONLY",
     "REDACTED",
     "load_config",
-    "parse_properties",
     "apply_update",
     "render_properties",
     "config_properties",
@@ -65,7 +65,7 @@ __all__ = [
     "Blacklisted",
     "Unparsable",
     "PersistFailed",
-    "Refused",
+    "UpdateRefused",
     "oversized_update",
     "MAX_UPDATE_BODY_BYTES",
     "MAX_UPDATE_KEYS",
@@ -479,7 +479,7 @@ class NamesrvConfig:
     )
     events_topic: str = _opt("namesrv-events", "eventsTopic", "String", _O, "Kafka topic nodes publish events to")
     actions_topic: str = _opt("namesrv-actions", "actionsTopic", "String", _O, "Kafka topic of the monitor's actions")
-    # Kafka security: the Kafka client's own names (namesrv.kafka_clients.SECURITY_KEYS), as in the job's file
+    # Kafka security: the Kafka client's own names (common.kafka_clients.SECURITY_KEYS), as in the job's file
     kafka_security_protocol: str = _opt(
         "PLAINTEXT",
         "kafka.security.protocol",
@@ -661,7 +661,7 @@ class NamesrvConfig:
 
 
 @dataclass(frozen=True)
-class Option:
+class NodeOption:
     """One row of the option table."""
 
     attr: str
@@ -696,7 +696,7 @@ def _fold(choices: tuple[str, ...]) -> Callable[[str], str]:
     return str.lower if all(c == c.lower() for c in choices) else str.upper
 
 
-def _build_options() -> tuple[Option, ...]:
+def _build_options() -> tuple[NodeOption, ...]:
     rows = []
     for f in dataclasses.fields(NamesrvConfig):
         md = f.metadata
@@ -707,7 +707,7 @@ def _build_options() -> tuple[Option, ...]:
         else:
             default_doc = _format_value(f.default)
         rows.append(
-            Option(
+            NodeOption(
                 f.name,
                 md["key"],
                 md["type"],
@@ -731,8 +731,8 @@ def _format_value(value: Any) -> str:
     return str(value)
 
 
-OPTIONS: tuple[Option, ...] = _build_options()
-OPTIONS_BY_KEY: dict[str, Option] = {o.key: o for o in OPTIONS}
+OPTIONS: tuple[NodeOption, ...] = _build_options()
+OPTIONS_BY_KEY: dict[str, NodeOption] = {o.key: o for o in OPTIONS}
 #: keys read once at start-up that UPDATE_NAMESRV_CONFIG refuses: a peer that can reach the port must
 #: not be able to turn TLS off, swap certificates or claim other addresses from the next restart on
 RESTART_ONLY = frozenset(o.key for o in OPTIONS if o.group == GROUP_TLS)
@@ -744,7 +744,7 @@ REDACTED = "******"
 # value parsing
 
 
-def _parse_java(opt: Option, raw: str) -> Any:
+def _parse_java(opt: NodeOption, raw: str) -> Any:
     """``MixAll.properties2Object`` parsing for run-time updates; raises ValueError."""
     if opt.java_type == "boolean":
         return raw.lower() == "true"
@@ -764,21 +764,6 @@ def _parse_java(opt: Option, raw: str) -> Any:
 # .properties text
 
 
-def parse_properties(text: str) -> dict[str, str]:
-    """``java.util.Properties.load`` of ``text``; the last of duplicate keys wins.
-
-    Raises ``ValueError`` on a malformed ``\\uXXXX`` escape, where Java throws.
-    """
-    return dict(javaproperties.loads(text))
-
-
-def _decode(data: bytes) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return data.decode("latin-1")
-
-
 def _property_line(key: str, value: str) -> str:
     # Java writes ``key=value`` unescaped, which reloads wrongly when a value has a backslash,
     # a line break or leading blanks; keep Java's bytes whenever they reload to the same pair
@@ -795,7 +780,7 @@ def _java_string_order(key: str) -> bytes:
 
 def _masked(key: str, value: str) -> str:
     """``value`` as anyone but the file may see it: secrets masked, ``${env:...}``/``${file:...}`` shown."""
-    from namesrv.redis_clients import redact_url  # imports no more than the standard library
+    from common.redis_clients import redact_url  # imports no more than the standard library
 
     if key in SECRET_KEYS and value and not is_secret_reference(value):
         return REDACTED
@@ -855,7 +840,7 @@ def load_config(path: Path | None, overrides: Mapping[str, str] | None = None) -
         except OSError as exc:
             raise ConfigError(f"config file {path} cannot be read ({exc.strerror}); check its permissions") from None
         try:
-            props = parse_properties(_decode(data))
+            props = parse_properties(decode_properties(data))
         except ValueError as exc:
             raise ConfigError(f"config file {path} is not a valid .properties file: {exc}") from None
         _apply_strict(cfg, props, str(path))
@@ -879,9 +864,6 @@ def check_combinations(cfg: NamesrvConfig) -> None:
             "raise the second"
         )
     kafka_security(cfg)
-    from namesrv.tls import tls_settings  # the TLS keys, with tls.config.file read and every file checked
-
-    tls_settings(cfg)
 
 
 def kafka_security(cfg: NamesrvConfig) -> KafkaSecurity:
@@ -942,14 +924,14 @@ class PersistFailed:
 
 
 @dataclass(frozen=True)
-class Refused:
+class UpdateRefused:
     """The update is too large, or a key or value is one no configuration may hold; nothing was applied."""
 
     remark: str
     code: ResponseCode = ResponseCode.SYSTEM_ERROR
 
 
-UpdateResult = Updated | Blacklisted | Unparsable | PersistFailed | Refused
+UpdateResult = Updated | Blacklisted | Unparsable | PersistFailed | UpdateRefused
 
 #: UPDATE_NAMESRV_CONFIG limits: a real update sets a handful of keys with short values
 MAX_UPDATE_BODY_BYTES = 64 * 1024
@@ -993,9 +975,9 @@ def _update_refusal(props: Mapping[str, str]) -> str | None:
     return None
 
 
-def oversized_update(size: int) -> Refused:
+def oversized_update(size: int) -> UpdateRefused:
     """The answer to an update body of ``size`` bytes, over :data:`MAX_UPDATE_BODY_BYTES`."""
-    return Refused(f"an update body may have at most {MAX_UPDATE_BODY_BYTES} bytes, this one has {size}")
+    return UpdateRefused(f"an update body may have at most {MAX_UPDATE_BODY_BYTES} bytes, this one has {size}")
 
 
 def apply_update(cfg: NamesrvConfig, properties: str | bytes) -> UpdateResult:
@@ -1017,7 +999,7 @@ def apply_update(cfg: NamesrvConfig, properties: str | bytes) -> UpdateResult:
         return Unparsable(str(exc))
     problem = _update_refusal(props)
     if problem is not None:
-        return Refused(problem)
+        return UpdateRefused(problem)
     blocked = sorted(key for key in props if key in config_blacklist(cfg))
     if blocked:
         return Blacklisted(tuple(blocked))

@@ -21,13 +21,13 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.logs import RateLimited
 from namesrv import config as config_mod
 from namesrv import gcpolicy
 from namesrv.acl import Acl
 from namesrv.config import NamesrvConfig
 from namesrv.kvconfig import KVConfigManager, KVRefused
 from namesrv.liveness import Departure, departure
-from namesrv.logs import RateLimited
 from namesrv.protocol import bodies, fastjson
 from namesrv.protocol.codes import (
     MASTER_ID,

@@ -21,8 +21,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from common.logs import RateLimited
 from namesrv.config import NamesrvConfig
-from namesrv.logs import RateLimited
 from namesrv.protocol.proxy import Detected, ProxyHeader, ProxyParser, ProxyProtocolError, detect
 from namesrv.tls import TlsSettings, server_context, tls_settings
 
@@ -55,7 +55,7 @@ class TransportSecurity:
 
     @classmethod
     def from_config(cls, cfg: NamesrvConfig) -> TransportSecurity:
-        """Raises :class:`~namesrv.options.ConfigError` naming the key when something cannot be used."""
+        """Raises :class:`~common.options.ConfigError` naming the key when something cannot be used."""
         settings = tls_settings(cfg)
         return cls(settings, server_context(settings), cfg.proxy_protocol_mode, cfg.handshake_timeout_millis / 1000)
 

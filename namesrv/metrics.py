@@ -13,14 +13,14 @@ below 1 ms), the rest are ``rocketmq_namesrv_*``; docs/operations.md lists them 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from prometheus_client import ProcessCollector, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import Collector
 
+from common.metrics import histogram_buckets
 from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.request_stats import ONEWAY, OTHER, RPC_LATENCY_BUCKETS_MS, SAMPLE_EVERY, RequestStats
 
@@ -28,16 +28,6 @@ if TYPE_CHECKING:
     from namesrv.events.link import KafkaLink
     from namesrv.liveness import ExpiryScan
     from namesrv.routes.manager import RouteInfoManager
-
-
-def histogram_buckets(bounds: Iterable[float], counts: list[int], scale: float = 1.0) -> list[tuple[str, float]]:
-    """Prometheus' cumulative ``(le, count)`` pairs from per-bucket counts (bounds times ``scale``)."""
-    out: list[tuple[str, float]] = []
-    total = 0
-    for bound, count in zip((*bounds, float("inf")), counts, strict=True):
-        total += count
-        out.append(("+Inf" if bound == float("inf") else repr(float(bound * scale)), total))
-    return out
 
 
 def _code_name(enum: type[RequestCode] | type[ResponseCode], code: int) -> str:
@@ -169,33 +159,3 @@ class NodeCollector(Collector):
                 "Seconds since the node last heard the liveness monitor (an action or MONITOR_HEARTBEAT it obeyed)",
                 value=age,
             )
-
-
-class MetricsServer:
-    """prometheus_client's HTTP server for one registry, on its own daemon thread."""
-
-    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
-        self.httpd, self.thread = start_http_server(port, host, registry)
-        self.host = host
-        self.port = self.httpd.server_port
-
-    @property
-    def url(self) -> str:
-        host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
-        host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{self.port}/metrics"
-
-    def stop(self) -> None:
-        """Stop serving (blocks up to the server's half-second poll) and close the socket."""
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(1.0)
-
-
-def serve(collectors: Iterable[Collector], host: str, port: int) -> MetricsServer:
-    """Serve ``collectors`` and the process' own ``process_*`` figures (CPU, memory, open files) at
-    ``host:port``, from a registry of their own (not prometheus_client's global one)."""
-    registry = CollectorRegistry(auto_describe=False)
-    for collector in (*collectors, ProcessCollector(registry=None)):
-        registry.register(collector)
-    return MetricsServer(registry, host, port)

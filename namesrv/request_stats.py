@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from namesrv.protocol.codes import ResponseCode
@@ -25,28 +25,6 @@ RPC_LATENCY_BUCKETS_MS = (0.05, 0.1, 0.25, 0.5, 1, 3, 5, 7, 10, 100, 1000, 2000,
 ONEWAY = -1
 #: the request code recorded for every code the node has no handler for
 OTHER = -2
-
-
-class Buckets:
-    """A histogram of plain ints: one count per bucket (the last is +Inf) and the sum.
-
-    ``bounds`` are upper bounds, inclusive as Prometheus' ``le``.  Written by one thread; a reader
-    takes :meth:`snapshot`, a copy the GIL makes whole.
-    """
-
-    __slots__ = ("bounds", "counts", "sum")
-
-    def __init__(self, bounds: Iterable[float]) -> None:
-        self.bounds = tuple(bounds)
-        self.counts = [0] * (len(self.bounds) + 1)
-        self.sum = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.sum += value
-
-    def snapshot(self) -> tuple[list[int], float]:
-        return list(self.counts), self.sum
 
 
 #: one request in this many is timed: a clock read on every request is a noticeable share of a route lookup

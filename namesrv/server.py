@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
+from common.logs import RateLimited
 from namesrv.client import parse_addr
 from namesrv.handlers import (
     BODY_LIMITS,
@@ -34,7 +35,6 @@ from namesrv.handlers import (
 )
 from namesrv.handshake import Acceptor, TransportSecurity
 from namesrv.liveness import Departure, departure
-from namesrv.logs import RateLimited
 from namesrv.protocol.codec import FrameDecoder, LocalProtocolError, RemoteProtocolError, encode
 from namesrv.protocol.codes import ResponseCode, SerializeType
 from namesrv.protocol.command import RemotingCommand

@@ -221,7 +221,7 @@ class Link:
 
 
 @dataclass
-class Member:
+class SimulatedBroker:
     """One simulated broker: a group's master (id 0) or one of its slaves."""
 
     group: int
@@ -276,7 +276,7 @@ class Fleet:
         self.unregister_groups = sorted(groups_from_end[: config.unregister])
         self.silent_groups = sorted(groups_from_end[config.unregister : config.unregister + config.silent])
 
-    def _build_members(self, dv: DataVersion) -> list[Member]:
+    def _build_members(self, dv: DataVersion) -> list[SimulatedBroker]:
         c = self.config
         host, base_port = parse_addr(c.addr_base)
         members = []
@@ -305,7 +305,7 @@ class Fleet:
                 }
                 if c.heartbeat_timeout_ms is not None:
                     ext["heartbeatTimeoutMillis"] = str(c.heartbeat_timeout_ms)
-                m = Member(
+                m = SimulatedBroker(
                     group, broker_id, name, addr, ha, State.LIVE, ext, raw, identity, bodies.encode_data_version(dv)
                 )
                 m.links = {
@@ -370,7 +370,7 @@ class Fleet:
             elif m.group in self.unregister_groups and now >= start + self.config.unregister_after:
                 self._unregister(m, reason="scheduled")
 
-    def _service(self, m: Member, link: Link, now: float, unreachable: dict[str, str]) -> None:
+    def _service(self, m: SimulatedBroker, link: Link, now: float, unreachable: dict[str, str]) -> None:
         if link.up and link.conn.peer_closed():
             self._lost(m, link, now, "the name server closed the connection")
         if not link.up:
@@ -385,7 +385,7 @@ class Fleet:
         elif self.config.heartbeat_interval > 0 and now >= link.heartbeat_at:
             self._heartbeat(m, link, now, unreachable)
 
-    def _register(self, m: Member, link: Link, now: float, unreachable: dict[str, str]) -> None:
+    def _register(self, m: SimulatedBroker, link: Link, now: float, unreachable: dict[str, str]) -> None:
         try:
             response = self._call(link, unreachable, RequestCode.REGISTER_BROKER, m.register_ext, m.register_body)
         except (OSError, RemoteProtocolError) as e:
@@ -414,7 +414,7 @@ class Fleet:
         link.register_at = now + (min(SECOND_REGISTRATION_AFTER, interval) if link.registrations == 1 else interval)
         link.heartbeat_at = now + self.config.heartbeat_interval
 
-    def _heartbeat(self, m: Member, link: Link, now: float, unreachable: dict[str, str]) -> None:
+    def _heartbeat(self, m: SimulatedBroker, link: Link, now: float, unreachable: dict[str, str]) -> None:
         if self.config.heartbeat_kind is HeartbeatKind.BROKER_HEARTBEAT:
             ext = dict(m.identity_ext)
             if self.config.heartbeat_timeout_ms is not None:
@@ -453,7 +453,7 @@ class Fleet:
             link.conn.close()
             raise
 
-    def _lost(self, m: Member, link: Link, now: float, reason: str, *, attempted: bool = True) -> None:
+    def _lost(self, m: SimulatedBroker, link: Link, now: float, reason: str, *, attempted: bool = True) -> None:
         link.conn.close()
         if attempted:
             self.counters["failures"] += 1
@@ -471,7 +471,12 @@ class Fleet:
         link.up = False
 
     def _unregister(
-        self, m: Member, *, reason: str, unreachable: dict[str, str] | None = None, final: State = State.UNREGISTERED
+        self,
+        m: SimulatedBroker,
+        *,
+        reason: str,
+        unreachable: dict[str, str] | None = None,
+        final: State = State.UNREGISTERED,
     ) -> None:
         """UNREGISTER_BROKER on every connected link, then close them all (a broker's shutdown)."""
         unreachable = {} if unreachable is None else unreachable

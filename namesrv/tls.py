@@ -23,8 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from namesrv.config import OPTIONS_BY_KEY, NamesrvConfig, _decode, parse_properties
-from namesrv.options import ConfigError, convert
+from common.options import ConfigError, convert
+from common.properties import decode_properties, parse_properties
+from namesrv.config import OPTIONS_BY_KEY, NamesrvConfig
 
 __all__ = ["TlsSettings", "tls_settings", "server_context", "client_context", "self_signed_certificate"]
 
@@ -80,7 +81,7 @@ def _read_file(cfg: NamesrvConfig) -> tuple[dict[str, str], str]:
     except OSError as e:
         raise ConfigError(f"tls.config.file={cfg.tls_config_file} cannot be read ({e.strerror})") from None
     try:
-        return parse_properties(_decode(data)), str(path)
+        return parse_properties(decode_properties(data)), str(path)
     except ValueError as e:
         raise ConfigError(f"tls.config.file={cfg.tls_config_file} is not a valid .properties file: {e}") from None
 

@@ -20,14 +20,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from namesrv import redis_clients
-from namesrv.events.schema import wall_ms
-from namesrv.liveness import MinIdOutlet, forward_min_broker_id_changes
+from common import redis_clients
 
 # the one masking helper, kept importable from here for callers written before it moved
-from namesrv.redis_clients import redact_url
+from common.redis_clients import redact_url
+from common.redis_keys import RedisKeys
+from namesrv.events.schema import wall_ms
+from namesrv.liveness import MinIdOutlet, forward_min_broker_id_changes
 from namesrv.routes.manager import RouteInfoManager
-from namesrv.routes.snapshot import ModelSnapshot, RedisKeys, SnapshotError, decode_model
+from namesrv.routes.snapshot import ModelSnapshot, SnapshotError, decode_model
 
 if TYPE_CHECKING:
     from namesrv.config import NamesrvConfig

@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from namesrv.logs import setup_logging
+from common.logs import setup_logging
 from streaming.config import DEFAULT_CONFIG_PATH, ConfigError, load_config, parse_overrides
 
 log = logging.getLogger("streaming.main")

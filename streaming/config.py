@@ -1,13 +1,13 @@
 """Typed configuration of the streaming job, from ``conf/streaming.properties``.
 
 :data:`OPTIONS` is the one table of keys: each row names the key, the :class:`StreamingConfig`
-attribute, its converter (:mod:`namesrv.options`, shared with the node's and the local services'
+attribute, its converter (:mod:`common.options`, shared with the node's and the local services'
 tables) and a line of documentation.  Loading is strict: a value that does not parse, or a key that
 is not in the table, stops the job naming it, so a typo cannot silently fall back to a default.
 Keys starting with ``spark.`` go to the SparkSession builder unchanged.  Kafka security uses the
 Kafka client's own names after ``kafka.``, checked whole at load
-(:class:`~namesrv.kafka_clients.KafkaSecurity`); ``redis.url`` is checked by
-:func:`namesrv.redis_clients.check_url`.  ``docs/internals/config.md`` has more.
+(:class:`~common.kafka_clients.KafkaSecurity`); ``redis.url`` is checked by
+:func:`common.redis_clients.check_url`.  ``docs/internals/config.md`` has more.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from namesrv import options, redis_clients
-from namesrv.config import parse_properties
+from common import options, redis_clients
+from common.kafka_clients import BOOTSTRAP, SECURITY_KEYS, KafkaSecurity
+from common.options import ConfigError, Option
+from common.properties import parse_properties
+from common.redis_keys import RedisKeys
 from namesrv.events.schema import MAX_NAME_CHARS
-from namesrv.kafka_clients import BOOTSTRAP, SECURITY_KEYS, KafkaSecurity
-from namesrv.options import ConfigError, Option
-from namesrv.routes.snapshot import RedisKeys
 
 DEFAULT_CONFIG_PATH = Path("conf/streaming.properties")
 #: what error messages call this configuration
@@ -159,7 +159,7 @@ class StreamingConfig:
 
 
 # --------------------------------------------------------------------------- parsing
-# the converters and the error are namesrv.options', shared with the node's and the services' tables
+# the converters and the error are common.options', shared with the node's and the services' tables
 
 _TEXT = options.text(required=True)
 _MILLIS = options.integer(1, expected="milliseconds (an integer >= 1)")

@@ -137,7 +137,7 @@ class Broker:
 
 
 @dataclass(slots=True)
-class Action:
+class ActionRow:
     """EXPIRE or REMOVE, for the nodes to apply."""
 
     #: event time the decision stands at (every output's ``at`` orders the batch's outputs)
@@ -195,7 +195,7 @@ class HealthRow:
     node: str | None = None
 
 
-Output = Action | RouteRow | AlertChange | HealthRow
+Output = ActionRow | RouteRow | AlertChange | HealthRow
 
 
 class BrokerUpdate(NamedTuple):
@@ -333,7 +333,7 @@ class _BrokerBatch:
         st.alive = False
         st.gone_at = t
         broker = _broker(st)
-        action = Action(t, ActionType.REMOVE, cause, t, self.watermark, reason, broker, node=e["node"], seq=e["seq"])
+        action = ActionRow(t, ActionType.REMOVE, cause, t, self.watermark, reason, broker, node=e["node"], seq=e["seq"])
         self.out.append(action)
         if not st.removed_open:
             st.removed_open = True
@@ -399,7 +399,7 @@ def _expire(st: BrokerState, due: int, now: int, watermark: int, flaps: list[int
         f"(timeout {st.timeout_ms} ms, last heartbeat at {st.last_seen}, event time now {now})"
     )
     broker = _broker(st)
-    out.append(Action(due, ActionType.EXPIRE, "TIMEOUT", st.last_seen, watermark, reason, broker))
+    out.append(ActionRow(due, ActionType.EXPIRE, "TIMEOUT", st.last_seen, watermark, reason, broker))
     flaps.append(due)
     if not st.expired_open:
         st.expired_open = True

@@ -5,7 +5,7 @@ row per broker and node that had events in a batch; :class:`HealthBook` keeps th
 each, folds in the batch's actions and alerts, and hands only what changed
 (:meth:`HealthBook.take`) to :meth:`streaming.routes.RedisRouteStore.commit`, which writes it in the
 batch's MULTI/EXEC.  Brokers, nodes and resolved alerts are bounded (:data:`MAX_BROKERS`,
-:data:`MAX_NODES`, :data:`MAX_RESOLVED`).  Reader (``namesrv console``): Redis is shared, so
+:data:`MAX_NODES`, :data:`MAX_RESOLVED`).  Reader (``namesrv-monitor console``): Redis is shared, so
 :class:`HealthReader` treats every value as hostile, capping sizes before parsing and checking each
 field with the event schema's bounds; a bad entry is skipped and counted, never fatal.  This module
 imports neither Spark nor pandas: the console imports it.  ``docs/internals/console.md`` has the
@@ -22,7 +22,8 @@ from typing import Any, TypeVar
 
 import orjson
 
-from namesrv import redis_clients
+from common import redis_clients
+from common.redis_keys import RedisKeys
 from namesrv.events.schema import (
     EPOCH_MILLIS,
     HEARTBEAT_TIMEOUT,
@@ -33,7 +34,6 @@ from namesrv.events.schema import (
     IsBool,
     SchemaError,
 )
-from namesrv.routes.snapshot import RedisKeys
 from streaming.alerts import MAX_MESSAGE_CHARS, Alert, AlertKind, AlertState, cut, decode_alert
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ MAX_ALERT_BYTES = 64 * 1024
 HEALTH_VERSION = 1
 
 
-class BrokerState(enum.StrEnum):
+class BrokerStatus(enum.StrEnum):
     ALIVE = "alive"
     EXPIRED = "expired"
     REMOVED = "removed"
@@ -66,7 +66,7 @@ class BrokerState(enum.StrEnum):
 
 
 #: the state a health row carries (stateful step) -> the state shown
-_ROW_STATES = {"ALIVE": BrokerState.ALIVE, "EXPIRED": BrokerState.EXPIRED, "REMOVED": BrokerState.REMOVED}
+_ROW_STATES = {"ALIVE": BrokerStatus.ALIVE, "EXPIRED": BrokerStatus.EXPIRED, "REMOVED": BrokerStatus.REMOVED}
 
 
 def scan_state(local_scan: bool | None) -> str | None:
@@ -93,7 +93,7 @@ class BrokerHealth:
     #: its own heartbeatTimeoutMillis; None when only a removal was seen
     timeout_ms: int | None
     #: ALIVE, EXPIRED or REMOVED (FLAPPING is :attr:`flapping` on an alive broker)
-    state: BrokerState
+    state: BrokerStatus
     flapping: bool
     #: event time of the last change of ``state``
     since: int
@@ -108,8 +108,8 @@ class BrokerHealth:
         return None if self.timeout_ms is None else self.last_heartbeat + self.timeout_ms
 
     @property
-    def shown_state(self) -> BrokerState:
-        return BrokerState.FLAPPING if self.state is BrokerState.ALIVE and self.flapping else self.state
+    def shown_state(self) -> BrokerStatus:
+        return BrokerStatus.FLAPPING if self.state is BrokerStatus.ALIVE and self.flapping else self.state
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,11 +221,11 @@ def decode_broker(data: bytes | str) -> BrokerHealth:
     values = _decode(data, _BROKER, "broker")
     state = values.pop("_raw").get("state")
     try:
-        shown = BrokerState(state)
+        shown = BrokerStatus(state)
     except ValueError:
         raise SchemaError(f"broker.state: unknown value {str(state)[:40]!r}") from None
-    if shown is BrokerState.FLAPPING:  # written for readers; kept as an alive broker with the flag
-        shown, values["flapping"] = BrokerState.ALIVE, True
+    if shown is BrokerStatus.FLAPPING:  # written for readers; kept as an alive broker with the flag
+        shown, values["flapping"] = BrokerStatus.ALIVE, True
     return BrokerHealth(state=shown, **values)
 
 
@@ -338,7 +338,7 @@ class HealthBook:
                 elif row["node"] is not None:
                     self._node_row(row, at)
             elif row["kind"] == KIND_ACTION and row["type"] in ("EXPIRE", "REMOVE"):
-                gone = BrokerState.EXPIRED if row["type"] == "EXPIRE" else BrokerState.REMOVED
+                gone = BrokerStatus.EXPIRED if row["type"] == "EXPIRE" else BrokerStatus.REMOVED
                 self._set_broker(row, state=gone, since=int(row["orderTime"]))
         for alert in alerts:
             opened = alert.state is AlertState.OPEN
@@ -361,14 +361,14 @@ class HealthBook:
         self._bound()
 
     def _broker_row(self, row: Mapping[str, Any]) -> None:
-        state = _ROW_STATES.get(row["state"] or "", BrokerState.ALIVE)
+        state = _ROW_STATES.get(row["state"] or "", BrokerStatus.ALIVE)
         timeout = row["timeoutMillis"]
         self._set_broker(
             row, state=state, last_heartbeat=int(row["lastHeartbeat"] or 0),
             timeout_ms=None if timeout is None else int(timeout), since=int(row["orderTime"] or 0),
         )  # fmt: skip
 
-    def _set_broker(self, row: Mapping[str, Any], *, state: BrokerState, since: int, **values: Any) -> None:
+    def _set_broker(self, row: Mapping[str, Any], *, state: BrokerStatus, since: int, **values: Any) -> None:
         key = broker_field(row["clusterName"], row["brokerAddr"])
         held = self.brokers.get(key)
         name, broker_id = row["brokerName"], row["brokerId"]
@@ -409,7 +409,7 @@ class HealthBook:
         """Drop what the stateful step forgets too: brokers gone, and nodes silent, for forget_after_ms."""
         horizon = now - self.forget_after_ms
         for key, b in list(self.brokers.items()):
-            if b.state is not BrokerState.ALIVE and b.since < horizon:
+            if b.state is not BrokerStatus.ALIVE and b.since < horizon:
                 self._drop_broker(key)
         for name, n in list(self.nodes.items()):
             if n.last_tick < horizon:
@@ -419,7 +419,7 @@ class HealthBook:
         if len(self.brokers) > self.max_brokers:
             # gone ones first, longest gone first; then the ones silent longest
             order = sorted(
-                self.brokers.values(), key=lambda b: (b.state is BrokerState.ALIVE, b.since, b.last_heartbeat)
+                self.brokers.values(), key=lambda b: (b.state is BrokerStatus.ALIVE, b.since, b.last_heartbeat)
             )
             for b in order[: len(self.brokers) - self.max_brokers]:
                 self._drop_broker(b.key)
@@ -516,7 +516,7 @@ class HealthReader:
         hash_tag: bool = False,
     ) -> None:  # fmt: skip
         self.client = client
-        #: ``hash_tag``: the keys of a Redis Cluster (``namesrv.redis_clients.is_cluster``)
+        #: ``hash_tag``: the keys of a Redis Cluster (``common.redis_clients.is_cluster``)
         self.keys = RedisKeys(prefix, hash_tag=hash_tag)
         self.max_brokers = max_brokers
         self._stamp: tuple[Any, ...] | None = None

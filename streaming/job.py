@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from namesrv.redis_clients import redact_url
+from common.redis_clients import redact_url
 from streaming.config import StreamingConfig
 from streaming.events import PACKED, count_events, parse_events, valid_events
 from streaming.liveness import OUTPUT_DDL, LivenessProcessor, LivenessSettings, state_layout
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from namesrv.metrics import MetricsServer
+    from common.metrics import MetricsServer
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from pyspark.sql.types import BooleanType, LongType, StringType, StructField, St
 
 from streaming.decide import (
     NO_TIMER,
-    Action,
+    ActionRow,
     BrokerState,
     HealthRow,
     LivenessSettings,
@@ -198,7 +198,7 @@ def _rows(outputs: list[Output]) -> Iterator[Row]:
             cells["brokerName"], cells["brokerId"] = b.broker_name, b.broker_id
         if isinstance(o, HealthRow):  # the commonest: one per broker and batch
             cells.update(kind=KIND_HEALTH, lastHeartbeat=o.last_heartbeat, state=o.state, timeoutMillis=o.timeout_ms)
-        elif isinstance(o, Action):
+        elif isinstance(o, ActionRow):
             cells.update(kind=KIND_ACTION, seq=o.seq, type=o.type, cause=o.cause, lastHeartbeat=o.last_heartbeat)
             cells.update(watermark=o.watermark, reason=o.reason)
         elif isinstance(o, RouteRow):

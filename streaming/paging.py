@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from common.retrying import retry_until_stopped
 from namesrv.events.schema import wall_ms
-from namesrv.retrying import retry_until_stopped
 from streaming.alerts import Alert, AlertState, cut, encode_alert
 
 if TYPE_CHECKING:
-    from namesrv import redis_clients
+    from common import redis_clients
     from streaming.config import StreamingConfig
     from streaming.routes import RedisRouteStore
 

@@ -4,7 +4,7 @@ It is built once per run, when Kafka first answers: the job may start before Kaf
 :meth:`KafkaPublisher.connect` waits with back-off and says once what it is waiting for. A broker
 that refuses the job's credentials or certificate will not change its mind, so that ends the wait
 with :class:`KafkaLoginRefused`, quoting the broker's own reason and the settings to fix; the
-reason is read as the node reads it (:mod:`namesrv.kafka_clients`, "Why Kafka refused").
+reason is read as the node reads it (:mod:`common.kafka_clients`, "Why Kafka refused").
 
 A batch sends its records, then :meth:`KafkaPublisher.flush` waits for them: a record Kafka refuses
 as too large is skipped and counted (replaying the batch would not make it smaller), any other
@@ -18,8 +18,8 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from namesrv import kafka_clients
-from namesrv.retrying import retry_until_stopped
+from common import kafka_clients
+from common.retrying import retry_until_stopped
 from streaming.config import ConfigError
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 #: one attempt to reach Kafka at start-up; short, so a stop request is answered within it
 BOOTSTRAP_ATTEMPT_MS = 5_000
-#: names the publisher's connections, so that a broker's refusal of them is kept (namesrv.kafka_clients)
+#: names the publisher's connections, so that a broker's refusal of them is kept (common.kafka_clients)
 CLIENT_ID = "namesrv-monitor"
 
 
@@ -64,7 +64,7 @@ class KafkaPublisher:
         started = time.monotonic()
 
         def producer() -> KafkaProducer:
-            # not pinned (namesrv.kafka_clients): the constructor raises while Kafka does not answer,
+            # not pinned (common.kafka_clients): the constructor raises while Kafka does not answer,
             # which is how this waits for it
             try:
                 return kafka_clients.producer(

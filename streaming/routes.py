@@ -7,7 +7,7 @@ disagree the newest event wins.  After each micro-batch :meth:`RouteModel.change
 batch could have changed, and :class:`RedisRouteStore` writes the differences, the model, the open
 alerts and the batch id in one MULTI/EXEC with the change notifications, skipping a batch already
 written, so readers never see half a batch and a replay changes nothing.  :class:`RouteLookup` is
-the reader side (``namesrv routes get|watch``).  The keys are documented in ``docs/redis-keys.md``;
+the reader side (``namesrv-monitor routes get|watch``).  The keys are documented in ``docs/redis-keys.md``;
 ``docs/internals/routes.md`` has how the model is kept.
 """
 
@@ -19,19 +19,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from namesrv import redis_clients
+from common import redis_clients
+from common.redis_keys import RedisKeys
 from namesrv.events.schema import AdminOp, Event, EventType, SchemaError, wall_ms
 from namesrv.protocol import bodies, fastjson
 from namesrv.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig, TopicRouteData
 from namesrv.routes import RouteInfoManager, RouteSettings
-from namesrv.routes.snapshot import (
-    ModelSnapshot,
-    OrderConf,
-    RedisKeys,
-    decode_model,
-    encode_meta,
-    encode_topic_entry,
-)
+from namesrv.routes.snapshot import ModelSnapshot, OrderConf, decode_model, encode_meta, encode_topic_entry
 from streaming.alerts import MAX_STORED_TOPICS, Alert, decode_alert, encode_alert
 from streaming.health import MAX_RESOLVED, BrokerHealth, HealthWrites, NodeHealth, load_entries
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from common.metrics import Buckets
 from namesrv.events.schema import Action
-from namesrv.request_stats import Buckets
 
 #: micro-batches take from a fraction of a second to tens of seconds on a loaded machine
 BATCH_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)

@@ -23,8 +23,8 @@ def fresh_warning_budgets(monkeypatch):
     The budgets are per process: without this, a test that sends hostile input (the fuzzers) spends
     them, and a later test in the same minute that asserts one such warning sees none.
     """
+    from common.logs import RateLimited
     from namesrv import handshake, server
-    from namesrv.logs import RateLimited
 
     for module in (server, handshake):
         monkeypatch.setattr(module, "_drop_log", RateLimited(module.log, per_minute=module._drop_log.per_minute))

@@ -21,13 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from namesrv import kafka_clients
+from common import kafka_clients
+from common.kafka_clients import KafkaSecurity
+from common.logs import LogThrottle
+from common.retrying import retry_until_stopped
 from namesrv.events.schema import Action, ActionType, SchemaError, decode_action, wall_ms
 from namesrv.handlers import NodeObserver
-from namesrv.kafka_clients import KafkaSecurity
 from namesrv.liveness import Departure, MonitorWatchdog, departure
-from namesrv.logs import LogThrottle
-from namesrv.retrying import retry_until_stopped
 from namesrv.routes.manager import RouteInfoManager
 from namesrv.routes.model import UnregisterRequest
 
@@ -250,7 +250,7 @@ class ConsumerSettings:
 
 
 def kafka_consumer(settings: ConsumerSettings) -> Any:
-    # pinned (namesrv.kafka_clients), so that building the consumer needs no broker
+    # pinned (common.kafka_clients), so that building the consumer needs no broker
     return kafka_clients.consumer(
         settings.bootstrap_servers,
         key="kafkaBootstrapServers",

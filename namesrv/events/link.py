@@ -12,6 +12,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from common.kafka_clients import bootstrap_list
 from namesrv.config import ConfigError, NamesrvConfig
 from namesrv.events.actions import (
     ActionApplier,
@@ -26,7 +27,6 @@ from namesrv.events.actions import (
 from namesrv.events.publisher import EventPublisher, PublisherSettings, PublisherStats
 from namesrv.events.schema import MAX_NAME_CHARS
 from namesrv.handlers import HandlerContext
-from namesrv.kafka_clients import bootstrap_list
 from namesrv.liveness import ExpiryScan, MonitorWatchdog
 
 __all__ = ["KafkaLink", "check_bootstrap_servers", "check_names", "default_node_name"]

@@ -24,7 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from namesrv import kafka_clients
+from common import kafka_clients
+from common.kafka_clients import KafkaSecurity
+from common.logs import LogThrottle
 from namesrv.events.schema import (
     MAX_HEARTBEAT_TIMEOUT_MILLIS,
     MAX_REASON_CHARS,
@@ -45,9 +47,7 @@ from namesrv.events.schema import (
     wall_ms,
 )
 from namesrv.handlers import AdminChange, NodeObserver
-from namesrv.kafka_clients import KafkaSecurity
 from namesrv.liveness import Cause, Departure, SilenceWatch
-from namesrv.logs import LogThrottle
 from namesrv.protocol import fastjson
 from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS, ORDER_TOPIC_CONFIG, RequestCode
 from namesrv.protocol.headers import RegisterBrokerHeader

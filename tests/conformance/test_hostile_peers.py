@@ -88,7 +88,7 @@ def test_a_kv_entry_that_cannot_be_stored_is_refused_and_leaves_the_store_workin
 
 
 def test_control_characters_in_kv_keys_are_stored_as_java_does_and_escaped_in_the_log(node, caplog):
-    from namesrv.logs import LogfmtFormatter
+    from common.logs import LogfmtFormatter
 
     with caplog.at_level(logging.INFO, logger="namesrv.kvconfig"), NameServerClient(node.addr) as c:
         c.put_kv("ns", "a\x00b\nlevel=error", "v\x1b[31m")

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from common import kafka_clients
 from infra.services import (
     DEFAULT_TOPICS,
     KafkaService,
@@ -43,7 +44,7 @@ from infra.services import (
     tcp_answers,
 )
 from infra.stack import NodeService, StreamingJob
-from namesrv import kafka_clients, procfs
+from namesrv import procfs
 from namesrv.client import NameServerClient
 from namesrv.protocol import bodies
 from namesrv.protocol.codes import RequestCode, ResponseCode

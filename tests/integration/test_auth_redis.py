@@ -1,5 +1,5 @@
 """Redis with a password, an ACL user and TLS: the job's route store, route lookups, a node's warm start and
-``namesrv routes``, all through ``namesrv.redis_clients``.
+``namesrv-monitor routes``, all through ``common.redis_clients``.
 
 Two Redis servers per module, both Debian's redis-server on free loopback ports: one with
 ``requirepass``, one that speaks only TLS on its port, requires a client certificate and a password.
@@ -20,9 +20,9 @@ from urllib.parse import quote
 import pytest
 import redis
 
+from common.redis_clients import RedisUrlError, connect, describe_error, redact_url
 from infra.services import RedisServerTls, RedisService, free_port
 from namesrv.config import NamesrvConfig
-from namesrv.redis_clients import RedisUrlError, connect, describe_error, redact_url
 from namesrv.routes import RouteSettings
 from namesrv.routes.manager import RouteInfoManager
 from namesrv.warmstart import warm_start
@@ -151,7 +151,7 @@ def routes_cli(*args: str, env_url: str | None = None) -> subprocess.CompletedPr
     if env_url is not None:
         env["NAMESRV_REDIS_URL"] = env_url
     return subprocess.run(
-        [sys.executable, "-m", "namesrv", "routes", *args], capture_output=True, text=True, timeout=60, env=env
+        [sys.executable, "-m", "streaming.cli", "routes", *args], capture_output=True, text=True, timeout=60, env=env
     )
 
 

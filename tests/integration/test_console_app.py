@@ -15,9 +15,9 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from namesrv import redis_clients
-from namesrv.console import ConsoleSettings, build_app
+from common import redis_clients
 from streaming.alerts import Alert, AlertKind, AlertState, Severity
+from streaming.console import ConsoleSettings, build_app
 from streaming.health import KIND_HEALTH, HealthBook, HealthReader
 from streaming.routes import RedisRouteStore, RouteChanges
 

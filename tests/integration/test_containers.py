@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from namesrv import kafka_clients
+from common import kafka_clients
 from tests.integration.backends import (
     SUMMARY,
     ContainerInfra,

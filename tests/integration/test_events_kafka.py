@@ -12,8 +12,8 @@ import time
 
 import pytest
 
+from common import kafka_clients
 from infra.services import KafkaService, TopicSpec, ensure_topics, kafka_admin
-from namesrv import kafka_clients
 from namesrv.client import NameServerClient
 from namesrv.events.schema import Action, ActionType, DataVersionInfo, EventType, QueueInfo
 from namesrv.protocol import bodies

@@ -20,6 +20,7 @@ import pytest
 import redis
 from kafka import TopicPartition
 
+from common import kafka_clients
 from infra.services import (
     KafkaService,
     RedisBackend,
@@ -32,7 +33,7 @@ from infra.services import (
     pid_alive,
     port_is_free,
 )
-from namesrv import kafka_clients, procfs
+from namesrv import procfs
 
 TOPICS = (TopicSpec("ev", 4), TopicSpec("act", 1))
 

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from common import kafka_clients
 from infra.services import pid_alive
-from namesrv import kafka_clients
 from namesrv.events.schema import Action, ActionType, Event, EventType, encode_action, encode_event, wall_ms
 from tests.integration.backends import (
     ACTIONS,

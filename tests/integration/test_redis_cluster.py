@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from namesrv import redis_clients
+from common import redis_clients
 from namesrv.config import NamesrvConfig
 from namesrv.routes import RouteInfoManager, RouteSettings
 from namesrv.warmstart import warm_start
@@ -140,7 +140,7 @@ def test_a_node_warm_starts_from_the_cluster_and_the_cli_reads_it(cluster: Redis
 
     def cli(url: str, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "namesrv", "routes", "--redis", url, "--prefix", prefix, *args],
+            [sys.executable, "-m", "streaming.cli", "routes", "--redis", url, "--prefix", prefix, *args],
             cwd=REPO, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
 

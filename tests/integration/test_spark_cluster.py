@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from common import kafka_clients
 from infra.services import TopicSpec
-from namesrv import kafka_clients
 from namesrv.events.schema import (
     DataVersionInfo,
     Event,

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from kafka import TopicPartition
 
+from common import kafka_clients
 from infra.services import TopicSpec, free_port
-from namesrv import kafka_clients
 from namesrv.events.schema import (
     ActionType,
     DataVersionInfo,

@@ -24,8 +24,10 @@ from pathlib import Path
 import pytest
 from kafka import TopicPartition
 
+from common import kafka_clients
+from common.kafka_clients import KafkaSecurity
 from infra.services import KafkaService, TopicSpec, free_port, pid_alive
-from namesrv import kafka_clients, procfs
+from namesrv import procfs
 from namesrv.events.schema import (
     ActionType,
     DataVersionInfo,
@@ -36,7 +38,6 @@ from namesrv.events.schema import (
     encode_event,
     event_key,
 )
-from namesrv.kafka_clients import KafkaSecurity
 from streaming import job, session
 from streaming.config import load_config
 from tests.support.wait import wait_until

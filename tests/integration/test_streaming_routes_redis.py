@@ -1,5 +1,5 @@
 """The job's Redis route store against a real Redis: atomic batches, lineages, the change channel,
-and the ``namesrv routes`` CLI reading what the job wrote."""
+and the ``namesrv-monitor routes`` CLI reading what the job wrote."""
 
 from __future__ import annotations
 
@@ -121,7 +121,17 @@ def test_namesrv_routes_cli_reads_what_the_job_wrote(store, redis_url):
 
     def cli(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "namesrv", "routes", "--redis", redis_url, "--prefix", store.keys.prefix, *args],
+            [
+                sys.executable,
+                "-m",
+                "streaming.cli",
+                "routes",
+                "--redis",
+                redis_url,
+                "--prefix",
+                store.keys.prefix,
+                *args,
+            ],
             capture_output=True,
             timeout=60,
         )

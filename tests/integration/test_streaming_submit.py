@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from common import kafka_clients
 from infra.services import TopicSpec, pid_alive
 from infra.stack import REPO, StreamingJob
-from namesrv import kafka_clients, procfs
+from namesrv import procfs
 from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo, encode_event, event_key
 from streaming.routes import RouteLookup
 from tests.integration.backends import _start_time, descendants, log_tail

@@ -8,12 +8,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from common import kafka_clients
 from infra.services import KafkaService, TopicSpec, free_port
-from namesrv import kafka_clients
 from namesrv.events.schema import Action, Event, decode_event, encode_action
 from tests.support.wait import wait_until
 
-#: settings of the tests' clients (namesrv.kafka_clients): pinned, like the node's, and quick to give up
+#: settings of the tests' clients (common.kafka_clients): pinned, like the node's, and quick to give up
 CLIENT = dict(pinned=True, timeout_ms=5000, reconnect_backoff_max_ms=500)
 _topic_numbers = itertools.count(1)
 

@@ -110,6 +110,6 @@ def redis_cluster(tmp: Path, masters: int = 3, timeout: float = 60.0) -> Iterato
 
 
 def _ping(port: int) -> bool:
-    from namesrv import redis_clients
+    from common import redis_clients
 
     return redis_clients.answers(f"redis://{LOOPBACK}:{port}/0", timeout_s=1)

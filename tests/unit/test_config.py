@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from common.properties import parse_properties
 from namesrv import fileio
 from namesrv.config import (
     HARD_BLACKLIST,
@@ -22,7 +23,6 @@ from namesrv.config import (
     apply_update,
     load_config,
     options_markdown,
-    parse_properties,
     render_properties,
 )
 from namesrv.protocol.codes import ResponseCode
@@ -401,11 +401,11 @@ def test_update_whose_persistence_fails_in_any_way_changes_nothing(
     ],
 )
 def test_update_that_cannot_be_stored_is_refused_before_anything_changes(tmp_path: Path, text) -> None:
-    from namesrv.config import Refused
+    from namesrv.config import UpdateRefused
 
     cfg = cfg_in(tmp_path)
     before = dataclasses.asdict(cfg)
     result = apply_update(cfg, text)
-    assert isinstance(result, Refused) and result.code == ResponseCode.SYSTEM_ERROR and result.remark
+    assert isinstance(result, UpdateRefused) and result.code == ResponseCode.SYSTEM_ERROR and result.remark
     assert dataclasses.asdict(cfg) == before
     assert render_properties(cfg).encode("utf-8")

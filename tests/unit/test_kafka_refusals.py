@@ -15,10 +15,10 @@ import pytest
 from kafka import errors
 from kafka.net.transport import KafkaSSLTransport, KafkaTCPTransport
 
-from namesrv import kafka_clients
-from namesrv.kafka_clients import CONNECTION_LOGGER, MASK, KafkaSecurity, Refusal, _Refusals, refusal_of
-from namesrv.logs import setup_logging
-from namesrv.retrying import retry_until_stopped
+from common import kafka_clients
+from common.kafka_clients import CONNECTION_LOGGER, MASK, KafkaSecurity, Refusal, _Refusals, refusal_of
+from common.logs import setup_logging
+from common.retrying import retry_until_stopped
 
 PASSWORD = "node-pw-77"
 SASL = KafkaSecurity.from_settings(

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from namesrv import kafka_clients
+from common import kafka_clients
+from common.kafka_clients import KafkaSecurity
 from namesrv.config import (
     Blacklisted,
     ConfigError,
@@ -21,7 +22,6 @@ from namesrv.config import (
 )
 from namesrv.events.actions import ConsumerSettings
 from namesrv.events.publisher import PublisherSettings
-from namesrv.kafka_clients import KafkaSecurity
 from streaming.config import SECURITY_OPTION_KEYS
 from streaming.config import load_config as load_streaming
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from namesrv.logs import LogfmtFormatter, RateLimited
+from common.logs import LogfmtFormatter, RateLimited
 
 
 def line(msg: str, *args: object) -> str:

@@ -12,15 +12,16 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from common.metrics import Buckets, histogram_buckets
 from namesrv.app import build_node
 from namesrv.config import load_config
 from namesrv.events.actions import ActionStats
 from namesrv.events.publisher import PublisherStats
 from namesrv.handlers import HANDLERS, dispatch
-from namesrv.metrics import NodeCollector, histogram_buckets
+from namesrv.metrics import NodeCollector
 from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.command import request
-from namesrv.request_stats import ONEWAY, OTHER, RPC_LATENCY_BUCKETS_MS, SAMPLE_EVERY, Buckets, RequestStats
+from namesrv.request_stats import ONEWAY, OTHER, RPC_LATENCY_BUCKETS_MS, SAMPLE_EVERY, RequestStats
 from tests.support.brokers import registration
 
 ROUTE, REGISTER = RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.REGISTER_BROKER

@@ -1,4 +1,4 @@
-"""The shared machinery of the option tables (namesrv.options) and of Kafka clients (namesrv.kafka_clients)."""
+"""The shared machinery of the option tables (common.options) and of Kafka clients (common.kafka_clients)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from namesrv import kafka_clients, options
-from namesrv.options import ConfigError
+from common import kafka_clients, options
+from common.options import ConfigError
 
 
 @pytest.mark.parametrize("raw, value", [("true", True), (" FALSE ", False), ("True", True), ("fAlSe", False)])
@@ -73,7 +73,7 @@ def test_pinned_clients_get_the_one_api_version_and_timeouts_without_a_broker():
 def test_the_shared_modules_import_only_the_standard_library():
     """The Kafka source imports them inside Spark's Python workers, and a node without Kafka never loads it."""
     code = (
-        "import sys, namesrv.kafka_clients, namesrv.options\n"
+        "import sys, common.kafka_clients, common.options\n"
         "heavy = {'kafka', 'pyspark', 'javaproperties', 'orjson', 'redis'} & set(sys.modules)\n"
         "assert not heavy, heavy\n"
     )

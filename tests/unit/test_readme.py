@@ -31,6 +31,7 @@ from namesrv.metrics import NodeCollector
 from namesrv.request_stats import RequestStats
 from streaming import config as job_config
 from streaming.alerts import AlertKind
+from streaming.cli import build_parser as monitor_parser
 from streaming.metrics import MonitorCollector
 from tests.support.streaming import make_sink
 
@@ -160,7 +161,7 @@ def command_lines() -> Iterator[tuple[Path, list[str]]]:
     for page in PAGES:
         for block in code_blocks(text(page), "", "sh"):
             for line in block.replace("\\\n", " ").splitlines():
-                if not re.match(r"(\w+=\S*\s+)*(\S*namesrv|make|spark-submit|\S*python3?)\s", line):
+                if not re.match(r"(\w+=\S*\s+)*(\S*namesrv(?:-monitor)?|make|spark-submit|\S*python3?)\s", line):
                     continue
                 argv = shlex.split(line, comments=True)
                 while argv and re.match(r"\w+=", argv[0]):
@@ -183,6 +184,11 @@ def check_command(argv: list[str], make_targets: set[str]) -> None:
             pytest.fail(f"namesrv refuses {shlex.join(argv)}")
         unknown = [kv for kv in getattr(args, "set", []) if kv.partition("=")[0] not in node_config.OPTIONS_BY_KEY]
         assert not unknown, f"{shlex.join(argv)}: --set of keys a node does not have: {unknown}"
+    elif program == "namesrv-monitor":
+        try:
+            monitor_parser().parse_args(argv[1:])
+        except SystemExit:
+            pytest.fail(f"namesrv-monitor refuses {shlex.join(argv)}")
     elif program == "make":
         targets = [a for a in argv[1:] if not a.startswith("-") and "=" not in a]
         assert set(targets) <= make_targets, f"{shlex.join(argv)}: no such Makefile target"
@@ -215,7 +221,7 @@ def test_every_command_in_a_code_block_is_one_the_program_takes():
             check_command(argv, makefile_targets())
         except (AssertionError, ValueError, job_config.ConfigError) as e:
             pytest.fail(f"{page_id(page)}: {e}")
-    assert {"namesrv", "make", "spark-submit"} <= seen  # the checks above ran on something
+    assert {"namesrv", "namesrv-monitor", "make", "spark-submit"} <= seen  # the checks above ran on something
 
 
 def load_properties_block(block: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -268,7 +274,7 @@ def test_the_paging_keys_have_the_defaults_the_shipped_configuration_gives_them(
 
 
 def test_the_console_options_have_the_defaults_the_code_gives_them():
-    defaults = build_parser().parse_args(["console"])
+    defaults = monitor_parser().parse_args(["console"])
     for option, default, _ in table(section(text(DOCS / "operations.md"), "The console"), "Option"):
         flag = unquote(option).split()[0]
         assert str(getattr(defaults, flag.lstrip("-").replace("-", "_"))) == unquote(default), flag

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from namesrv.options import ConfigError
-from namesrv.redis_clients import RedisTls, RedisUrlError, check_url, connect, describe_error, redact_url
+from common.options import ConfigError
+from common.redis_clients import RedisTls, RedisUrlError, check_url, connect, describe_error, redact_url
 from streaming.config import load_config as load_streaming
 
 SECRET = "s3cr3t-pw"

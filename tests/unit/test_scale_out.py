@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from namesrv import redis_clients
-from namesrv.options import ConfigError
-from namesrv.routes.snapshot import RedisKeys
+from common import redis_clients
+from common.options import ConfigError
+from common.redis_keys import RedisKeys
 from streaming import session
 from streaming.config import load_config
 
@@ -138,7 +138,7 @@ def test_the_job_refuses_a_cluster_url_or_prefix_that_cannot_work_at_start_up():
 
 def test_every_key_of_a_cluster_prefix_carries_its_hash_tag():
     # one slot for everything a batch writes, or its MULTI/EXEC is refused (CROSSSLOT)
-    from namesrv.routes.snapshot import RedisKeys
+    from common.redis_keys import RedisKeys
 
     keys = RedisKeys("namesrv", hash_tag=True)
     names = [n for n in dir(RedisKeys) if isinstance(getattr(RedisKeys, n), property) and n != "base"]

@@ -18,7 +18,7 @@ from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo, 
 from streaming.decide import (
     NO_TIMER,
     REPLAY_GAP_MS,
-    Action,
+    ActionRow,
     AlertChange,
     Broker,
     BrokerState,
@@ -116,8 +116,8 @@ class Monitor:
         return out
 
 
-def actions(out: list[Output]) -> list[Action]:
-    return [o for o in out if isinstance(o, Action)]
+def actions(out: list[Output]) -> list[ActionRow]:
+    return [o for o in out if isinstance(o, ActionRow)]
 
 
 def alerts(out: list[Output]) -> list[tuple[str, str]]:
@@ -142,7 +142,7 @@ def test_a_broker_expires_once_event_time_is_past_its_deadline():
     out = m.reach(T0 + TIMEOUT + 1)
     reason = f"no heartbeat at any node for 10.0 s (timeout 10000 ms, last heartbeat at {T0}, event time now {T0 + TIMEOUT + 1})"
     assert out == [
-        Action(T0 + TIMEOUT + 1, "EXPIRE", "TIMEOUT", T0, T0 + TIMEOUT + 1 - DELAY, reason, BROKER),
+        ActionRow(T0 + TIMEOUT + 1, "EXPIRE", "TIMEOUT", T0, T0 + TIMEOUT + 1 - DELAY, reason, BROKER),
         AlertChange(T0 + TIMEOUT + 1, "BROKER_EXPIRED", "OPEN", "CRITICAL", f"broker broker-a[0] {ADDR} ({CLUSTER}) expired: {reason}", BROKER),
     ]  # fmt: skip
     assert m.state.deadline == T0 + TIMEOUT + 1 + 86_400_000 - DELAY  # next: forgetting it, a day later
@@ -212,7 +212,7 @@ def test_an_unregistration_removes_once_and_echoes_of_it_change_nothing():
     out = m.feed(unregister(T0 + 1_000, "n1"), unregister(T0 + 1_001, "n2"), watermark=T0 - 7)
     reason = f"UNREGISTER_BROKER reported by n1 at {T0 + 1_000}"
     assert out == [
-        Action(T0 + 1_000, "REMOVE", "UNREGISTER_BROKER", T0 + 1_000, T0 - 7, reason, BROKER, "n1", 1),
+        ActionRow(T0 + 1_000, "REMOVE", "UNREGISTER_BROKER", T0 + 1_000, T0 - 7, reason, BROKER, "n1", 1),
         AlertChange(T0 + 1_000, "BROKER_REMOVED", "OPEN", "INFO",
                     f"broker broker-a[0] {ADDR} ({CLUSTER}) unregistered ({reason}); removed at every node", BROKER, "n1", 1),
     ]  # fmt: skip

@@ -7,15 +7,15 @@ from types import SimpleNamespace
 import orjson
 import pytest
 
-from namesrv.console.snapshot import build, shown_redis_url
 from namesrv.events.schema import SchemaError
 from streaming import liveness
 from streaming.alerts import Alert, AlertKind, AlertState, Severity, encode_alert
+from streaming.console.snapshot import build, shown_redis_url
 from streaming.health import (
     KIND_ACTION,
     KIND_HEALTH,
     BrokerHealth,
-    BrokerState,
+    BrokerStatus,
     HealthBook,
     HealthView,
     NodeHealth,
@@ -77,15 +77,15 @@ def test_the_book_keeps_the_last_heartbeat_and_folds_in_expiry_comeback_and_flap
                  brokerAddr="10.0.0.1:1", lastHeartbeat=T0 + 1_000)  # fmt: skip
     observe(book, [expire])
     b = book.brokers["C|10.0.0.1:1"]
-    assert (b.state, b.since, b.last_heartbeat) == (BrokerState.EXPIRED, T0 + 11_001, T0 + 1_000)
+    assert (b.state, b.since, b.last_heartbeat) == (BrokerStatus.EXPIRED, T0 + 11_001, T0 + 1_000)
     assert decode_broker(book.take().brokers["C|10.0.0.1:1"]) == b
 
     observe(book, [beat(T0 + 20_000)], [flapping(AlertState.OPEN)])
     b = book.brokers["C|10.0.0.1:1"]
-    assert (b.state, b.shown_state, b.since) == (BrokerState.ALIVE, BrokerState.FLAPPING, T0 + 20_000)
+    assert (b.state, b.shown_state, b.since) == (BrokerStatus.ALIVE, BrokerStatus.FLAPPING, T0 + 20_000)
     assert orjson.loads(book.take().brokers["C|10.0.0.1:1"])["state"] == "flapping"
     observe(book, [], [flapping(AlertState.RESOLVED)])
-    assert book.brokers["C|10.0.0.1:1"].shown_state is BrokerState.ALIVE
+    assert book.brokers["C|10.0.0.1:1"].shown_state is BrokerStatus.ALIVE
 
 
 def test_only_changes_are_written_unless_a_full_rewrite_is_asked():
@@ -113,7 +113,7 @@ def test_gone_brokers_and_silent_nodes_are_forgotten_and_the_book_is_bounded():
     assert book.take().brokers["C|10.0.2.1:1"] is None
 
 
-GOOD_BROKER = encode_broker(BrokerHealth("C", "10.0.0.1:1", "a", 0, T0, 10_000, BrokerState.ALIVE, False, T0))
+GOOD_BROKER = encode_broker(BrokerHealth("C", "10.0.0.1:1", "a", 0, T0, 10_000, BrokerStatus.ALIVE, False, T0))
 
 
 @pytest.mark.parametrize(
@@ -171,10 +171,10 @@ def test_meta_keeps_only_known_well_formed_fields():
 
 def test_the_page_document_groups_brokers_master_first_and_flags_groups_without_a_live_master():
     brokers = [
-        BrokerHealth("C", "10.0.0.3:1", "b", 1, T0, 10_000, BrokerState.ALIVE, False, T0),
-        BrokerHealth("C", "10.0.0.2:1", "b", 0, T0, 10_000, BrokerState.EXPIRED, False, T0),
-        BrokerHealth("C", "10.0.0.1:1", "a", 0, T0, 10_000, BrokerState.ALIVE, True, T0),
-        BrokerHealth("B", "10.0.0.9:1", None, None, T0, None, BrokerState.REMOVED, False, T0),
+        BrokerHealth("C", "10.0.0.3:1", "b", 1, T0, 10_000, BrokerStatus.ALIVE, False, T0),
+        BrokerHealth("C", "10.0.0.2:1", "b", 0, T0, 10_000, BrokerStatus.EXPIRED, False, T0),
+        BrokerHealth("C", "10.0.0.1:1", "a", 0, T0, 10_000, BrokerStatus.ALIVE, True, T0),
+        BrokerHealth("B", "10.0.0.9:1", None, None, T0, None, BrokerStatus.REMOVED, False, T0),
     ]
     ahead = Alert(AlertKind.NODE_CLOCK_AHEAD, AlertState.OPEN, Severity.WARNING, "ahead", T0, node="n2")
     doc = build(HealthView(brokers=brokers, nodes=[NodeHealth("n2", T0, True, 5, False)], open_alerts=[ahead]))

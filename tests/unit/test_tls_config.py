@@ -3,11 +3,13 @@ as RocketMQ reads it, the password never shown, and no remote update of any of t
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
 import pytest
 
+from namesrv.app import start_node
 from namesrv.config import (
     REDACTED,
     RESTART_ONLY,
@@ -32,6 +34,11 @@ def pem(tmp_path: Path) -> Path:
 
 def cfg(tmp_path: Path, **props: str):
     return load_config(None, {"kvConfigPath": str(tmp_path / "kv.json"), **props})
+
+
+def start(tmp_path: Path, **props: str) -> None:
+    """A node's start-up with these settings, as far as its first check: nothing starts before it."""
+    asyncio.run(start_node(cfg(tmp_path, **props)))
 
 
 def test_defaults_keep_plaintext_and_the_loops_own_server(tmp_path):
@@ -96,7 +103,7 @@ def test_modes_are_checked_and_folded_to_rocketmqs_lower_case(tmp_path):
 )
 def test_settings_that_cannot_work_stop_start_up_naming_the_keys(tmp_path, pem, props, message):
     with pytest.raises(ConfigError, match=message):
-        cfg(tmp_path, **{k: v.format(d=pem) for k, v in props.items()})
+        start(tmp_path, **{k: v.format(d=pem) for k, v in props.items()})
 
 
 def test_disabled_mode_reads_and_checks_nothing(tmp_path):
@@ -134,7 +141,7 @@ def test_a_bad_value_in_the_file_names_the_file_and_the_key(tmp_path):
     tls_file = tmp_path / "tls.properties"
     tls_file.write_text("tls.test.mode.enable=yes\n")
     with pytest.raises(ConfigError, match=rf"{tls_file}: tls.test.mode.enable='yes' is not a valid boolean"):
-        cfg(tmp_path, **{"tls.config.file": str(tls_file)})
+        start(tmp_path, **{"tls.config.file": str(tls_file)})
 
 
 def test_the_key_password_is_shown_redacted_but_persisted_and_tls_keys_are_restart_only(tmp_path, pem):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from namesrv.options import ConfigError, is_secret_reference, parse_bool, resolve_secret
+from common.options import ConfigError, is_secret_reference, parse_bool, resolve_secret
 
 if TYPE_CHECKING:
     import redis

@@ -25,12 +25,12 @@ import jinja2
 import orjson
 from aiohttp import web
 
-from namesrv import redis_clients
-from namesrv.console import snapshot
+from common import redis_clients
 from namesrv.events.schema import MAX_NAME_CHARS
+from streaming.console import snapshot
 from streaming.health import HealthReader
 
-log = logging.getLogger("namesrv.console")
+log = logging.getLogger("streaming.console")
 
 HERE = Path(__file__).resolve().parent
 MAX_STREAMS = 64

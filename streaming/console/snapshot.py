@@ -15,7 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from namesrv.protocol.codes import MASTER_ID
 from streaming.alerts import Alert, AlertKind
-from streaming.health import BrokerHealth, BrokerState, HealthView, MonitorHealth, NodeHealth
+from streaming.health import BrokerHealth, BrokerStatus, HealthView, MonitorHealth, NodeHealth
 
 
 def shown_redis_url(url: str) -> str:
@@ -61,7 +61,7 @@ def clusters(brokers: list[BrokerHealth]) -> list[dict[str, Any]]:
                 key=lambda b: (b.broker_id is None, b.broker_id if b.broker_id is not None else 0, b.broker_addr),
             )
             live_master = any(
-                m.broker_id == MASTER_ID and m.state in (BrokerState.ALIVE, BrokerState.FLAPPING) for m in members
+                m.broker_id == MASTER_ID and m.state in (BrokerStatus.ALIVE, BrokerStatus.FLAPPING) for m in members
             )
             groups.append({"name": name, "hasMaster": live_master, "members": [_broker(m) for m in members]})
         out.append({"name": cluster, "groups": groups})
@@ -113,7 +113,7 @@ def _monitor(m: MonitorHealth | None) -> dict[str, Any] | None:
 def build(view: HealthView) -> dict[str, Any]:
     """The page's document (without ``now``, which the caller adds when it sends it)."""
     clock_ahead = {a.node for a in view.open_alerts if a.kind is AlertKind.NODE_CLOCK_AHEAD and a.node}
-    states = {s: 0 for s in BrokerState}
+    states = {s: 0 for s in BrokerStatus}
     for b in view.brokers:
         states[b.shown_state] += 1
     return {

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from namesrv.options import BOOLEAN_EXPECTED, ConfigError, Converter, parse_bool, resolve_secret
+from common.options import BOOLEAN_EXPECTED, ConfigError, Converter, parse_bool, resolve_secret
 
 if TYPE_CHECKING:
     from kafka import KafkaConsumer, KafkaProducer
@@ -606,7 +606,7 @@ class _RefusalLog(logging.Filter):
                     self.refusals.note(client_id, exc)
                 except Exception:  # a record misread must not break kafka-python's logging
                     pass
-        # the node keeps this logger at ERROR while kafka's is silenced (namesrv.logs): kafka's level decides
+        # the node keeps this logger at ERROR while kafka's is silenced (common.logs): kafka's level decides
         return self.parent.isEnabledFor(record.levelno)
 
 

@@ -1,0 +1,121 @@
+"""The shape a newcomer relies on: layers that import one way, no cycles, one class per name, short
+module docstrings, a pipeline that reads in one sitting, a README that is an entry point."""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from functools import cache
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("common", "namesrv", "streaming", "infra")
+#: which package may import which: the node and the monitor stand on common, the monitor may read the
+#: node's protocol and tables, and the local stack starts them all; never the other way
+MAY_IMPORT = {
+    "common": set(),
+    "namesrv": {"common"},
+    "streaming": {"common", "namesrv"},
+    "infra": {"common", "namesrv", "streaming"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def modules() -> dict[str, ast.Module]:
+    return {module_name(p): ast.parse(p.read_text(), str(p)) for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py")}
+
+
+def _type_checking_only(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            return True
+    return False
+
+
+@cache
+def imports() -> dict[str, set[str]]:
+    """Each module's imports of the project's own modules, function-level ones included (they are a
+    dependency all the same), ``if TYPE_CHECKING`` ones not (they never run)."""
+    known = modules()
+    out: dict[str, set[str]] = {}
+    for name, tree in known.items():
+        parents = {child: parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}
+        found: set[str] = set()
+        for node in ast.walk(tree):
+            if _type_checking_only(node, parents):
+                continue
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+            for target in targets:
+                while target and target not in known:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    found.add(target)
+        out[name] = found
+    return out
+
+
+def test_layers_import_one_way():
+    wrong = sorted(
+        f"{name} imports {target}"
+        for name, targets in imports().items()
+        for target in targets
+        if (top := target.split(".")[0]) != name.split(".")[0] and top not in MAY_IMPORT[name.split(".")[0]]
+    )
+    assert not wrong, wrong
+
+
+def test_no_import_cycles():
+    graph = imports()
+    # a package imports its own __init__ on the way to any submodule: that edge is not a choice
+    edges = {m: {t for t in ts if not m.startswith(t + ".")} for m, ts in graph.items()}
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append(path[path.index(nxt) :] + [nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for start in sorted(edges):
+        if start not in state:
+            visit(start, [start])
+    assert not cycles, [" -> ".join(c) for c in cycles]
+
+
+def test_one_class_per_name():
+    names = Counter(
+        node.name
+        for tree in modules().values()
+        for node in tree.body
+        if isinstance(node, ast.ClassDef) and not node.name.startswith("_")
+    )
+    assert not [n for n, count in names.items() if count > 1]
+
+
+def test_module_docstrings_say_what_and_why_briefly():
+    files = [p for top in (*PACKAGES, "bench", "tests") for p in (REPO / top).rglob("*.py")]
+    long = {}
+    for path in files:
+        doc = ast.get_docstring(ast.parse(path.read_text()), clean=False)
+        if doc and doc.count("\n") + 1 > 25:
+            long[str(path.relative_to(REPO))] = doc.count("\n") + 1
+    assert not long, long
+
+
+def test_the_job_reads_in_one_sitting_and_the_readme_is_an_entry():
+    assert len((REPO / "streaming" / "job.py").read_text().splitlines()) <= 400
+    assert len((REPO / "README.md").read_text().splitlines()) <= 300
