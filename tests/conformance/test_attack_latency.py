@@ -29,6 +29,9 @@ GOAL_P99, GOAL_MAX = 5 * MS, 50 * MS
 #: when the machine itself misses the goal: bounds relative to the unattacked baseline, with floors
 RATIO, FLOOR_P99, FLOOR_MAX = 10, 50 * MS, 250 * MS
 TRIES = 3
+#: attacks whose cost adds up over time are timed for seconds, not LOOKUPS lookups (issue 25 saw the
+#: p99 of lookups at 17 ms over 8 s of gigabyte bombs, one after another on one connection)
+SUSTAINED_S = {"gigabyte-zip-bombs": 8.0}
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +75,7 @@ def test_route_lookups_stay_fast_under_attack(attacked_node, kind, capsys):
         before = probe.lookups(LOOKUPS)
         with attacks.AttackProcess(attacked_node.addr, kind) as attack:
             start = time.monotonic()
-            during = probe.lookups(LOOKUPS)
+            during = probe.lookups_for(SUSTAINED_S[kind]) if kind in SUSTAINED_S else probe.lookups(LOOKUPS)
             took = time.monotonic() - start
             result = attack.stop()
         after = probe.lookups(LOOKUPS // 2)

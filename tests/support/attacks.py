@@ -47,6 +47,10 @@ def _registration(ext: dict[str, str], body: bytes, compressed: bool) -> bytes:
     return encode(request(RequestCode.REGISTER_BROKER, ext, body, opaque=1))
 
 
+#: what the bombs of issue 25 inflate to (1.2 GB, from a frame of 1.2 MB)
+GIGABYTE_BOMB = 1200 * MiB
+
+
 def zip_bomb_registration(inflated: int = 256 * MiB) -> bytes:
     """A compressed REGISTER_BROKER of ~1/1000 its inflated size, all zeros inside."""
     deflater = zlib.compressobj(9)
@@ -245,6 +249,15 @@ class LatencyProbe:
                 out.append(self._one(client))
             return out
 
+    def lookups_for(self, seconds: float) -> list[float]:
+        """Timed lookups one after another for ``seconds``, on this thread."""
+        deadline = time.monotonic() + seconds
+        with NameServerClient(self.addr, timeout=10) as client:
+            out = []
+            while time.monotonic() < deadline:
+                out.append(self._one(client))
+            return out
+
     def _one(self, client: NameServerClient) -> float:
         start = time.perf_counter()
         response = client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": GOOD_TOPIC})
@@ -266,6 +279,7 @@ class LatencyProbe:
 #: the attacks by name, for an attacker in another process (its work must not share the probe's GIL)
 ATTACKS: dict[str, Callable[[], Callable[[int], bytes]]] = {
     "zip-bomb": lambda: (lambda frame: lambda i: frame)(zip_bomb_registration()),
+    "gigabyte-zip-bombs": lambda: (lambda frame: lambda i: frame)(zip_bomb_registration(GIGABYTE_BOMB)),
     "100k-topics": lambda: (lambda frame: lambda i: frame)(big_registration()),
     "huge-config": lambda: (lambda frame: lambda i: frame)(huge_config_update()),
     "kv-puts": lambda: kv_put,

@@ -33,7 +33,12 @@ def test_code_outside_the_package_imports_only_what_the_package_exports():
     found = {}
     for d in ("namesrv", "streaming", "infra", "bench", "tests"):
         for path in sorted((REPO / d).rglob("*.py")):
-            if LIVENESS not in path.parents and (bad := reaches_inside(ast.parse(path.read_text(), str(path)))):
+            source = path.read_text()
+            if (
+                "namesrv.liveness" not in source or LIVENESS in path.parents
+            ):  # parsing is the cost; most files never name it
+                continue
+            if bad := reaches_inside(ast.parse(source, str(path))):
                 found[str(path.relative_to(REPO))] = bad
     assert found == {}
 

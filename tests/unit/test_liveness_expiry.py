@@ -7,6 +7,8 @@ import socket
 import threading
 import time
 
+import pytest
+
 from namesrv.handlers import dispatch
 from namesrv.liveness import ExpiryScan
 from namesrv.protocol.codec import FrameDecoder, encode
@@ -79,6 +81,7 @@ def test_the_scan_on_the_loop_does_not_wait_for_tables_another_thread_is_changin
 # --------------------------------------------------------------------------- expiry off the loop
 
 
+@pytest.mark.slow  # needs its size: 100,000 topics are what would stall the loop
 def test_a_node_expires_a_100k_topic_broker_on_its_worker_while_the_loop_keeps_serving(tmp_path):
     """Removing 100,000 topics takes tens of milliseconds: on the loop, no client would be served meanwhile."""
     ext, body = registration(

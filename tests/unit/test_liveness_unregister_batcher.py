@@ -10,16 +10,14 @@ from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.command import request
 from tests.unit.liveness_support import V3_EXT, Channel, Clock, make_node, register, route_code
 
+#: the UNREGISTER_BROKER header of the broker register() registers
+IDENT = {"clusterName": "DefaultCluster", "brokerAddr": "127.0.0.1:10911", "brokerName": "broker-a", "brokerId": "0"}
+
 
 def test_unregistration_is_queued_then_applied_in_one_batch(tmp_path):
     node, batch, _ = make_node(tmp_path, Clock())
     register(node, Channel())
-    ident = {
-        "clusterName": "DefaultCluster",
-        "brokerAddr": "127.0.0.1:10911",
-        "brokerName": "broker-a",
-        "brokerId": "0",
-    }
+    ident = IDENT
     assert dispatch(node, request(RequestCode.UNREGISTER_BROKER, ident), None).code == 0
     assert route_code(node) == ResponseCode.SUCCESS  # asynchronous, as in Java
     batch.drain_now()
@@ -29,12 +27,7 @@ def test_unregistration_is_queued_then_applied_in_one_batch(tmp_path):
 def test_a_queued_unregistration_does_not_remove_a_broker_that_registered_again(tmp_path):
     node, batch, _ = make_node(tmp_path, Clock())
     register(node, Channel())
-    ident = {
-        "clusterName": "DefaultCluster",
-        "brokerAddr": "127.0.0.1:10911",
-        "brokerName": "broker-a",
-        "brokerId": "0",
-    }
+    ident = IDENT
     dispatch(node, request(RequestCode.UNREGISTER_BROKER, ident), None)
     register(node, Channel())  # the broker came back before the batch ran (apache/rocketmq#11043)
     batch.drain_now()
