@@ -338,22 +338,9 @@ def legs_table(run: Run) -> list[str]:
     for p in run.progress[:PROBE_BATCHES]:
         d = p["duration"]
         parts = ", ".join(f"{k} {v}" for k, v in d.items() if k != "triggerExecution" and v >= 50)
-        backlog = (
-            sum(
-                int(end) - int(start)
-                for s in p["sources"]
-                if s["start"] and s["end"]
-                for start, end in zip(
-                    json.loads(s["start"]).popitem()[1].values(),
-                    json.loads(s["end"]).popitem()[1].values(),
-                    strict=False,
-                )
-            )
-            if any(s["start"] for s in p["sources"])
-            else None
-        )
+        records = records_read(p["sources"])
         rows.append(
-            f"| batch {p['batch']}: {p['events']} events ({p['rows']} rows{'' if backlog is None else f', {backlog} records'}), "
+            f"| batch {p['batch']}: {p['events']} events ({p['rows']} rows, {records} records), "
             f"watermark {p['watermark'] or '-'}; {parts} ms | {fmt_s(d.get('triggerExecution'))} | "
             f"{fmt_s(_iso_ms(p['started']) + d.get('triggerExecution', 0) - t0)} |"
         )
@@ -363,6 +350,20 @@ def legs_table(run: Run) -> list[str]:
     rows.append(f"| both nodes: local expiry scan off | | {', '.join(fmt_s(t - t0) for t in run.scan_off) or '-'} |")
     rows.append(f"| MONITOR_LAGGING opened | {run.lagging_opened} | |")
     return rows + [""]
+
+
+def records_read(sources: list[dict[str, Any]]) -> int:
+    """Kafka records a batch read: its end offsets less its start offsets (none: from the topic's start)."""
+
+    def offsets(text: str | None) -> dict[str, int]:
+        parsed = json.loads(text) if text else None
+        return {f"{t}/{p}": int(o) for t, parts in (parsed or {}).items() for p, o in parts.items()}
+
+    total = 0
+    for s in sources:
+        start = offsets(s["start"])
+        total += sum(end - start.get(tp, 0) for tp, end in offsets(s["end"]).items())
+    return total
 
 
 def _iso_ms(text: str) -> int:
@@ -377,6 +378,7 @@ def main() -> int:
     parser.add_argument("--brokers", type=int, default=3, help="simulated brokers (default 3)")
     parser.add_argument("--settle-s", type=float, default=20.0, help="seconds the job runs before each kill")
     parser.add_argument("--out", type=Path, help="append the tables to this file")
+    parser.add_argument("--keep", type=Path, help="run in this directory and keep it (logs, probe records)")
     parser.add_argument("-D", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a setting of the job (e.g. kafka.maxOffsetsPerTrigger=1000), for A/B runs")  # fmt: skip
     args = parser.parse_args()
@@ -385,7 +387,7 @@ def main() -> int:
 
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="recovery-bench-") as tmp_name:
-        tmp = Path(tmp_name)
+        tmp = args.keep or Path(tmp_name)
         probe_file = tmp / "probe.jsonl"
         backends.StreamingJob = probed_job_class(probe_file)  # type: ignore[misc] # System starts its job by this name
         system = backends.System(

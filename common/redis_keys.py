@@ -69,6 +69,16 @@ class RedisKeys:
         return f"{self.base}:model:brokers"
 
     @property
+    def model_removed(self) -> str:
+        """Brokers a node's fallback writer removed while no monitor decided (the job honours them)."""
+        return f"{self.base}:model:removed"
+
+    @property
+    def fallback_lease(self) -> str:
+        """Which node may write while no monitor decides: one at a time (SET NX PX, renewed)."""
+        return f"{self.base}:fallback:lease"
+
+    @property
     def channel(self) -> str:
         return f"{self.base}:routes:changed"
 

@@ -280,11 +280,11 @@ def _write_pidfile(path: Path, pid: int) -> None:
     tmp.replace(path)
 
 
-def _log_tail(path: Path) -> str:
+def _log_tail(path: Path, limit: int = _LOG_TAIL_BYTES) -> str:
     try:
         with path.open("rb") as fh:
             fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - _LOG_TAIL_BYTES))
+            fh.seek(max(0, fh.tell() - limit))
             return fh.read().decode("utf-8", "replace").strip()
     except OSError:
         return ""

@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
@@ -29,6 +30,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TextIO
 
+from common.options import ConfigError
 from infra.services import (
     LOOPBACK,
     BinaryNotFoundError,
@@ -45,6 +47,7 @@ from infra.services import (
     pid_alive,
 )
 from namesrv import procfs
+from streaming.config import load_config as load_streaming_config
 
 log = logging.getLogger("infra.stack")
 REPO = Path(__file__).resolve().parents[1]
@@ -156,7 +159,8 @@ class StreamingJob(ProcessService):
     def __init__(
         self, *, run_dir: Path, conf: Path, overrides: dict[str, str], launcher: Launcher | str = Launcher.PYTHON
     ) -> None:
-        # it listens on no port of its own; 0 keeps ProcessService's port checks out of the way
+        # its one listening port is its metrics endpoint (`address`), not a service of its own:
+        # 0 keeps ProcessService's port checks out of the way
         super().__init__(port=0, run_dir=run_dir, start_timeout=10.0)
         self.conf = conf
         self.overrides = overrides
@@ -227,6 +231,21 @@ class StreamingJob(ProcessService):
 
     def _status_extra(self) -> dict[str, str]:
         return {"launcher": self.launcher.value}
+
+    @property
+    def metrics_endpoint(self) -> tuple[str, int] | None:
+        """(bind address, port) of the job's metrics, as the job reads its conf and overrides; None when off."""
+        try:
+            cfg = load_streaming_config(self.conf, self.overrides)
+        except ConfigError:
+            return None  # the job will not start either, and says why
+        return (cfg.metrics_bind_address, cfg.metrics_port) if cfg.metrics_port else None
+
+    @property
+    def address(self) -> str:
+        """Its metrics endpoint: the only port it listens on."""
+        endpoint = self.metrics_endpoint
+        return "(metrics off)" if endpoint is None else f"{endpoint[0]}:{endpoint[1]}"
 
     def _probe(self, timeout: float) -> bool:
         # Spark is slow to start and only then publishes MONITOR_HEARTBEAT; until then the nodes
@@ -405,6 +424,27 @@ def describe_exit(code: int | None) -> str:
     return f"exited with code {code}"
 
 
+#: how much of a dead job's log is searched for its own last error: Spark's traces after it run long
+_JOB_LOG_SCAN_BYTES = 1 << 20
+#: a line the job's own code wrote about an error: a logfmt record of ours at error level or above
+#: (common.logs), or the ``error: ...`` it prints before exiting; Spark's and the JVM's lines are neither
+_OWN_ERROR = re.compile(r"ts=\S+ level=(?:error|critical) logger=(?:streaming|namesrv|common|__main__)\b|error: ")
+#: characters of that line quoted
+_MAX_ERROR_CHARS = 600
+
+
+def own_last_error(log_tail: str) -> str | None:
+    """The last error line the job's own code wrote in ``log_tail``, shortened; None if it wrote none.
+
+    As the job dies, Spark logs the dying query's traces (``NullPointerException ... SparkPlan.session()
+    is null``): effects of the death, not its cause, so only the job's own lines count.
+    """
+    line = next((li for li in reversed(log_tail.splitlines()) if _OWN_ERROR.match(li)), None)
+    if line is None:
+        return None
+    return line if len(line) <= _MAX_ERROR_CHARS else line[:_MAX_ERROR_CHARS] + " ..."
+
+
 @dataclass
 class _Watched:
     service: ProcessService
@@ -473,12 +513,19 @@ class Supervisor:
         kept = service.log_file.with_name(service.log_file.name + ".1")
         with contextlib.suppress(OSError):
             service.log_file.replace(kept)  # `start` truncates the log: keep the dead one's
-        what = "from its checkpoint" if isinstance(service, StreamingJob) else "on the same port"
         lived = f" after {uptime:.0f} s" if uptime is not None else ""
+        if isinstance(service, StreamingJob):
+            what = "from its checkpoint"
+            error = own_last_error(_log_tail(kept, _JOB_LOG_SCAN_BYTES))
+            if error is None:
+                said = f"it logged no error of its own (log {kept})"
+            else:
+                said = f"the last error it logged (log {kept}):\n  | {_printable(error)}"
+        else:
+            what, said = "on the same port", f"its log {kept} ends with:\n{_tail(kept)}"
         self._say(
             f"{service.name} (pid {pid or '-'}) {describe_exit(service.exit_code())}{lived}; the rest keeps "
-            f"running; restarting it {what} in {delay:.0f} s (death {w.policy.deaths}); "
-            f"its log {kept} ends with:\n{_tail(kept)}"
+            f"running; restarting it {what} in {delay:.0f} s (death {w.policy.deaths}); {said}"
         )
 
     def _restart(self, w: _Watched) -> None:
@@ -559,7 +606,7 @@ def metrics_urls(stack: list[ProcessService], host: str = LOOPBACK) -> list[tupl
         if isinstance(service, NodeService):
             port = int(service.properties.get("metricsPort", "0"))
         elif isinstance(service, StreamingJob):
-            port = int(service.overrides.get("monitor.metricsPort", "0"))
+            port = endpoint[1] if (endpoint := service.metrics_endpoint) else 0
         else:
             continue
         if port:

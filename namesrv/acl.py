@@ -24,6 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from common.logs import LogThrottle
 from namesrv.protocol.codes import RequestCode, Version
 from namesrv.protocol.command import RemotingCommand
 
@@ -53,8 +54,8 @@ ADMIN_CODES = frozenset(
         RequestCode.UPDATE_NAMESRV_CONFIG,
     )
 )
-#: requests that change what the node holds: routes, liveness, KV store, configuration
-WRITE_CODES = ADMIN_CODES | frozenset(
+#: a broker's own writes, each naming the broker in its header
+BROKER_CODES = frozenset(
     int(c)
     for c in (
         RequestCode.REGISTER_BROKER,
@@ -64,6 +65,11 @@ WRITE_CODES = ADMIN_CODES | frozenset(
         RequestCode.BROKER_HEARTBEAT,
     )
 )
+#: requests that change what the node holds: routes, liveness, KV store, configuration
+WRITE_CODES = ADMIN_CODES | BROKER_CODES
+#: a refused broker is named in a warning once per this many seconds: a 4.9 broker cannot sign, and
+#: sends a registration or a heartbeat every 30 s
+BROKER_WARNING_S = 6 * 3600.0
 
 #: the accounts file: a real one is a few KiB
 MAX_FILE_BYTES = 1024 * 1024
@@ -492,6 +498,8 @@ class Acl:
     check_reads: bool = False
     #: requests refused so far (for stats and tests; the log is rate-limited)
     refused: int = 0
+    #: refused brokers (name, address) already named in a warning, and when
+    warned_brokers: LogThrottle = field(default_factory=lambda: LogThrottle(BROKER_WARNING_S))
 
     def check(self, request: RemotingCommand, peer: str | None) -> str | None:
         """None when ``request`` from ``peer`` (``host:port``) may proceed, else the NO_PERMISSION remark."""

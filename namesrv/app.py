@@ -15,7 +15,7 @@ from namesrv.acl import Acl, AclFileError, load_acl_file
 from namesrv.config import ConfigError, NamesrvConfig
 from namesrv.handlers import HandlerContext
 from namesrv.kvconfig import KVConfigManager
-from namesrv.liveness import ExpiryScan, UnregisterBatcher
+from namesrv.liveness import ExpiryScan, RedisFallback, UnregisterBatcher
 from namesrv.routes.manager import RouteInfoManager
 from namesrv.server import RemotingServer
 from namesrv.tls import tls_settings
@@ -43,6 +43,8 @@ class Node:
     warm_start: WarmStartReport | None = None
     #: the Prometheus endpoint; None when metricsPort is 0
     metrics: MetricsServer | None = None
+    #: keeps the routes in Redis right while no monitor decides; None without Kafka and redisUrl
+    fallback: RedisFallback | None = None
 
     @property
     def port(self) -> int:
@@ -54,6 +56,8 @@ class Node:
             await self.kafka.stop()
         if self.metrics is not None:
             await asyncio.to_thread(self.metrics.stop)
+        if self.fallback is not None:  # after the server, whose stop ended its task
+            await asyncio.to_thread(self.fallback.close)
 
 
 def build_node(config: NamesrvConfig) -> tuple[HandlerContext, UnregisterBatcher, ExpiryScan]:
@@ -107,8 +111,14 @@ async def start_node(config: NamesrvConfig, *, own_process: bool = False) -> Nod
             drop_unconfirmed(context.routes, on_min_broker_id_change=context.min_broker_id_changed),
             "warm-start-deadlines",
         )
+    fallback = None
     if kafka is not None:
-        kafka.start(asyncio.get_running_loop(), server.spawn, config.node_name or default_node_name(server.port))
+        node_name = config.node_name or default_node_name(server.port)
+        kafka.start(asyncio.get_running_loop(), server.spawn, node_name)
+        if config.redis_url.strip():  # while no monitor decides, the nodes keep the routes in Redis right
+            fallback = RedisFallback.from_config(config, node_name, context.routes, expiry)
+            if fallback is not None:
+                server.spawn(fallback.run(context.worker), "redis-fallback")
     if context.acl is not None:
         log.warning(
             "signed requests required: aclFile=%s accounts=%d globalWhiteRemoteAddresses=%d checkReads=%s",
@@ -121,7 +131,7 @@ async def start_node(config: NamesrvConfig, *, own_process: bool = False) -> Nod
             server.spawn(
                 reload_acl(context.acl, config.acl_file_path, config.acl_reload_interval_millis / 1000), "acl-reload"
             )
-    running = Node(server, context, unregistrations, expiry, kafka, warm)
+    running = Node(server, context, unregistrations, expiry, kafka, warm, fallback=fallback)
     if config.stats_interval_millis > 0:
         server.spawn(_log_stats(running, config.stats_interval_millis / 1000), "stats")
     if config.metrics_port > 0:

@@ -104,6 +104,34 @@ class NotFound(Exception):
     """An admin command found nothing where the user expected something (exit 1, message on stderr)."""
 
 
+def _report_closed(args: argparse.Namespace, tls: bool, error: OSError) -> None:
+    """The node hung up on us without a word (its log says why): say what to change, found by trying it
+    the other way (namesrv.client.answers)."""
+    from namesrv.client import answers
+
+    proxy = "connect through the proxy in front of it, which sends the PROXY protocol preamble"
+    try:
+        if answers(args.namesrv, args.timeout, tls=True):
+            hint = (
+                # with TLS 1.3 a refused client certificate shows so
+                "it refused our certificate (tls.server.need.client.auth): pass --tls-cert/--tls-key from a CA"
+                " it trusts"
+                if tls
+                else "it requires TLS (tls.server.mode=enforcing): pass --tls (and --tls-ca)"
+            )
+        elif answers(args.namesrv, args.timeout, tls=False):
+            hint = (
+                "it serves plaintext only (no tls.server.certPath on the node): leave out the --tls options"
+                if tls
+                else "it answered a second try: try again"
+            )
+        else:
+            hint = f"it closes TLS and plaintext alike, as a node with proxyProtocolMode=required does: {proxy}"
+    except OSError:
+        hint = f"if it runs tls.server.mode=enforcing, pass --tls; if it runs proxyProtocolMode=required, {proxy}"
+    print(f"namesrv admin: {args.namesrv} closed the connection ({error}); {hint}", file=sys.stderr)
+
+
 def _admin(args: argparse.Namespace) -> int:
     from namesrv.client import NameServerClient, RemoteError
 
@@ -120,17 +148,14 @@ def _admin(args: argparse.Namespace) -> int:
         print(f"namesrv admin {args.admin_command}: {e}", file=sys.stderr)
         return 1
     except ssl.SSLError as e:
+        if isinstance(e, ssl.SSLEOFError):  # closed during the handshake
+            _report_closed(args, tls is not None, e)
+            return 1
         print(f"namesrv admin: TLS with {args.namesrv} failed: {e}. Check --tls-ca / --tls-cert", file=sys.stderr)
         return 1
     except OSError as e:
         if type(e) is ConnectionError or isinstance(e, ConnectionResetError):
-            # the node hung up on us; with TLS 1.3 that is how a refused client certificate shows
-            hint = (
-                "if it requires client certificates, pass --tls-cert/--tls-key from a CA it trusts"
-                if tls is not None
-                else "if it runs tls.server.mode=enforcing, pass --tls (and --tls-ca)"
-            )
-            print(f"namesrv admin: {args.namesrv} closed the connection ({e}); {hint}", file=sys.stderr)
+            _report_closed(args, tls is not None, e)
         else:
             print(
                 f"namesrv admin: cannot reach {args.namesrv}: {e}. Is a name server listening there?", file=sys.stderr

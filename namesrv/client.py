@@ -5,6 +5,7 @@ matches responses to requests by opaque; given :class:`~namesrv.acl.Credentials`
 request as RocketMQ's clients do.  With ``tls`` (a context from :func:`namesrv.tls.client_context`)
 the connection is TLS, as RocketMQ's clients with ``-Dtls.enable=true``; ``preamble`` is sent first,
 before any TLS, as a proxy sends its PROXY protocol header (tests use it to play the proxy).
+:func:`answers` tells how a node that closed a connection without a word would have answered.
 """
 
 from __future__ import annotations
@@ -33,6 +34,29 @@ class RemoteError(Exception):
             ResponseCode(response.code).name if response.code in ResponseCode._value2member_map_ else str(response.code)
         )
         super().__init__(f"{name} ({response.code}): {response.remark or 'no remark'}")
+
+
+def answers(addr: str, timeout: float, *, tls: bool) -> bool:
+    """Whether the node at ``addr`` answers a plaintext request, or a TLS handshake (its certificate not
+    checked), rather than closing the connection; OSError when it cannot be reached at all.
+
+    A node that requires a PROXY preamble closes both; one enforcing TLS answers the handshake; one
+    without TLS answers plaintext.  Each says nothing before it closes, so only a second try tells.
+    """
+    from namesrv.tls import client_context  # the node's TLS settings module: only when asked
+
+    host, port = parse_addr(addr)
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        try:
+            if tls:
+                with client_context(insecure=True).wrap_socket(sock, server_hostname=host):
+                    return True  # the handshake is done
+            sock.sendall(encode(request(RequestCode.GET_BROKER_CLUSTER_INFO, opaque=1)))
+            return bool(sock.recv(1))
+        except ssl.SSLError as e:
+            return "ALERT" in (e.reason or "")  # a TLS server refusing the handshake, not one closing on it
+        except ConnectionError:
+            return False
 
 
 def parse_addr(addr: str) -> tuple[str, int]:

@@ -15,7 +15,9 @@ requests are still answered in order.
 
 from __future__ import annotations
 
+import functools
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,7 +26,7 @@ from typing import Any
 from common.logs import RateLimited
 from namesrv import config as config_mod
 from namesrv import gcpolicy
-from namesrv.acl import Acl
+from namesrv.acl import ACCESS_KEY, BROKER_CODES, BROKER_WARNING_S, Acl, peer_address
 from namesrv.config import NamesrvConfig
 from namesrv.kvconfig import KVConfigManager, KVRefused
 from namesrv.liveness import Departure, departure
@@ -186,6 +188,29 @@ class Pending:
     request: RemotingCommand
     future: Future
     finish: Callable[[Any], RemotingCommand]
+    #: CPU seconds the work took on its thread, set before ``future`` is done (work started by
+    #: :meth:`off_loop`; else 0): what the server charges the connection that asked for it
+    cpu_seconds: float = 0.0
+
+    @classmethod
+    def off_loop(
+        cls,
+        executor: Executor,
+        request: RemotingCommand,
+        work: Callable[[], Any],
+        finish: Callable[[Any], RemotingCommand],
+    ) -> Pending:
+        """``work()`` on ``executor``, its CPU time counted."""
+        pending = cls(request, Future(), finish)  # the placeholder future makes way for the work's own
+        pending.future = executor.submit(pending._timed, work)
+        return pending
+
+    def _timed(self, work: Callable[[], Any]) -> Any:
+        start = time.thread_time()
+        try:
+            return work()
+        finally:
+            self.cpu_seconds = time.thread_time() - start
 
     def resolve(self) -> RemotingCommand | None:
         """The answer (None for a oneway request); blocks until the work is done."""
@@ -234,13 +259,7 @@ def dispatch(
         )
     elif node.acl is not None and (refusal := node.acl.check(request, getattr(channel, "peer", None))) is not None:
         # before the handler, so a refused request changes nothing
-        _acl_log.log(
-            logging.WARNING,
-            "refused code=%s peer=%s: %s",
-            request.code,
-            getattr(channel, "peer", "?"),
-            refusal,
-        )
+        _log_refusal(node, node.acl, request, getattr(channel, "peer", "?"), refusal)
         response = request.response(ResponseCode.NO_PERMISSION, refusal)
     else:
         try:
@@ -259,6 +278,40 @@ _REFUSALS = (HeaderError, BodyError, fastjson.FastjsonError, KVRefused, OSError)
 _bug_log = RateLimited(log, per_minute=10)
 #: refused unsigned or wrongly signed requests: a misconfigured broker sends one every heartbeat
 _acl_log = RateLimited(logging.getLogger("namesrv.acl"), per_minute=20)
+
+
+def _log_refusal(node: HandlerContext, acl: Acl, request: RemotingCommand, peer: str, refusal: str) -> None:
+    """A WARNING for each refused request but a broker's: one per broker every BROKER_WARNING_S, naming
+    it and what to change (a broker that cannot sign, refused every 30 s, would say nothing new)."""
+    broker = None
+    if request.code in BROKER_CODES:
+        try:
+            broker = decode_header(BrokerIdentityHeader, request.ext_fields)
+        except HeaderError:
+            pass
+    if broker is None:
+        _acl_log.log(logging.WARNING, "refused code=%s peer=%s: %s", request.code, peer, refusal)
+        return
+    if not acl.warned_brokers.allow((broker.broker_name, broker.broker_addr)):
+        _acl_log.logger.debug("refused code=%s peer=%s again: %s", request.code, peer, refusal)
+        return
+    if (request.ext_fields or {}).get(ACCESS_KEY):
+        fix = "check its innerClientAuthenticationCredentials against the accounts in"
+    else:  # RocketMQ 4.9 brokers never sign what they send name servers
+        fix = f"list its address {peer_address(peer) or peer} in globalWhiteRemoteAddresses of"
+    _acl_log.log(
+        logging.WARNING,
+        "refused broker %s at %s (cluster %s, connected from %s): %s; to let it register, %s aclFile=%s"
+        " (said once per broker every %g h)",
+        broker.broker_name,
+        broker.broker_addr,
+        broker.cluster_name,
+        peer,
+        refusal,
+        fix,
+        node.config.acl_file_path,
+        BROKER_WARNING_S / 3600,
+    )
 
 
 def _failed(request: RemotingCommand, e: Exception) -> RemotingCommand:
@@ -395,14 +448,17 @@ def register_broker(node: HandlerContext, request: RemotingCommand, channel: obj
         )
 
     size = 0 if request.body is None else len(request.body)
-    if size <= OFF_LOOP_BODY_BYTES:
+    # a compressed body of any size may inflate to 16 MiB: never on the loop
+    if size <= OFF_LOOP_BODY_BYTES and not bodies.inflates(
+        request.body, compressed=bool(h.compressed), version=request.version
+    ):
         return answer(register())
     if size <= REUSED_ON_LOOP_BODY_BYTES:
         # the broker's periodic re-registration of an unchanged table: no parse, a short walk of the rows
         reused = node.register_bodies.reuse(key, request.body, compressed=bool(h.compressed), version=request.version)
         if reused is not None:
             return answer(register(reused))
-    return Pending(request, node.worker.submit(gcpolicy.run_large_change, register), answer)
+    return Pending.off_loop(node.worker, request, functools.partial(gcpolicy.run_large_change, register), answer)
 
 
 @handles(RequestCode.UNREGISTER_BROKER)
@@ -630,8 +686,8 @@ def update_namesrv_config(node: HandlerContext, request: RemotingCommand, channe
         return request.response(refused.code, refused.remark)
     if not request.body:
         return request.response()
-    future = node.worker.submit(config_mod.apply_update, node.config, request.body)
-    return Pending(request, future, lambda result: request.response(result.code, result.remark))
+    update = functools.partial(config_mod.apply_update, node.config, request.body)
+    return Pending.off_loop(node.worker, request, update, lambda result: request.response(result.code, result.remark))
 
 
 @handles(RequestCode.GET_NAMESRV_CONFIG)

@@ -8,7 +8,8 @@ socket (:class:`~namesrv.protocol.proxy.ProxyParser`) so that the client, not th
 peer, then hands the socket to the loop with TLS (a ``0x16`` first byte) or as plaintext, as
 ``tls.server.mode`` allows.  Everything must finish within ``handshakeTimeoutMillis``, at most
 :data:`MAX_PENDING` connections may be in set-up, and a failure closes that connection only, with a
-rate-limited warning.  ``docs/internals/tls-and-proxy.md`` walks through each step.
+rate-limited warning.  A plaintext-only node closes a TLS client in its decoder instead; what it
+says then is :func:`plaintext_only`.  ``docs/internals/tls-and-proxy.md`` walks through each step.
 """
 
 from __future__ import annotations
@@ -23,15 +24,14 @@ from typing import Any
 
 from common.logs import RateLimited
 from namesrv.config import NamesrvConfig
+from namesrv.protocol.codec import TLS_RECORD_HANDSHAKE
 from namesrv.protocol.proxy import Detected, ProxyHeader, ProxyParser, ProxyProtocolError, detect
 from namesrv.tls import TlsSettings, server_context, tls_settings
 
-__all__ = ["TransportSecurity", "Acceptor", "MAX_PENDING", "TLS_RECORD_HANDSHAKE"]
+__all__ = ["TransportSecurity", "Acceptor", "MAX_PENDING", "plaintext_only"]
 
 log = logging.getLogger("namesrv.handshake")
 
-#: first byte of a TLS handshake record (a ClientHello); RocketMQ's HANDSHAKE_MAGIC_CODE
-TLS_RECORD_HANDSHAKE = 0x16
 #: connections in set-up at once; past it new ones are closed at once
 MAX_PENDING = 1024
 _LOG_PER_MINUTE = 20
@@ -65,8 +65,28 @@ class TransportSecurity:
         return self.context is not None or self.proxy_mode != "disabled"
 
     def describe(self) -> str:
-        tls = "off" if self.context is None else f"{self.tls.mode} (client certificates: {self.tls.need_client_auth})"
-        return f"tls={tls} proxyProtocol={self.proxy_mode}"
+        """What the node serves, for its start-up line: TLS with its mode and client-auth, and PROXY."""
+        mode = f"tls.server.mode={self.tls.mode}"
+        if self.context is None:
+            tls = f"off ({mode})" if self.tls.mode == "disabled" else f"off ({mode}, no certificate)"
+        else:
+            certificate = "self-signed, test mode" if self.tls.test_mode else self.tls.cert_path
+            tls = f"on ({mode}, tls.server.need.client.auth={self.tls.need_client_auth}, certificate {certificate})"
+        return f"TLS {tls}; proxyProtocolMode={self.proxy_mode}"
+
+
+def plaintext_only(tls_mode: str) -> str:
+    """Why a node with ``tls.server.mode=tls_mode`` and no TLS context closes a TLS handshake, and the
+    keys that would let it serve one."""
+    if tls_mode == "disabled":
+        return (
+            "tls.server.mode=disabled: to serve TLS, set tls.server.mode=permissive (or enforcing) with"
+            " tls.server.certPath and tls.server.keyPath (docs/security.md)"
+        )
+    return (
+        f"tls.server.mode={tls_mode} but no certificate: to serve TLS, set tls.server.certPath and"
+        " tls.server.keyPath (docs/security.md)"
+    )
 
 
 class _Refused(Exception):
@@ -115,7 +135,6 @@ class Acceptor:
         sock.setblocking(False)
         self._sock = sock
         self._accepting = self.spawn(self._accept_loop(sock), "accept")
-        log.info("listening on %s:%d with %s", host, self.port, self.security.describe())
 
     def close(self) -> None:
         """Stop accepting; connections in set-up are the node's tasks, which its stop() cancels."""

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
-from common.logs import RateLimited
+from common.logs import LogThrottle, RateLimited
 from namesrv.client import parse_addr
 from namesrv.handlers import (
     BODY_LIMITS,
@@ -33,9 +33,9 @@ from namesrv.handlers import (
     dispatch,
     min_broker_id_change_request,
 )
-from namesrv.handshake import Acceptor, TransportSecurity
+from namesrv.handshake import Acceptor, TransportSecurity, plaintext_only
 from namesrv.liveness import Departure, departure
-from namesrv.protocol.codec import FrameDecoder, LocalProtocolError, RemoteProtocolError, encode
+from namesrv.protocol.codec import FrameDecoder, LocalProtocolError, RemoteProtocolError, TlsRecordError, encode
 from namesrv.protocol.codes import ResponseCode, SerializeType
 from namesrv.protocol.command import RemotingCommand
 from namesrv.repeats import Repeats
@@ -72,6 +72,14 @@ _REASON_MAX_CHARS = 300
 _SKIP_READ_S = 0.01
 #: a connection held back for the budget this long, with no broker registered on it, is closed
 HELD_BACK_LIMIT_S = 5.0
+#: a TLS client on a plaintext-only node is named once per address this often (its retries, silently)
+TLS_CLIENT_WARNING_S = 3600.0
+_TLS_CLIENTS_REMEMBERED = 1024
+#: CPU seconds of work off the loop (inflating and parsing registrations, writing the configuration)
+#: one connection may cause per second; past its credit it is not read until the credit is back
+WORK_CPU_PER_S = 0.1
+#: the most credit a connection holds: well above what a broker's largest registration costs
+WORK_CPU_BURST_S = 0.25
 #: how soon a closed connection's brokers are looked up again when the route tables were busy
 _TABLES_BUSY_RETRY_S = 0.01
 _drop_log = RateLimited(log, per_minute=_DROP_LOG_PER_MINUTE)
@@ -121,6 +129,9 @@ class Connection(asyncio.BufferedProtocol):
         "held_back_since",
         "pending_started",
         "into_frame",
+        "work_credit",
+        "work_credit_at",
+        "resting",
     )
 
     def __init__(self, server: RemotingServer, peer: str | None = None) -> None:
@@ -150,6 +161,11 @@ class Connection(asyncio.BufferedProtocol):
         self.pending_started = 0.0
         #: the last get_buffer gave the large frame's own memory (else the node's read buffer)
         self.into_frame = False
+        #: CPU seconds of work off the loop this connection may still cause, as of work_credit_at
+        self.work_credit = WORK_CPU_BURST_S
+        self.work_credit_at = self.last_active
+        #: it has caused more work off the loop than its credit: neither read nor answered until paid back
+        self.resting = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # a stream server's transport: typeshed's Protocol says BaseTransport, and uvloop's transports are
@@ -231,7 +247,7 @@ class Connection(asyncio.BufferedProtocol):
         repeats = server.repeats
         decoder = self.decoder
         try:
-            while not self.paused and self.pending is None:
+            while not self.paused and self.pending is None and not self.resting:
                 if repeats is not None:  # requests answered before, again (namesrv.repeats)
                     written, started = repeats.answer(decoder, out, _WRITE_BATCH_BYTES - size, stats, started)
                     size += written
@@ -261,6 +277,11 @@ class Connection(asyncio.BufferedProtocol):
                 if size >= _WRITE_BATCH_BYTES:  # may call pause_writing, which ends the loop
                     self._write(out)
                     out, size = [], 0
+        except TlsRecordError as e:
+            self._write(out)
+            server.tls_client_refused(self.peer)
+            self.close(departure.malformed_frame(e))
+            return
         except RemoteProtocolError as e:
             self._write(out)
             self.drop(departure.malformed_frame(e))
@@ -283,6 +304,7 @@ class Connection(asyncio.BufferedProtocol):
                 self._write([self.server.encode_response(pending.request, response)])
             if (stats := self.server.request_stats) is not None:
                 stats.record(pending.request.code, ONEWAY if response is None else response.code, self.pending_started)
+            self._charge_work(pending.cpu_seconds)
             self._update_reading()
             self._answer_buffered()  # frames that arrived before or with that request
         except Exception as e:
@@ -290,13 +312,42 @@ class Connection(asyncio.BufferedProtocol):
         else:
             self.server.account(self)
 
+    def _charge_work(self, cpu_seconds: float) -> None:
+        """Spend credit for work off the loop; in debt, rest until it is earned back at WORK_CPU_PER_S.
+
+        The work is done and answered by then: only this connection's next requests wait (a bomb
+        refused costs the work up to the 16 MiB cap; a peer sending them back to back gets no more
+        than its share of the worker thread, and of the CPU the loop needs).
+        """
+        now = self.server.clock()
+        earned = self.work_credit + (now - self.work_credit_at) * WORK_CPU_PER_S
+        self.work_credit, self.work_credit_at = min(earned, WORK_CPU_BURST_S) - cpu_seconds, now
+        if self.work_credit < 0 and not self.resting:
+            self.resting = True
+            assert self.server.loop is not None  # work is answered on the loop
+            self.server.loop.call_later(-self.work_credit / WORK_CPU_PER_S, self._rested)
+
+    def _rested(self) -> None:
+        self.resting = False
+        self._carry_on()
+
+    def _carry_on(self) -> None:
+        """Read again if nothing else holds the connection back, and answer the frames already in."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        self._update_reading()
+        try:
+            self._answer_buffered()
+        except Exception as e:
+            self.drop(departure.read_failed(e))
+
     def _write(self, out: list[bytes]) -> None:
         if out:
             assert self.transport is not None  # answers follow connection_made
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def _update_reading(self) -> None:
-        reading = not (self.paused or self.held_back or self.throttled or self.pending is not None)
+        reading = not (self.paused or self.held_back or self.throttled or self.resting or self.pending is not None)
         assert self.transport is not None  # the node and the transport hold a connection back after connection_made
         if reading != self.reading and not self.transport.is_closing():
             self.reading = reading
@@ -318,13 +369,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self.paused = False
-        assert self.transport is not None  # the transport calls this, after connection_made
-        if not self.transport.is_closing():
-            self._update_reading()
-            try:
-                self._answer_buffered()  # frames that arrived while we were held back
-            except Exception as e:
-                self.drop(departure.read_failed(e))
+        self._carry_on()  # frames that arrived while we were held back
 
     def drop(self, why: Departure) -> None:
         """Close this connection for something its peer sent, with one (rate-limited) warning."""
@@ -393,6 +438,8 @@ class RemotingServer:
         self.request_stats: RequestStats | None = None
         #: route lookups and heartbeats answered again from their bytes; None: every request takes the full path
         self.repeats: Repeats | None = Repeats(context)
+        #: addresses told they began a TLS handshake on this plaintext-only node, and when
+        self._tls_clients = LogThrottle(TLS_CLIENT_WARNING_S, clock, max_keys=_TLS_CLIENTS_REMEMBERED)
 
     @property
     def port(self) -> int:
@@ -410,6 +457,22 @@ class RemotingServer:
             failure = request.response(ResponseCode.SYSTEM_ERROR, f"the answer cannot be sent: {e}")
             failure.serialize_type = response.serialize_type
             return encode(failure)
+
+    def tls_client_refused(self, peer: str) -> None:
+        """``peer`` began a TLS handshake, which this plaintext-only node closes: say so, with the keys
+        that would serve it, once per address (a client retrying must not fill the log)."""
+        host = peer.rpartition(":")[0] or peer
+        if self._tls_clients.allow(host):
+            _drop_log.log(
+                logging.WARNING,
+                "closing connection from %s: a TLS client reached this plaintext-only node; %s, or start the"
+                " client without TLS (said once per address every %g h)",
+                peer,
+                plaintext_only(self.context.config.tls_server_mode),
+                TLS_CLIENT_WARNING_S / 3600,
+            )
+        else:
+            log.debug("closing connection from %s: a TLS handshake again", peer)
 
     def read_large_frame_later(self, connection: Connection, read: int) -> None:
         """Queue ``connection``, which has just read ``read`` bytes of a large frame, for its next
@@ -632,6 +695,8 @@ class RemotingServer:
             self._server = await loop.create_server(
                 lambda: Connection(self), host, port, reuse_address=True, backlog=backlog
             )
+        # at the default level, as the node's other start-up lines: whether TLS and PROXY are on
+        log.warning("remoting port %s:%d: %s", host, self.port, security.describe())
         self.spawn(self._close_idle_connections(), "idle-connections")
 
     async def _close_idle_connections(self) -> None:

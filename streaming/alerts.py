@@ -70,6 +70,9 @@ SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 RETRY_PREFIXES = ("%RETRY%", "%DLQ%")
 
 _LOG_LEVEL = {Severity.INFO: logging.INFO, Severity.WARNING: logging.WARNING, Severity.CRITICAL: logging.ERROR}
+#: kinds about one broker (by address) and about one name-server node
+_BROKER_KINDS = frozenset({AlertKind.BROKER_EXPIRED, AlertKind.BROKER_REMOVED, AlertKind.BROKER_FLAPPING})
+_NODE_KINDS = frozenset({AlertKind.NODE_SILENT, AlertKind.NODE_CLOCK_AHEAD})
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,21 @@ class Alert:
         """What the alert is about; the OPEN and the RESOLVED of one incident share it."""
         return incident_id(self.kind, self.cluster_name, self.broker_addr, self.broker_name, self.topic, self.node)
 
+    @property
+    def subject(self) -> str:
+        """What it concerns, in a few words: the broker, the broker group, the topic or the node."""
+        if self.kind in _BROKER_KINDS:
+            return " ".join(v for v in (self.broker_name, self.broker_addr) if v)
+        if self.kind in _NODE_KINDS:
+            return self.node or ""
+        return self.topic or self.broker_name or self.cluster_name or ""
+
+    @property
+    def shown_severity(self) -> Severity:
+        """The severity the log and the console give it: a resolution is news, not trouble (INFO); the
+        alert itself keeps the incident's severity, as Alertmanager's labels do."""
+        return Severity.INFO if self.state is AlertState.RESOLVED else self.severity
+
     def resolved(self, message: str, event_time: int) -> Alert:
         return replace(self, state=AlertState.RESOLVED, message=message, event_time=event_time)
 
@@ -107,13 +125,13 @@ def incident_id(
 ) -> str:
     kind = AlertKind(kind)
     parts: tuple[str | None, ...]
-    if kind in (AlertKind.BROKER_EXPIRED, AlertKind.BROKER_REMOVED, AlertKind.BROKER_FLAPPING):
+    if kind in _BROKER_KINDS:
         parts = (cluster_name, broker_addr)
     elif kind is AlertKind.GROUP_WITHOUT_MASTER or (kind is AlertKind.TOPIC_NOT_WRITABLE and not topic):
         parts = (cluster_name, broker_name)
     elif kind is AlertKind.TOPIC_NOT_WRITABLE:
         parts = (topic,)  # one alert per topic, as versions before the grouping wrote them
-    elif kind in (AlertKind.NODE_SILENT, AlertKind.NODE_CLOCK_AHEAD):
+    elif kind in _NODE_KINDS:
         parts = (node,)
     else:
         parts = ()
@@ -205,11 +223,12 @@ def log_line(alert: Alert) -> str:
         )
         if value
     )
-    return f"ALERT {alert.state} {alert.severity} {alert.kind} {where}: {cut(alert.message, MAX_MESSAGE_CHARS)}"
+    severity = alert.shown_severity
+    return f"ALERT {alert.state} {severity} {alert.kind} {where}: {cut(alert.message, MAX_MESSAGE_CHARS)}"
 
 
 def log_alert(alert: Alert) -> None:
-    log.log(_LOG_LEVEL[alert.severity], "%s", log_line(alert))
+    log.log(_LOG_LEVEL[alert.shown_severity], "%s", log_line(alert))
 
 
 # --------------------------------------------------------------------------- driver-side incidents

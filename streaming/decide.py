@@ -171,7 +171,10 @@ class RouteRow:
 
 @dataclass(slots=True)
 class AlertChange:
-    """An incident opened or resolved (streaming.alerts keeps and publishes them)."""
+    """An incident opened or resolved (streaming.alerts keeps and publishes them).
+
+    Its severity is the incident's, the same on both (Alertmanager identifies an alert by its labels).
+    """
 
     at: int
     kind: AlertKind
@@ -179,6 +182,7 @@ class AlertChange:
     severity: Severity
     message: str
     broker: Broker | None = None
+    #: the node it is about (NODE_SILENT); a broker's incident names none, whichever node reported it
     node: str | None = None
     seq: int | None = None
 
@@ -271,6 +275,8 @@ class _BrokerBatch:
     def heard(self, e: PackedEvent) -> None:
         """REGISTER or HEARTBEAT: proof of life, at ``e['node']``, at its event time."""
         st, t = self.st, int(e["eventTime"])
+        # its incidents resolve with the severity they opened with, whatever brokerId it comes back with
+        held_id = st.broker_id
         self.links.report(e["node"], t, connected=True)
         if e["brokerName"] is not None:
             st.broker_name = e["brokerName"]
@@ -298,7 +304,7 @@ class _BrokerBatch:
             self.out.append(RouteRow(t, _REGISTER, raw, e["node"], e["seq"], cause=cause, broker=_broker(st)))
         if comeback and self.known:
             self.flaps.append(t)
-            _resolve_gone(st, t, e["node"], e["seq"], self.out)
+            _resolve_gone(st, t, e["node"], held_id, self.out)
         self.known = True
 
     def _last_registration(self) -> str | None:
@@ -335,19 +341,26 @@ class _BrokerBatch:
         broker = _broker(st)
         action = ActionRow(t, ActionType.REMOVE, cause, t, self.watermark, reason, broker, node=e["node"], seq=e["seq"])
         self.out.append(action)
-        if not st.removed_open:
+        if st.removed_open:
+            return
+        message = f"broker {_name(st)} {how} ({reason}); removed at every node"
+        kind = AlertKind.BROKER_REMOVED
+        if asked:
+            # a clean shutdown is someone's intent, not a fault: a notice, opened and resolved at once, that
+            # pages nobody (docs/monitor.md, "Alerts")
+            self.out.append(AlertChange(t, kind, AlertState.OPEN, Severity.INFO, message, broker))
+            notice = f"broker {_name(st)} unregistered (a clean shutdown): a notice, nothing stays open"
+            self.out.append(AlertChange(t, kind, AlertState.RESOLVED, Severity.INFO, notice, broker))
+        else:
             st.removed_open = True
-            severity = Severity.INFO if asked else Severity.WARNING
-            message = f"broker {_name(st)} {how} ({reason}); removed at every node"
-            kind, node, seq = AlertKind.BROKER_REMOVED, e["node"], e["seq"]
-            self.out.append(AlertChange(t, kind, AlertState.OPEN, severity, message, broker, node=node, seq=seq))
+            self.out.append(AlertChange(t, kind, AlertState.OPEN, _severity(kind, st.broker_id), message, broker))
 
     def finish(self, last_event_time: int) -> BrokerUpdate:
         st = self.st
         if not self.known:
             return BrokerUpdate(None, [], None)  # only reports of its departure: nothing to remember
         st.links = self.links.dump()
-        state = "ALIVE" if st.alive else "REMOVED" if st.removed_open else "EXPIRED"
+        state = "ALIVE" if st.alive else "EXPIRED" if st.expired_open else "REMOVED"
         self.out.append(HealthRow(last_event_time, st.last_seen, state, _broker(st), st.timeout_ms))
         _check_flapping(st, self.flaps, last_event_time, self.settings, self.out)
         _arm(st, self.settings)
@@ -403,9 +416,16 @@ def _expire(st: BrokerState, due: int, now: int, watermark: int, flaps: list[int
     flaps.append(due)
     if not st.expired_open:
         st.expired_open = True
-        severity = Severity.CRITICAL if st.broker_id == MASTER_ID else Severity.WARNING
+        severity = _severity(AlertKind.BROKER_EXPIRED, st.broker_id)
         message = f"broker {_name(st)} expired: {reason}"
         out.append(AlertChange(due, AlertKind.BROKER_EXPIRED, AlertState.OPEN, severity, message, broker))
+
+
+def _severity(kind: AlertKind, broker_id: int | None) -> Severity:
+    """A broker incident's severity, when it opens and when it resolves: a master's expiry stops its
+    group's writes (CRITICAL); the rest is a WARNING."""
+    critical = kind is AlertKind.BROKER_EXPIRED and broker_id == MASTER_ID
+    return Severity.CRITICAL if critical else Severity.WARNING
 
 
 def _forget(st: BrokerState, at: int, settings: LivenessSettings, out: list[Output]) -> None:
@@ -418,18 +438,18 @@ def _forget(st: BrokerState, at: int, settings: LivenessSettings, out: list[Outp
     ):
         if is_open:
             message = f"broker {_name(st)} has been gone for {days:g} day(s); forgotten"
-            out.append(AlertChange(at, kind, AlertState.RESOLVED, Severity.INFO, message, _broker(st)))
+            out.append(AlertChange(at, kind, AlertState.RESOLVED, _severity(kind, st.broker_id), message, _broker(st)))
 
 
-def _resolve_gone(st: BrokerState, t: int, node: str, seq: int, out: list[Output]) -> None:
-    """A comeback at event time ``t`` (reported by ``node``) resolves BROKER_EXPIRED and BROKER_REMOVED."""
+def _resolve_gone(st: BrokerState, t: int, node: str, gone_as: int | None, out: list[Output]) -> None:
+    """A comeback at event time ``t`` (reported by ``node``) resolves BROKER_EXPIRED and BROKER_REMOVED,
+    with the severity they opened with while it was broker id ``gone_as``."""
     for flag, kind in (("expired_open", AlertKind.BROKER_EXPIRED), ("removed_open", AlertKind.BROKER_REMOVED)):
         if getattr(st, flag):
             setattr(st, flag, False)
             message = f"broker {_name(st)} is back (event at {t} from {node})"
-            out.append(
-                AlertChange(t, kind, AlertState.RESOLVED, Severity.INFO, message, _broker(st), node=node, seq=seq)
-            )
+            severity = _severity(kind, gone_as)
+            out.append(AlertChange(t, kind, AlertState.RESOLVED, severity, message, _broker(st)))
 
 
 def _check_flapping(st: BrokerState, flaps: list[int], now: int, s: LivenessSettings, out: list[Output]) -> None:
@@ -441,13 +461,13 @@ def _check_flapping(st: BrokerState, flaps: list[int], now: int, s: LivenessSett
             f"broker {_name(st)} expired or came back {len(flaps)} times within "
             f"{s.flap_window_ms / 1000:.0f} s (threshold {s.flap_threshold})"
         )
-        out.append(AlertChange(now, AlertKind.BROKER_FLAPPING, AlertState.OPEN, Severity.WARNING, message, _broker(st)))
+        severity = _severity(AlertKind.BROKER_FLAPPING, st.broker_id)
+        out.append(AlertChange(now, AlertKind.BROKER_FLAPPING, AlertState.OPEN, severity, message, _broker(st)))
     elif len(flaps) <= s.flap_threshold and st.flapping_open:
         st.flapping_open = False
         message = f"broker {_name(st)} is stable again"
-        out.append(
-            AlertChange(now, AlertKind.BROKER_FLAPPING, AlertState.RESOLVED, Severity.INFO, message, _broker(st))
-        )
+        severity = _severity(AlertKind.BROKER_FLAPPING, st.broker_id)
+        out.append(AlertChange(now, AlertKind.BROKER_FLAPPING, AlertState.RESOLVED, severity, message, _broker(st)))
     # re-check when the oldest counted change leaves the window
     st.flap_timer = s.timer_at(min(flaps) + s.flap_window_ms) if st.flapping_open and flaps else NO_TIMER
 

@@ -190,7 +190,10 @@ def start(
     status = MonitorStatus()
     sink = BatchSink(cfg, publisher, store, status, pager=pager_for(cfg, store))
     query_id: list[str | None] = [None]
-    listener = progress_logger(status, cfg.watermark_delay_millis, cfg.max_clock_skew_millis, lambda: query_id[0])
+    trigger = trigger_ms or cfg.trigger_interval_millis
+    listener = progress_logger(
+        status, cfg.watermark_delay_millis, cfg.max_clock_skew_millis, trigger, lambda: query_id[0]
+    )
     spark.streams.addListener(listener)
     checkpoint = checkpoint_location(cfg.checkpoint_dir)
     query = (
@@ -198,7 +201,7 @@ def start(
         .writeStream.foreachBatch(sink)
         .outputMode("append")
         .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime=f"{trigger_ms or cfg.trigger_interval_millis} milliseconds")
+        .trigger(processingTime=f"{trigger} milliseconds")
         .queryName("namesrv-liveness")
         .start()
     )

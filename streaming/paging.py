@@ -143,7 +143,8 @@ def labels_of(alert: Alert) -> dict[str, str]:
 
 
 def notice_of(alert: Alert, monitor: str, now: int, opened: Notice | None = None) -> Notice:
-    """The notice for ``alert``; a resolution takes labels, annotations and start from ``opened`` when known."""
+    """The notice for ``alert``; a resolution takes labels, annotations, start and the webhook's fields
+    (severity included) from ``opened`` when known."""
     what = " ".join(v for v in (alert.cluster_name, alert.broker_name, alert.broker_addr, alert.node, alert.topic) if v)
     annotations = {
         "summary": cut(f"{alert.kind} {what}".strip(), 300),
@@ -158,6 +159,9 @@ def notice_of(alert: Alert, monitor: str, now: int, opened: Notice | None = None
     if opened is None:
         return Notice(alert.incident, "RESOLVED", labels_of(alert), annotations, alert.event_time, ended, body)
     annotations = {**opened.annotations, "description": alert.message}
+    # the webhook's copy, too, is the OPEN's (its severity, its fields) with the resolution's news
+    news = {key: body[key] for key in ("state", "message", "eventTime", "emittedAt")}
+    body = {**(opened.alert or body), **news}
     return Notice(alert.incident, "RESOLVED", opened.labels, annotations, opened.starts_at, ended, body)
 
 

@@ -3,7 +3,8 @@
 :func:`progress_logger` makes the listener the job adds to its session: for every batch of the
 job's query it logs the input rate, the duration, the watermark and how far event time is behind
 the clock, warns about events refused for being stamped ahead of the clock, and notes the counts
-the heartbeat and the metrics endpoint read.
+the heartbeat and the metrics endpoint read. Batches slower than the trigger are told once an
+episode (:class:`Lateness`), not once a batch as Spark's own warning was.
 
 The JVM hands each progress over as its JSON in one call (:class:`_ProgressAsJson`) rather than
 through PySpark's own bridge, which builds it one Py4J getter at a time and cost the driver a
@@ -63,9 +64,53 @@ class _ProgressAsJson:
         implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
 
 
-def progress_logger(status: MonitorStatus, delay_ms: int, max_skew_ms: int, query_id: Callable[[], str | None]) -> Any:
+#: batches in a row within the trigger that end an episode of lateness: one quick batch among slow
+#: ones is not catching up
+CAUGHT_UP_BATCHES = 10
+
+
+class Lateness:
+    """Batches that take longer than the trigger interval, told as episodes: one line when they fall
+    behind, one when they keep up again, each with figures."""
+
+    def __init__(self, trigger_ms: int) -> None:
+        self.trigger_ms = trigger_ms
+        #: wall time (epoch ms) the current episode started; None while batches keep up
+        self.since: int | None = None
+        self.batches = self.late = self.slowest_ms = self.on_time = 0
+
+    def batch(self, batch_id: int, duration_ms: int, now_ms: int) -> str | None:
+        """Note a finished batch; returns the line to log when an episode starts or ends."""
+        late = duration_ms > self.trigger_ms
+        if self.since is None:
+            if not late:
+                return None
+            self.since, self.batches, self.late, self.slowest_ms, self.on_time = now_ms, 1, 1, duration_ms, 0
+            return (
+                f"batches are falling behind the {self.trigger_ms} ms trigger: batch {batch_id} took {duration_ms} ms"
+            )
+        self.batches += 1
+        if late:
+            self.late += 1
+            self.slowest_ms = max(self.slowest_ms, duration_ms)
+            self.on_time = 0
+            return None
+        self.on_time += 1
+        if self.on_time < CAUGHT_UP_BATCHES:
+            return None
+        took = (now_ms - self.since) / 1000
+        self.since = None
+        return (
+            f"batches keep up with the {self.trigger_ms} ms trigger again (batch {batch_id}): for {took:.1f} s, "
+            f"{self.late} of {self.batches} batches took longer, the slowest {self.slowest_ms} ms"
+        )
+
+
+def progress_logger(
+    status: MonitorStatus, delay_ms: int, max_skew_ms: int, trigger_ms: int, query_id: Callable[[], str | None]
+) -> Any:
     """A listener for ``spark.streams.addListener`` that follows the query whose id ``query_id()`` gives."""
-    return _listener_class()(status, delay_ms, max_skew_ms, query_id)
+    return _listener_class()(status, delay_ms, max_skew_ms, Lateness(trigger_ms), query_id)
 
 
 def _listener_class() -> type:
@@ -76,11 +121,17 @@ def _listener_class() -> type:
         """Logs every batch: input rate, duration, watermark and event-time lag; feeds MonitorStatus."""
 
         def __init__(
-            self, status: MonitorStatus, delay_ms: int, max_skew_ms: int, query_id: Callable[[], str | None]
+            self,
+            status: MonitorStatus,
+            delay_ms: int,
+            max_skew_ms: int,
+            lateness: Lateness,
+            query_id: Callable[[], str | None],
         ) -> None:
             self.status = status
             self.delay_ms = delay_ms
             self.max_skew_ms = max_skew_ms
+            self.lateness = lateness
             self.query_id = query_id
             self._json_bridge: Any = None
 
@@ -132,6 +183,9 @@ def _listener_class() -> type:
             del s.batch_durations_ms[:-1000]
             if wm:
                 s.watermark_ms = wm
+            if (episode := self.lateness.batch(p.batchId, p.batchDuration, wall_ms())) is not None:
+                # its end at the level of its start, so that a log at WARNING shows both
+                log.warning("%s", episode)
             behind = (
                 f"event time {(wall_ms() - (wm + self.delay_ms)) / 1000:.1f} s behind" if wm else "no watermark yet"
             )

@@ -1,9 +1,10 @@
-"""The job's Spark session: its Python, its Kafka connector, and how its JVM takes a stop signal.
+"""The job's Spark session: its Python, its Kafka connector, its log, and how its JVM takes a stop signal.
 
 :func:`build_spark` starts (or joins, under ``spark-submit``) the driver's JVM with the job's
 settings: every Python worker runs this interpreter and can import ``namesrv`` and ``streaming``
-(:func:`python_settings`), and Spark's Kafka connector is on the driver's class path
-(:func:`launch_settings`, checked by :func:`check_connector`, which says how to fix it).
+(:func:`python_settings`), Spark's Kafka connector is on the driver's class path
+(:func:`launch_settings`, checked by :func:`check_connector`, which says how to fix it), and
+Spark's per-batch chatter is kept out of the job's log (:data:`QUIET_SPARK_LOGGERS`).
 
 :func:`forward_jvm_signals`: under ``spark-submit`` the JVM is the process a supervisor signals;
 this has it hand the signal to the Python driver, which stops the query cleanly, instead of
@@ -121,6 +122,20 @@ def check_connector(spark: SparkSession, cfg: StreamingConfig, *, submitted: boo
 #: settings only the JVM's launcher takes (:func:`launch_settings`)
 _LAUNCH_ONLY = frozenset({"spark.jars"})
 
+#: Spark's loggers the job's log takes only errors from: ProcessingTimeExecutor warns at every batch
+#: slower than the trigger, hundreds of times a run on a busy machine; streaming.progress says it once
+#: an episode, with figures
+QUIET_SPARK_LOGGERS = ("org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor",)
+
+
+def quiet_spark_loggers(spark: SparkSession) -> None:
+    """Set :data:`QUIET_SPARK_LOGGERS` to ERROR in the driver's log4j (``setLogLevel`` leaves them so)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a running session has its JVM
+    error = jvm.org.apache.logging.log4j.Level.ERROR
+    for name in QUIET_SPARK_LOGGERS:
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, error)
+
 
 def build_spark(cfg: StreamingConfig) -> SparkSession:
     """A session with the job's Spark settings, Spark's Kafka connector on the driver's and the executors' class path."""
@@ -150,6 +165,7 @@ def build_spark(cfg: StreamingConfig) -> SparkSession:
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
     check_connector(spark, cfg, submitted=submitted)
+    quiet_spark_loggers(spark)
     return spark
 
 

@@ -208,6 +208,7 @@ class BatchSink:
                 )
                 return []
             at = self.clock()
+            self._honour_fallback_removals()
             self._publish_actions(rows, at)
             self._apply_routes(rows)
             changes = self.model.changes(full=self._rewrite)
@@ -226,6 +227,21 @@ class BatchSink:
             if self.pager is not None:
                 self.pager.submit(notices)
             return alerts
+
+    def _honour_fallback_removals(self) -> None:
+        """Brokers the nodes removed from Redis while no monitor decided: out of the model too, as written."""
+        if self.store is None:
+            return
+        try:
+            removed = self.store.fallback_removals()
+        except RedisError as exc:  # the next batch reads them again
+            log.error("redis: cannot read the nodes' fallback removals (%r)", exc)
+            return
+        gone = self.model.apply_fallback_removals(removed)
+        if gone:
+            log.info("brokers a node removed from redis while no monitor decided: %s", gone)
+            if not self._rewrite:
+                self.model.changes()  # the node wrote them; a full rewrite would anyway
 
     def _publish_actions(self, rows: Iterable[dict[str, Any]], at: int) -> None:
         for row in rows:

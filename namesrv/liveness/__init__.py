@@ -8,6 +8,7 @@ that hand-over and what surrounds it (docs/internals/node-liveness.md tells the 
 * :class:`MonitorWatchdog`: hands expiry to the monitor when it is heard, takes it back after silence;
 * :class:`SilenceWatch`: the deadlines behind the SILENT events that let the monitor decide sooner;
 * :class:`UnregisterBatcher`: every decided removal, applied in batches off the event loop;
+* :class:`RedisFallback`: while the scan is on, dead brokers out of the routes in Redis (one node at a time);
 * :class:`Departure`, :class:`Cause` and :mod:`~namesrv.liveness.departure`: why a broker left.
 
 The rest of the node imports from here, never from the modules (tests/unit/test_liveness_boundary.py).
@@ -16,6 +17,7 @@ The rest of the node imports from here, never from the modules (tests/unit/test_
 from namesrv.liveness import departure
 from namesrv.liveness.departure import Cause, Departure
 from namesrv.liveness.expiry import ExpiryScan
+from namesrv.liveness.redis_fallback import Departures, RedisFallback, RedisLease
 from namesrv.liveness.silence import Silence, SilenceWatch
 from namesrv.liveness.unregister_batcher import MinIdOutlet, UnregisterBatcher, forward_min_broker_id_changes
 from namesrv.liveness.watchdog import MonitorWatchdog
@@ -23,9 +25,12 @@ from namesrv.liveness.watchdog import MonitorWatchdog
 __all__ = [
     "Cause",
     "Departure",
+    "Departures",
     "ExpiryScan",
     "MinIdOutlet",
     "MonitorWatchdog",
+    "RedisFallback",
+    "RedisLease",
     "Silence",
     "SilenceWatch",
     "UnregisterBatcher",

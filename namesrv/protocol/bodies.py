@@ -28,6 +28,7 @@ __all__ = [
     "RegisterBodyCache",
     "body_crc32",
     "decode_register_broker_body",
+    "inflates",
     "encode_register_broker_body",
     "decode_data_version",
     "encode_data_version",
@@ -43,6 +44,9 @@ __all__ = [
 #: line of ~40 bytes where the JSON body spends ~150, and the JSON body must fit one 16 MiB frame: so
 #: 16 MiB inflated holds four times the topics any uncompressed registration can carry
 MAX_INFLATED_SIZE = FRAME_MAX_LENGTH
+#: inflated per call to zlib: the GIL is held only between steps, for a copy of this size, and a bomb
+#: is refused within one step of the cap, whatever it would inflate to
+_INFLATE_STEP_BYTES = 256 * 1024
 _I32 = struct.Struct(">i")
 #: first byte of a zlib stream (deflate, 32 KiB window); a JSON body starts with '{'
 _ZLIB_FIRST_BYTE = 0x78
@@ -84,7 +88,7 @@ def decode_register_broker_body(body: bytes | None, *, compressed: bool, version
         return RegisterBrokerBody(data_version=DataVersion(0, 0, 0), filter_server_list=None if ancient else [])
     if ancient:
         return _from_wrapper(_json(body, "TopicConfigSerializeWrapper"), filter_server_list=None)
-    if compressed or body[0] == _ZLIB_FIRST_BYTE:
+    if inflates(body, compressed=compressed, version=version):
         return _decode_compressed(body, version)
     d = _object(_json(body, "RegisterBrokerBody"), "RegisterBrokerBody")
     filters = d.get("filterServerList", [])
@@ -94,6 +98,13 @@ def decode_register_broker_body(body: bytes | None, *, compressed: bool, version
         _object(d.get("topicConfigSerializeWrapper"), "topicConfigSerializeWrapper", optional=True),
         filter_server_list=None if filters is None else [str(f) for f in filters],
     )
+
+
+def inflates(body: bytes | None, *, compressed: bool, version: int) -> bool:
+    """Whether :func:`decode_register_broker_body` inflates ``body`` (up to 16 MiB, whatever its size)."""
+    if not body:
+        return False
+    return version >= Version.V3_0_11 and (compressed or body[0] == _ZLIB_FIRST_BYTE)
 
 
 def _from_wrapper(wrapper: Any, *, filter_server_list: list[str] | None) -> RegisterBrokerBody:
@@ -238,7 +249,7 @@ def _with_data_version(cached: RegisterBrokerBody, data_version: DataVersion) ->
 class _Reader:
     """Length-prefixed pieces of an inflated registration; every short read is a BodyError."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes | bytearray) -> None:
         self.data = data
         self.pos = 0
 
@@ -252,7 +263,7 @@ class _Reader:
         self.pos += 4
         return value
 
-    def chunk(self, what: str) -> bytes:
+    def chunk(self, what: str) -> bytes | bytearray:
         length = self.int32(f"length of the {what}")
         if length < 0 or length > len(self.data) - self.pos:
             raise BodyError(f"compressed RegisterBrokerBody: {what} length {length} exceeds the data")
@@ -266,18 +277,25 @@ class _Reader:
         return n
 
 
-def _inflate(body: bytes) -> bytes:
+def _inflate(body: bytes) -> bytearray:
+    """The inflated body, in steps (see _INFLATE_STEP_BYTES); one buffer grown in place, never joined
+    whole, as one call to zlib would (a copy of up to 16 MiB with the GIL held)."""
     inflater = zlib.decompressobj()
+    out = bytearray()
+    rest = body
     try:
-        # max_length stops inflating at the limit: a bomb costs the limit's worth of work, no more
-        data = inflater.decompress(body, MAX_INFLATED_SIZE)
+        while True:
+            step = inflater.decompress(rest, _INFLATE_STEP_BYTES)
+            out += step
+            if len(out) > MAX_INFLATED_SIZE:
+                raise BodyError(f"compressed RegisterBrokerBody inflates beyond {MAX_INFLATED_SIZE} bytes")
+            if inflater.eof:
+                return out
+            if len(step) < _INFLATE_STEP_BYTES:  # zlib took all the input, and the stream goes on
+                raise BodyError("compressed RegisterBrokerBody is truncated")
+            rest = inflater.unconsumed_tail
     except zlib.error as e:
         raise BodyError(f"compressed RegisterBrokerBody is not a zlib stream: {e}") from None
-    if inflater.unconsumed_tail or (not inflater.eof and inflater.decompress(b"", 1)):
-        raise BodyError(f"compressed RegisterBrokerBody inflates beyond {MAX_INFLATED_SIZE} bytes")
-    if not inflater.eof:
-        raise BodyError("compressed RegisterBrokerBody is truncated")
-    return data
 
 
 def _decode_compressed(body: bytes, version: int) -> RegisterBrokerBody:

@@ -29,10 +29,23 @@ from namesrv.protocol import fastjson
 from namesrv.protocol.codes import FRAME_MAX_LENGTH, LanguageCode, SerializeType
 from namesrv.protocol.command import RemotingCommand
 
-__all__ = ["RemoteProtocolError", "LocalProtocolError", "FrameDecoder", "encode", "decode_frame", "MAX_LENGTH"]
+__all__ = [
+    "RemoteProtocolError",
+    "TlsRecordError",
+    "LocalProtocolError",
+    "FrameDecoder",
+    "encode",
+    "decode_frame",
+    "MAX_LENGTH",
+    "TLS_RECORD_HANDSHAKE",
+]
 
 #: the largest legal length word: Netty compares length + 4 with FRAME_MAX_LENGTH
 MAX_LENGTH = FRAME_MAX_LENGTH - 4
+#: first byte of a TLS handshake record (a ClientHello); RocketMQ's HANDSHAKE_MAGIC_CODE
+TLS_RECORD_HANDSHAKE = 0x16
+#: a length word's top two bytes when they are a handshake record's type and version (3.x: every TLS)
+_TLS_HANDSHAKE_WORD = TLS_RECORD_HANDSHAKE << 8 | 0x03
 
 _PREFIX = struct.Struct(">II")  # length word, type|headerLen word
 _U32 = struct.Struct(">I")
@@ -58,6 +71,10 @@ class RemoteProtocolError(Exception):
     Suggested reaction: close the connection without answering (there is no trustworthy opaque to
     answer to), as Java does on any decode failure.
     """
+
+
+class TlsRecordError(RemoteProtocolError):
+    """Where a frame length was expected, a TLS handshake began: the peer speaks TLS to plaintext."""
 
 
 class LocalProtocolError(Exception):
@@ -415,6 +432,8 @@ def decode_frame(frame: bytes) -> RemotingCommand:
 
 def _check_length(length: int) -> None:
     if length > MAX_LENGTH:
+        if length >> 16 == _TLS_HANDSHAKE_WORD:
+            raise TlsRecordError(f"frame length {length} exceeds the limit {MAX_LENGTH}: a TLS handshake record")
         raise RemoteProtocolError(f"frame length {length} exceeds the limit {MAX_LENGTH}")
     if length < 4:
         raise RemoteProtocolError(f"frame length {length} cannot hold the 4-byte header length")

@@ -145,6 +145,12 @@ class RouteInfoManager:
         finally:
             self._lock.release()
 
+    def live_and_overdue(self) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+        """(cluster, address) of every live broker, and of those among them past their deadline; changes nothing."""
+        with self._lock:
+            t = self._tables
+            return set(t.broker_live_table), set(unregister.overdue_brokers(t, self.now_ms()))
+
     # ------------------------------------------------------------------ provisional entries (warm start)
 
     def load_provisional(self, snap: ModelSnapshot) -> RouteCounts:

@@ -77,12 +77,17 @@ def scan_not_active_broker(t: RouteTables, now_ms: int) -> list[UnregisterReques
 
     Provisional entries are left to :mod:`namesrv.routes.provisional`'s own deadline.
     """
-    prov = t.provisional
-    keys = [k for k, live in t.broker_live_table.items() if live.expired(now_ms) and k not in prov]
+    keys = overdue_brokers(t, now_ms)
     if not keys:
         return []
     seq = t.next_seq()
     return [request_for(t, k, seq) for k in keys]
+
+
+def overdue_brokers(t: RouteTables, now_ms: int) -> list[BrokerAddrInfo]:
+    """Brokers silent for longer than their timeout, provisional entries aside (nothing changes)."""
+    prov = t.provisional
+    return [k for k, live in t.broker_live_table.items() if live.expired(now_ms) and k not in prov]
 
 
 def request_for(t: RouteTables, key: BrokerAddrInfo, seq: int) -> UnregisterRequest:

@@ -80,13 +80,12 @@ def _node(n: NodeHealth, clock_ahead: set[str]) -> dict[str, Any]:
 
 
 def _alert(a: Alert) -> dict[str, Any]:
-    subject = a.topic or a.node or a.broker_addr or a.broker_name or a.cluster_name or ""
     return {
         "incident": a.incident,
         "kind": str(a.kind),
         "state": str(a.state),
-        "severity": str(a.severity),
-        "subject": subject,
+        "severity": str(a.shown_severity),
+        "subject": a.subject,
         "cluster": a.cluster_name,
         "eventTime": a.event_time,
         "message": a.message,

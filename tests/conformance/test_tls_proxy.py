@@ -66,12 +66,23 @@ def warnings(caplog, logger: str, text: str) -> list[str]:
 # --- defaults ----------------------------------------------------------------------------------
 
 
-def test_by_default_nothing_changes_the_loops_own_server_accepts_plaintext(tmp_path):
+def test_by_default_nothing_changes_the_loops_own_server_accepts_plaintext(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, "namesrv.server")
     with running_node(tmp_path) as node:
         assert node.running.server._acceptor is None  # the code path of every release before this one
         assert served(node.addr)
         # a TLS client gets nowhere: its ClientHello is a malformed frame, as before
-        assert closed_without_answer(node.addr, client_hello())
+        for _ in range(3):  # a client retrying
+            assert closed_without_answer(node.addr, client_hello())
+        assert served(node.addr)
+        addr = node.addr
+    # at the default level, start-up says what the port serves
+    assert warnings(caplog, "namesrv.server", f"remoting port {addr}: TLS off (tls.server.mode=permissive,")
+    assert warnings(caplog, "namesrv.server", "no certificate); proxyProtocolMode=disabled")
+    # and the TLS client is named once, with the keys that would serve it
+    (told,) = warnings(caplog, "namesrv.server", "closing connection from 127.0.0.1")
+    assert "a TLS client reached this plaintext-only node" in told
+    assert "set tls.server.certPath and tls.server.keyPath" in told
 
 
 # --- TLS ---------------------------------------------------------------------------------------
@@ -101,7 +112,8 @@ def test_disabled_treats_tls_as_a_bad_frame(tmp_path, certs, caplog):
         assert node.running.server._acceptor is None
         assert closed_without_answer(node.addr, client_hello())
         assert served(node.addr)
-        assert warnings(caplog, "namesrv.server", "malformed frame")
+        assert warnings(caplog, "namesrv.server", "tls.server.mode=disabled: to serve TLS, set tls.server.mode=")
+        assert warnings(caplog, "namesrv.server", "TLS off (tls.server.mode=disabled); proxyProtocolMode=disabled")
 
 
 def test_client_auth_require_refuses_clients_without_a_trusted_certificate(tmp_path, certs):
@@ -199,7 +211,9 @@ def test_admin_and_simulate_speak_tls(tmp_path, certs):
         done = subprocess.run([*NAMESRV, "admin", "-n", node.addr, *tls_args, "--json", "clusterList"], **run)
         assert done.returncode == 0 and json.loads(done.stdout) == [], done.stderr
         plain = subprocess.run([*NAMESRV, "admin", "-n", node.addr, "clusterList"], **run)
-        assert plain.returncode == 1 and "tls.server.mode=enforcing, pass --tls" in plain.stderr
+        assert plain.returncode == 1 and "it requires TLS (tls.server.mode=enforcing): pass --tls" in plain.stderr
+        no_cert = subprocess.run([*NAMESRV, "admin", "-n", node.addr, *tls_args[:2], "clusterList"], **run)
+        assert no_cert.returncode == 1 and "it refused our certificate" in no_cert.stderr, no_cert.stderr
         sim = subprocess.run(
             [
                 *NAMESRV,
@@ -217,6 +231,40 @@ def test_admin_and_simulate_speak_tls(tmp_path, certs):
         )
         assert sim.returncode == 0, sim.stderr
         assert json.loads(sim.stdout)["registrations"] == 1
+
+
+def test_admin_says_why_a_node_closed_the_connection_without_a_word(tmp_path, certs):
+    run = dict(capture_output=True, text=True, timeout=60, cwd=REPO)
+
+    def admin_says(addr: str, *args: str) -> str:
+        done = subprocess.run([*NAMESRV, "admin", "-n", addr, *args, "clusterList"], **run)
+        assert done.returncode == 1, done.stdout
+        return done.stderr
+
+    proxy = "as a node with proxyProtocolMode=required does: connect through the proxy in front of it"
+    with running_node(tmp_path / "proxy", proxyProtocolMode="required", **node_tls(certs)) as node:
+        for args in ([], ["--tls-ca", str(certs.ca)]):
+            said = admin_says(node.addr, *args)
+            assert proxy in said and "pass --tls" not in said, said
+    with running_node(tmp_path / "plain") as node:
+        said = admin_says(node.addr, "--tls-insecure")
+        assert "it serves plaintext only (no tls.server.certPath on the node): leave out the --tls options" in said
+
+
+def test_start_up_says_that_tls_and_the_proxy_protocol_are_on(tmp_path, certs, caplog):
+    caplog.set_level(logging.WARNING, "namesrv.server")
+    props = {
+        "tls.server.mode": "enforcing",
+        "tls.server.need.client.auth": "require",
+        "tls.server.trustCertPath": str(certs.ca),
+    }
+    with running_node(tmp_path, proxyProtocolMode="required", **node_tls(certs, **props)) as node:
+        addr = node.addr
+    (line,) = warnings(caplog, "namesrv.server", f"remoting port {addr}: ")
+    assert line.endswith(
+        f"TLS on (tls.server.mode=enforcing, tls.server.need.client.auth=require, certificate {certs.server_cert});"
+        " proxyProtocolMode=required"
+    )
 
 
 def test_client_key_password_comes_from_the_environment(tmp_path, certs):

@@ -15,13 +15,17 @@ import threading
 import time
 from collections.abc import Iterator
 
+import orjson
 import pytest
 
+from namesrv.events.schema import Event, EventType, encode_event
 from streaming.alerts import AlertKind, AlertState, Severity
-from streaming.liveness import KIND_ALERT
+from streaming.decide import BrokerState, LivenessSettings, broker_events, broker_timer
+from streaming.events import bundled_rows
+from streaming.liveness import KIND_ALERT, _rows
 from streaming.paging import Outbox, Pager, PagingSettings
 from tests.support import alertmanager
-from tests.support.streaming import T0, expire_row, make_sink, out_row, register, route_row
+from tests.support.streaming import T0, YEAR_2100, expire_row, make_sink, out_row, register, route_row
 from tests.support.wait import wait_until
 
 pytestmark = [
@@ -41,14 +45,39 @@ def am(tmp_path) -> Iterator[alertmanager.Alertmanager]:
     server.stop()
 
 
-def expired_alert(state: AlertState, t: int) -> dict:
-    """The BROKER_EXPIRED row the stateful step emits (its resolution says severity INFO)."""
+def expired_alert(state: AlertState, t: int, severity: Severity = Severity.CRITICAL) -> dict:
+    """A BROKER_EXPIRED row of the stateful step, with the severity of the incident (or another one)."""
     return out_row(
-        KIND_ALERT, t, type=str(AlertKind.BROKER_EXPIRED), state=str(state),
-        severity=str(Severity.CRITICAL if state is AlertState.OPEN else Severity.INFO),
+        KIND_ALERT, t, type=str(AlertKind.BROKER_EXPIRED), state=str(state), severity=str(severity),
         message="broker a expired" if state is AlertState.OPEN else "broker a is back",
         clusterName="C", brokerName="a", brokerAddr=ADDR,
     )  # fmt: skip
+
+
+class Decider:
+    """Broker ``a``'s liveness rules (streaming.decide) with their outputs as the stateful step's rows."""
+
+    def __init__(self) -> None:
+        self.state: BrokerState | None = None
+        self.settings = LivenessSettings(heartbeat_timeout_ms=10_000, watermark_delay_ms=0)
+
+    def feed(self, *events: Event) -> list[dict]:
+        bundles = bundled_rows([encode_event(e) for e in events], clock_ms=YEAR_2100, max_clock_skew_ms=0)
+        packed = [e for b in bundles if b[0] is not None for e in orjson.loads(b[2])]
+        self.state, out, _ = broker_events(self.state, packed, 0, self.settings, lambda: None)
+        return [r.asDict() for r in _rows(out)]
+
+    def reach(self, event_time: int) -> list[dict]:
+        assert self.state is not None
+        self.state, out = broker_timer(self.state, event_time, self.settings)
+        return [r.asDict() for r in _rows(out)]
+
+
+def departure(etype: EventType, t: int, seq: int) -> Event:
+    if etype is EventType.UNREGISTER:
+        return Event(type=etype, node="n1", event_time=t, seq=seq, cluster_name="C", broker_addr=ADDR,
+                     source="UNREGISTER_BROKER")  # fmt: skip
+    return Event(type=etype, node="n1", event_time=t, seq=seq, cluster_name="C", broker_addr=ADDR, reason="reset")
 
 
 def paged_sink(redis_url: str, prefix: str, url: str):
@@ -83,10 +112,40 @@ def test_an_expiry_raises_the_alert_in_alertmanager_and_a_comeback_resolves_it(r
         assert "1 topic(s): T;" in lost["annotations"]["description"]
         assert len(am.alerts()) == 2
 
-        # the broker comes back: both end, though the stateful step's resolution says severity INFO
-        sink.process([route_row(register(t=T0 + 30_000, seq=2)), expired_alert(AlertState.RESOLVED, T0 + 30_000)], 2)
+        # the broker comes back: both end, even with a resolution that says another severity (older versions)
+        back = expired_alert(AlertState.RESOLVED, T0 + 30_000, Severity.INFO)
+        sink.process([route_row(register(t=T0 + 30_000, seq=2)), back], 2)
         wait_until(lambda: am.alerts() == [], 15, "both resolved in Alertmanager", state=am.alerts)
         wait_until(lambda: not sink.store.client.exists(sink.store.keys.alerts_outbox), 5, "the outbox emptied")
+    finally:
+        sink.close()
+
+
+def test_a_clean_unregistration_pages_nobody_and_a_lost_broker_fires_until_it_returns_with_the_same_labels(
+    redis_url, am
+):
+    sink = paged_sink(redis_url, "p4", am.url)
+    (target,) = sink.pager.targets
+    broker = Decider()
+    try:
+        sink.process(broker.feed(register()), 0)
+        sink.process(broker.feed(departure(EventType.UNREGISTER, T0 + 1_000, 2)), 1)
+        # the notice reaches Alertmanager already resolved: it is not listed, nothing fires
+        wait_until(lambda: target.delivered >= 1, 15, "the notice delivered")
+        wait_until(lambda: not sink.store.client.exists(sink.store.keys.alerts_outbox), 5, "the outbox emptied")
+        assert am.alerts() == [], "a clean shutdown is no incident"
+
+        sink.process(broker.feed(register(t=T0 + 2_000, seq=3)), 2)
+        sink.process(broker.feed(departure(EventType.CHANNEL_CLOSED, T0 + 3_000, 4)), 3)
+        (lost,) = wait_until(lambda: am.firing(alertname="BROKER_REMOVED"), 15, "BROKER_REMOVED firing")
+        labels = {"alertname": "BROKER_REMOVED", "severity": "warning", "cluster": "C", "broker": "a",
+                  "broker_addr": ADDR}  # fmt: skip
+        assert lost["labels"] == labels
+        sent = target.delivered
+        wait_until(lambda: target.delivered >= sent + 2, 15, "two resends")
+        assert [a["labels"] for a in am.alerts(alertname="BROKER_REMOVED")] == [labels]  # still the one alert
+        sink.process(broker.feed(register(t=T0 + 60_000, seq=5)), 4)
+        wait_until(lambda: am.alerts() == [], 15, "the comeback resolves it", state=am.alerts)
     finally:
         sink.close()
 
@@ -147,6 +206,40 @@ class _Webhook(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args: object) -> None:
         pass
+
+
+class _Keeper(_Webhook):
+    """Keeps the body of every POST."""
+
+    bodies: list[dict] = []
+    refusals = 0
+
+
+def test_the_webhook_s_resolution_has_the_severity_and_fields_of_its_open():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Keeper)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    sink, _ = make_sink(None, "w2")
+    sink.pager = Pager(PagingSettings(webhook_url=url, resend_ms=60_000, timeout_ms=2000, monitor="m"))
+    sink.set_lineage("q")
+    broker = Decider()
+    try:
+
+        def said() -> list[dict]:
+            return [a for b in _Keeper.bodies for a in b["alerts"] if a["kind"] == "BROKER_EXPIRED"]
+
+        sink.process(broker.feed(register()), 0)
+        sink.process(broker.reach(T0 + 10_001), 1)  # expired: a master, CRITICAL
+        wait_until(said, 15, "the open delivered")  # (else the resolution takes its place in the queue)
+        sink.process(broker.feed(register(node="n2", t=T0 + 30_000, seq=2)), 2)  # back, heard by n2
+        opened, resolved = wait_until(lambda: len(said()) == 2 and said(), 15, "the resolution")
+        assert (opened["state"], resolved["state"]) == ("OPEN", "RESOLVED")
+        same = ("id", "severity", "clusterName", "brokerName", "brokerAddr")
+        assert {k: resolved.get(k) for k in same} == {k: opened.get(k) for k in same}
+        assert resolved["severity"] == "CRITICAL" and "node" not in resolved
+    finally:
+        sink.close()
+        server.shutdown()
 
 
 def test_the_webhook_gets_json_batches_after_retrying_an_unavailable_receiver():

@@ -12,6 +12,7 @@ properties, and mqadmin signs with the keys of the ``conf/tools.yml`` under its 
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 import ssl
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ import pytest
 
 from namesrv.acl import Credentials
 from namesrv.client import NameServerClient
-from tests.support.node import NodeThread, running_node
+from tests.support.node import REPO, NodeThread, running_node
 from tests.support.rocketmq import (
     ROCKETMQ_5,
     JavaBroker,
@@ -208,6 +209,49 @@ def test_a_plaintext_java_client_is_refused(world, caplog):
     assert world.broker.addr not in done.stdout, done.stdout
     assert sent_nowhere(done, world.node.addr), refusal(done)
     assert node_said(caplog, "plaintext refused"), [r.getMessage() for r in caplog.records]
+
+
+def docs_java_recipe(ca: Path) -> list[str]:
+    """The -D options docs/security.md gives a Java client that verifies the node, as written there,
+    with our CA's path for the recipe's."""
+    page = (REPO / "docs" / "security.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^\s*```text\n(.*?)^\s*```", page, re.M | re.S)
+    (block,) = [b for b in blocks if "-Dtls.client.authServer=true" in b]
+    return [line.strip().replace("/etc/rocketmq/ca.pem", str(ca)) for line in block.splitlines() if line.strip()]
+
+
+def namesrv_config(addr: str, base: Path, system_props: list[str]) -> str:
+    """What mqadmin getNamesrvConfig printed: the node's configuration when it got through."""
+    done = mqadmin(ROCKETMQ_5, base, "getNamesrvConfig", "-n", addr, system_props=system_props)
+    return done.stdout + done.stderr
+
+
+def test_the_docs_recipe_verifies_the_node_refusing_an_unrelated_certificate(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, "namesrv.handshake")
+    certs = make_certificates(tmp_path / "certs")
+    recipe = docs_java_recipe(certs.ca)
+    enforcing = {"tls.server.mode": "enforcing"}
+    with (
+        running_node(tmp_path / "right", **node_tls(certs, **enforcing)) as right,
+        running_node(tmp_path / "unrelated", **{"tls.test.mode.enable": "true", **enforcing}) as unrelated,
+    ):
+        said = namesrv_config(right.addr, tmp_path, recipe)
+        assert "kvConfigPath" in said, said
+        assert not node_said(caplog, "TLS handshake failed")
+        said = namesrv_config(unrelated.addr, tmp_path, recipe)  # its self-signed certificate
+        assert "kvConfigPath" not in said, said
+        assert node_said(caplog, "TLS handshake failed"), [r.getMessage() for r in caplog.records]
+
+
+def test_a_java_tls_client_on_a_plaintext_node_is_told_once_which_keys_to_set(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, "namesrv.server")
+    with running_node(tmp_path / "plain") as node:
+        said = namesrv_config(node.addr, tmp_path, ["-Dtls.enable=true"])
+        assert "kvConfigPath" not in said, said
+        said = namesrv_config(node.addr, tmp_path, ["-Dtls.enable=true"])  # and again
+    (told,) = node_said(caplog, "a TLS client reached this plaintext-only node")
+    assert "set tls.server.certPath and tls.server.keyPath" in told
+    assert not node_said(caplog, "malformed frame")
 
 
 def test_a_java_client_without_a_certificate_is_refused(world, caplog):

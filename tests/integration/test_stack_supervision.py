@@ -193,6 +193,10 @@ def test_the_job_killed_is_restarted_from_its_checkpoint_while_the_rest_serves(s
         state=stack.state,
     )
     measured("job started to its first committed batch", t0)
+    # the banner lists the job at its metrics address, the one port it serves
+    banner = stack.out.read_text(errors="replace").splitlines()
+    (line,) = [li for li in banner if li.split()[:1] == [job.name]]
+    assert line.split()[1] == job.address and not job.address.endswith(":0"), line
     lineage, batch = committed(story.lookup)
     before = stack.pids()
     driver = before[job.name]
@@ -216,6 +220,9 @@ def test_the_job_killed_is_restarted_from_its_checkpoint_while_the_rest_serves(s
         lambda: stack.line(f"streaming (pid {driver})"), 10, "`up` to say the job died", state=stack.state
     )
     assert "killed by SIGKILL" in said and "restarting it from its checkpoint" in said, said
+    # the cause, not the dying query's Java trace
+    quoted = [li for li in stack.said().splitlines() if li.startswith("  | ")]
+    assert not [li for li in quoted if "java." in li or "at org.apache." in li], stack.said()
     # nothing of the dead job survives it: its JVM and workers would hold the same checkpoint
     wait_until(lambda: not gone(job_tree), 30, "the dead job's processes to go", state=lambda: gone(job_tree))
     measured("job killed to its whole tree gone", killed)

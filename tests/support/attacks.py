@@ -49,6 +49,8 @@ def _registration(ext: dict[str, str], body: bytes, compressed: bool) -> bytes:
 
 #: what the bombs of issue 25 inflate to (1.2 GB, from a frame of 1.2 MB)
 GIGABYTE_BOMB = 1200 * MiB
+#: past the node's 16 MiB cap from a body of about 32 KB: small enough that a node may inflate it in place
+SMALL_BOMB = 32 * MiB
 
 
 def zip_bomb_registration(inflated: int = 256 * MiB) -> bytes:
@@ -249,13 +251,15 @@ class LatencyProbe:
                 out.append(self._one(client))
             return out
 
-    def lookups_for(self, seconds: float) -> list[float]:
-        """Timed lookups one after another for ``seconds``, on this thread."""
+    def lookups_for(self, seconds: float, pause: float = 0.002) -> list[float]:
+        """Timed lookups for ``seconds`` on this thread, ``pause`` apart: a client that asks now and then,
+        so a lookup lands in a stall as often as the node is stalled (back to back, only one would)."""
         deadline = time.monotonic() + seconds
         with NameServerClient(self.addr, timeout=10) as client:
             out = []
             while time.monotonic() < deadline:
                 out.append(self._one(client))
+                time.sleep(pause)
             return out
 
     def _one(self, client: NameServerClient) -> float:
@@ -280,6 +284,7 @@ class LatencyProbe:
 ATTACKS: dict[str, Callable[[], Callable[[int], bytes]]] = {
     "zip-bomb": lambda: (lambda frame: lambda i: frame)(zip_bomb_registration()),
     "gigabyte-zip-bombs": lambda: (lambda frame: lambda i: frame)(zip_bomb_registration(GIGABYTE_BOMB)),
+    "small-zip-bombs": lambda: (lambda frame: lambda i: frame)(zip_bomb_registration(SMALL_BOMB)),
     "100k-topics": lambda: (lambda frame: lambda i: frame)(big_registration()),
     "huge-config": lambda: (lambda frame: lambda i: frame)(huge_config_update()),
     "kv-puts": lambda: kv_put,

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 
 import pytest
 
-from namesrv import acl
+from common.logs import LogThrottle, RateLimited
+from namesrv import acl, handlers
 from namesrv.acl import (
     ADMIN_CODES,
     WRITE_CODES,
@@ -377,6 +379,45 @@ def test_dispatch_refuses_before_the_handler_runs(node_with_acl):
 def test_oneway_refusals_get_no_answer(node_with_acl):
     hb = request(RequestCode.BROKER_HEARTBEAT, {"clusterName": "C", "brokerAddr": "a", "brokerName": "b"}, oneway=True)
     assert dispatch(node_with_acl, hb, Channel()) is None
+
+
+class BrokerChannel:
+    peer = "10.0.0.5:40000"
+
+
+def test_a_refused_broker_is_named_once_with_the_key_to_set_not_at_every_heartbeat(node_with_acl, caplog, monkeypatch):
+    node = node_with_acl
+    monkeypatch.setattr(handlers, "_acl_log", RateLimited(logging.getLogger("namesrv.acl"), per_minute=20))
+    now = [0.0]
+    node.acl.warned_brokers = LogThrottle(acl.BROKER_WARNING_S, lambda: now[0])
+    caplog.set_level(logging.INFO, logger="namesrv")
+    broker_a = {"clusterName": "C", "brokerAddr": "10.0.0.5:10911", "brokerName": "broker-a", "brokerId": "0"}
+    broker_b = {**broker_a, "brokerAddr": "10.0.0.6:10911", "brokerName": "broker-b"}
+
+    def refused(code: RequestCode, ext: dict[str, str]) -> None:
+        assert dispatch(node, request(code, ext, b"{}"), BrokerChannel()).code == ResponseCode.NO_PERMISSION
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+    for _ in range(20):  # a 4.9 broker: a registration and heartbeats every 30 s, none of them signed
+        for code in (RequestCode.REGISTER_BROKER, RequestCode.QUERY_DATA_VERSION, RequestCode.BROKER_HEARTBEAT):
+            refused(code, dict(broker_a))
+        now[0] += 30
+    refused(RequestCode.REGISTER_BROKER, sign(broker_b, b"{}", Credentials("adminKey", "not-the-secret")))
+    first, second = warnings()
+    assert first.startswith("refused broker broker-a at 10.0.0.5:10911 (cluster C, connected from 10.0.0.5:40000)")
+    assert f"list its address 10.0.0.5 in globalWhiteRemoteAddresses of aclFile={node.config.acl_file_path}" in first
+    assert second.startswith("refused broker broker-b at 10.0.0.6:10911")
+    assert "Check signature failed" in second and "innerClientAuthenticationCredentials" in second
+    for _ in range(3):  # anything else is still one line per refusal
+        assert (
+            dispatch(node, request(RequestCode.PUT_KV_CONFIG, dict(KV)), Channel()).code == ResponseCode.NO_PERMISSION
+        )
+    assert len(warnings()) == 5
+    now[0] += acl.BROKER_WARNING_S  # hours on, still refused: named again
+    refused(RequestCode.BROKER_HEARTBEAT, dict(broker_a))
+    assert len(warnings()) == 6 and warnings()[-1].startswith("refused broker broker-a")
 
 
 def test_unknown_codes_are_unsupported_not_refused(node_with_acl):

@@ -7,6 +7,7 @@ from namesrv.protocol.codec import (
     FrameDecoder,
     LocalProtocolError,
     RemoteProtocolError,
+    TlsRecordError,
     decode_frame,
     encode,
 )
@@ -251,6 +252,29 @@ def test_oversize_length_is_rejected_from_the_first_8_bytes():
     decoder.feed(struct.pack(">II", FRAME_MAX_LENGTH + 1, 10))
     with pytest.raises(RemoteProtocolError):
         decoder.next_command()
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        bytes.fromhex("16030100f4010000f00303"),  # a ClientHello record (version 3.1), as Java and OpenSSL send
+        bytes.fromhex("16030300"),  # its first 4 bytes alone (record version 3.3)
+    ],
+)
+def test_a_tls_handshake_where_a_frame_length_belongs_is_named_as_such(first):
+    decoder = FrameDecoder()
+    decoder.feed(first)
+    with pytest.raises(TlsRecordError, match=r"frame length \d+ exceeds the limit \d+: a TLS handshake record"):
+        decoder.next_command()
+
+
+@pytest.mark.parametrize("first", [bytes.fromhex("1703030020000000"), bytes.fromhex("1604010000000000")])
+def test_other_oversize_lengths_are_not_taken_for_tls(first):
+    decoder = FrameDecoder()
+    decoder.feed(first)  # a TLS application-data record; a 0x16 not followed by 3
+    with pytest.raises(RemoteProtocolError, match="exceeds the limit") as raised:
+        decoder.next_command()
+    assert type(raised.value) is RemoteProtocolError
 
 
 def test_largest_legal_length_waits_for_the_rest():

@@ -179,9 +179,9 @@ class Harness:
     drain_unregistrations: Callable[[], None]
     connections: list[tuple[Connection, FakeTransport]] = field(default_factory=list)
 
-    def connect(self, port: int, **transport: Any) -> tuple[Connection, FakeTransport]:
+    def connect(self, port: int, host: str = "10.0.0.1", **transport: Any) -> tuple[Connection, FakeTransport]:
         connection = Connection(self.server)
-        fake = FakeTransport(self.loop, ("10.0.0.1", port), **transport)
+        fake = FakeTransport(self.loop, (host, port), **transport)
         fake.protocol = connection
         connection.connection_made(fake)
         return connection, fake
@@ -347,6 +347,47 @@ def test_a_malformed_frame_closes_only_its_connection_with_one_warning(harness, 
     why = harness.observer.seen[BROKER]
     assert why.cause is Cause.MALFORMED_FRAME and why.reason.startswith("malformed frame: ")
     assert good in harness.server.connections and bad not in harness.server.connections
+
+
+#: the start of a TLS ClientHello record, as a Java client with -Dtls.enable=true sends it
+CLIENT_HELLO = bytes.fromhex("16030100f4010000f00303") + bytes(32)
+
+
+def tls_client(harness: Harness, port: int, host: str = "10.0.0.1") -> FakeTransport:
+    connection, transport = harness.connect(port, host)
+    connection.data_received(CLIENT_HELLO)
+    assert transport.closing and transport.peer_reads() == []
+    return transport
+
+
+def test_a_tls_client_on_a_plaintext_node_is_named_once_per_address_with_the_keys_to_set(harness, caplog):
+    caplog.set_level(logging.INFO, logger="namesrv")
+    for port in range(7000, 7010):  # a client retrying, from new ports
+        tls_client(harness, port)
+    tls_client(harness, 7000, host="10.0.0.2")
+    harness.loop.run_ready()
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+    first, other = warnings()
+    assert first.startswith("closing connection from 10.0.0.1:7000: a TLS client reached this plaintext-only node")
+    assert "tls.server.mode=permissive but no certificate: to serve TLS, set tls.server.certPath and" in first
+    assert other.startswith("closing connection from 10.0.0.2:7000: a TLS client")
+    assert "malformed" not in first + other
+    harness.clock.now += server_mod.TLS_CLIENT_WARNING_S - 1
+    tls_client(harness, 7010)
+    assert len(warnings()) == 2
+    harness.clock.now += 1  # an hour after it was named, the address is named again
+    tls_client(harness, 7011)
+    assert len(warnings()) == 3
+
+
+def test_a_tls_client_on_a_node_with_tls_disabled_is_told_the_mode_to_set(harness, caplog):
+    harness.server.context.config.tls_server_mode = "disabled"
+    tls_client(harness, 7000)
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "tls.server.mode=disabled: to serve TLS, set tls.server.mode=permissive (or enforcing) with" in warning
 
 
 def test_a_header_over_the_limit_closes_its_connection_before_it_is_buffered(harness, caplog):

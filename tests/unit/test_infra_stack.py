@@ -276,17 +276,59 @@ def test_a_log_quoted_on_the_terminal_cannot_drive_it(supervised):
     assert "\x1b" not in out.getvalue() and "evil \\x1b[2J\\x07 line" in out.getvalue()
 
 
-def test_the_job_is_restarted_from_its_checkpoint(tmp_path):
+OWN_ERROR = (
+    'ts=2025-01-01T00:00:01.000Z level=error logger=streaming.sink msg="redis: batch 7 not written '
+    "(ConnectionError('Connection refused')); the next write replaces everything\""
+)
+#: what Spark writes as the query dies under a killed driver: long, and not the cause
+DYING_QUERY = "\n".join([
+    "25/01/01 00:00:02 ERROR MicroBatchExecution: Query namesrv-liveness terminated with error",
+    "java.lang.NullPointerException: Cannot invoke \"SparkSession.sessionState()\" because the return value of "
+    "\"org.apache.spark.sql.execution.SparkPlan.session()\" is null",
+    *["\tat org.apache.spark.sql.execution.SparkPlan.executeQuery(SparkPlan.scala:%d)" % i for i in range(200)],
+    "Traceback (most recent call last):",
+    '  File "pyspark/daemon.py", line 1, in worker',
+    "EOFError: End of stream",
+    "25/01/01 00:00:03 WARN ProcessingTimeExecutor: Current batch is falling behind.",
+])  # fmt: skip
+
+
+def test_the_job_s_last_error_is_its_own_line_not_spark_s_trace():
+    ours_warning = "ts=2025-01-01T00:00:00.000Z level=warning logger=streaming.progress msg=slow"
+    assert stack.own_last_error("\n".join([OWN_ERROR, ours_warning, DYING_QUERY])) == OWN_ERROR
+    assert stack.own_last_error("\n".join([ours_warning, DYING_QUERY])) is None
+    exit_line = "error: the streaming query failed 6 times within 600 s; last: boom"
+    assert stack.own_last_error("\n".join([OWN_ERROR, exit_line, DYING_QUERY])) == exit_line
+    long = OWN_ERROR + " exc=" + "x" * 5000
+    assert stack.own_last_error(long) == long[:600] + " ..."
+
+
+def job_dies(tmp_path: Path, code: int, last_words: str) -> tuple[str, StreamingJob]:
+    """What the supervisor says when the job dies with ``code`` after writing ``last_words``."""
     j = job(tmp_path, "python")
     out = io.StringIO()
     fake = FakeService("streaming", tmp_path, 33)
     j.running_pid, j.exit_code = fake.running_pid, fake.exit_code  # type: ignore[method-assign]
     sup = stack.Supervisor([j], clock=Clock(), out=out, end_session=lambda sid, grace: None)
-    fake.die(-9)
+    fake.die(code, last_words)
     sup.check()
-    assert out.getvalue().startswith(
+    return out.getvalue(), j
+
+
+def test_the_job_is_restarted_from_its_checkpoint_naming_the_signal_and_its_own_last_error(tmp_path):
+    said, j = job_dies(tmp_path, -9, f"{OWN_ERROR}\n{DYING_QUERY}\n")  # the trace runs far past a log tail
+    assert said.startswith(
         "streaming (pid 33) killed by SIGKILL after 0 s; the rest keeps running; "
-        "restarting it from its checkpoint in 1 s (death 1)"
+        f"restarting it from its checkpoint in 1 s (death 1); the last error it logged (log {j.log_file}.1):\n"
+    ), said
+    assert said.splitlines()[1:] == ["  | " + OWN_ERROR]
+
+
+def test_a_job_that_logged_no_error_of_its_own_is_said_to_have_none_rather_than_spark_s_trace(tmp_path):
+    said, j = job_dies(tmp_path, 1, DYING_QUERY)
+    assert said == (
+        "streaming (pid 33) exited with code 1 after 0 s; the rest keeps running; restarting it from its "
+        f"checkpoint in 1 s (death 1); it logged no error of its own (log {j.log_file}.1)\n"
     )
 
 
@@ -304,6 +346,18 @@ def test_each_node_and_the_job_get_a_metrics_port_and_the_banner_prints_their_ur
     text = stack.banner(built, args.node_ports)
     for port in (9500, 9501, 9502):
         assert f"http://127.0.0.1:{port}/metrics" in text
+    (line,) = [li for li in text.splitlines() if li.strip().startswith("streaming ")]
+    assert line.split()[1] == "127.0.0.1:9500"  # where the job listens: its metrics, not port 0
     off = stack.build_stack(stack.build_parser().parse_args(["status", "--services-conf", str(services),
                                                              "--metrics-base", "0"]))  # fmt: skip
     assert stack.metrics_urls(off) == [] and "Metrics:             off" in stack.banner(off, [9876, 9877])
+    (monitor,) = [s for s in off if isinstance(s, StreamingJob)]
+    assert monitor.address == "(metrics off)"
+
+
+def test_the_job_s_address_is_the_metrics_port_its_conf_gives(tmp_path):
+    conf = tmp_path / "streaming.properties"
+    conf.write_text("monitor.metricsPort=9999\nmonitor.metricsBindAddress=127.0.0.2\n")
+    j = StreamingJob(run_dir=tmp_path, conf=conf, overrides={}, launcher="python")
+    assert j.address == "127.0.0.2:9999" and stack.metrics_urls([j]) == [("streaming", "http://127.0.0.1:9999/metrics")]
+    assert job(tmp_path).address == "(metrics off)"  # a conf that cannot be read: the job says why when it starts

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from common.logs import LogfmtFormatter, RateLimited
+from common.logs import LogfmtFormatter, LogThrottle, RateLimited
 
 
 def line(msg: str, *args: object) -> str:
@@ -33,3 +33,16 @@ def test_rate_limited_logs_a_budget_per_minute_then_counts_the_rest(caplog):
     with caplog.at_level(logging.WARNING, logger="t.limited"):
         assert limited.log(logging.WARNING, "drop %d", 10)
     assert caplog.records[-1].getMessage() == "drop 10 (7 similar lines suppressed)"
+
+
+def test_log_throttle_allows_each_key_once_per_interval_and_remembers_a_bounded_number():
+    now = [0.0]
+    throttle = LogThrottle(60.0, lambda: now[0], max_keys=3)
+    assert [throttle.allow(k) for k in ("a", "a", "b")] == [True, False, True]
+    now[0] = 59.9
+    assert not throttle.allow("a")
+    now[0] = 60.0
+    assert throttle.allow("a")
+    for key in ("c", "d"):  # a flood of new keys pushes out the oldest: memory stays bounded
+        assert throttle.allow(key)
+    assert throttle.allow("b")  # forgotten, so allowed early

@@ -204,6 +204,9 @@ def test_a_job_that_finds_an_unreadable_model_starts_empty_and_rewrites_everythi
         def commit(self, lineage, batch_id, changes, alerts, *, replace, **_):
             self.replaced.append(replace)
 
+        def fallback_removals(self):
+            return {}
+
     class Publisher:
         def send(self, *_): ...
         def flush(self, *_): ...

@@ -189,3 +189,37 @@ def test_an_alert_is_one_log_line_at_its_severity(caplog):
     (rec,) = caplog.records
     assert rec.levelno == logging.ERROR
     assert rec.getMessage() == "ALERT OPEN CRITICAL TOPIC_NOT_WRITABLE topic=T: no writable queue"
+
+
+def test_a_resolution_is_logged_as_info_and_keeps_the_incident_s_severity_for_alertmanager(caplog):
+    groups = {"a": BrokerData("C", "a", {0: "x:1"})}
+    book = AlertBook()
+    wiped = route_incidents(_health({"T": {"a": QueueData("a", 4, 4, 4)}}, groups), at=T0)
+    (opened,) = book.reconcile([AlertKind.TOPIC_NOT_WRITABLE], wiped, T0)
+    (resolved,) = book.reconcile([AlertKind.TOPIC_NOT_WRITABLE], {}, T0 + 1)
+    assert (resolved.state, resolved.severity) == (AlertState.RESOLVED, opened.severity) == ("RESOLVED", "CRITICAL")
+    with caplog.at_level(logging.INFO, logger="streaming.alerts"):
+        log_alert(resolved)
+    (rec,) = caplog.records
+    assert rec.levelno == logging.INFO
+    assert rec.getMessage().startswith("ALERT RESOLVED INFO TOPIC_NOT_WRITABLE cluster=C broker=a: resolved: ")
+
+
+def test_the_subject_of_a_broker_s_alert_is_the_broker_whichever_node_reported_it():
+    back = Alert(
+        AlertKind.BROKER_EXPIRED,
+        AlertState.RESOLVED,
+        Severity.INFO,
+        "back",
+        T0,
+        cluster_name="C",
+        broker_name="a",
+        broker_addr="10.0.0.1:1",
+        node="node-9876",
+    )  # as versions before wrote it
+    assert back.subject == "a 10.0.0.1:1"
+    assert Alert(AlertKind.NODE_SILENT, AlertState.OPEN, Severity.WARNING, "", T0, node="n1").subject == "n1"
+    group = Alert(AlertKind.TOPIC_NOT_WRITABLE, AlertState.OPEN, Severity.CRITICAL, "", T0, cluster_name="C",
+                  broker_name="a", topics=("T",))  # fmt: skip
+    assert group.subject == "a"
+    assert Alert(AlertKind.MONITOR_LAGGING, AlertState.OPEN, Severity.WARNING, "", T0).subject == ""

@@ -206,18 +206,23 @@ def test_a_silent_report_about_an_unknown_or_gone_broker_changes_nothing():
 # --------------------------------------------------------------------------- removal
 
 
-def test_an_unregistration_removes_once_and_echoes_of_it_change_nothing():
+def test_an_unregistration_removes_once_as_a_notice_resolved_at_once_and_echoes_of_it_change_nothing():
     m = Monitor()
     m.feed(register(T0))
     out = m.feed(unregister(T0 + 1_000, "n1"), unregister(T0 + 1_001, "n2"), watermark=T0 - 7)
     reason = f"UNREGISTER_BROKER reported by n1 at {T0 + 1_000}"
+    name = f"broker broker-a[0] {ADDR} ({CLUSTER})"
+    # a clean shutdown pages nobody: the notice opens and resolves in the same breath, naming no node
     assert out == [
         ActionRow(T0 + 1_000, "REMOVE", "UNREGISTER_BROKER", T0 + 1_000, T0 - 7, reason, BROKER, "n1", 1),
         AlertChange(T0 + 1_000, "BROKER_REMOVED", "OPEN", "INFO",
-                    f"broker broker-a[0] {ADDR} ({CLUSTER}) unregistered ({reason}); removed at every node", BROKER, "n1", 1),
+                    f"{name} unregistered ({reason}); removed at every node", BROKER),
+        AlertChange(T0 + 1_000, "BROKER_REMOVED", "RESOLVED", "INFO",
+                    f"{name} unregistered (a clean shutdown): a notice, nothing stays open", BROKER),
     ]  # fmt: skip
     assert m.feed(unregister(T0 + 2_000, "n3", source="REMOVE")) == []
     assert m.reach(T0 + 100 * TIMEOUT) == []  # gone: no expiry on top
+    assert alerts(m.feed(register(T0 + 200 * TIMEOUT))) == []  # nothing was left open for its return
 
 
 @pytest.mark.parametrize("source", ["LOCAL_EXPIRY", "EXPIRE", "REMOVE"])
@@ -341,15 +346,37 @@ def test_admin_and_order_topic_conf_events_pass_through_in_the_order_given():
 # --------------------------------------------------------------------------- alerts
 
 
-def test_a_removed_broker_that_comes_back_resolves_its_incident():
+def test_a_broker_that_lost_every_connection_stays_an_incident_until_it_comes_back():
     m = Monitor()
     m.feed(register(T0))
-    m.feed(unregister(T0 + 1_000))
-    out = m.feed(register(T0 + 2_000, "n2"))
+    (opened,) = [o for o in m.feed(closed(T0 + 1_000, "n1")) if isinstance(o, AlertChange)]
+    assert m.reach(T0 + 100 * TIMEOUT) == []  # open for as long as it stays away
+    out = m.feed(register(T0 + 200 * TIMEOUT, "n2"))
     assert [r.cause for r in routes(out)] == [None]  # a comeback's registration is passed whatever it says
     (alert,) = [o for o in out if isinstance(o, AlertChange)]
-    assert (alert.kind, alert.state, alert.node) == ("BROKER_REMOVED", "RESOLVED", "n2")
-    assert alert.message == f"broker broker-a[0] {ADDR} ({CLUSTER}) is back (event at {T0 + 2_000} from n2)"
+    # the resolution says what the open said of severity and subject: Alertmanager's labels come from them
+    assert (alert.kind, alert.state, alert.severity, alert.broker, alert.node) == (
+        "BROKER_REMOVED", "RESOLVED", opened.severity, opened.broker, None,
+    )  # fmt: skip
+    assert opened.severity == "WARNING" and opened.node is None
+    message = f"broker broker-a[0] {ADDR} ({CLUSTER}) is back (event at {T0 + 200 * TIMEOUT} from n2)"
+    assert alert.message == message
+
+
+@pytest.mark.parametrize("broker_id, severity", [(0, "CRITICAL"), (1, "WARNING")])
+def test_an_expiry_resolves_with_the_severity_it_opened_with_whatever_id_the_broker_returns_with(broker_id, severity):
+    m = Monitor()
+
+    def registration(t: int, node: str, as_id: int) -> Event:
+        return ev(EventType.REGISTER, t, node, broker_name="broker-a", broker_id=as_id, heartbeat_timeout_millis=TIMEOUT,
+                  data_version=DataVersionInfo(1, 0, 1), topics={"T": QueueInfo(4, 4, 6)})  # fmt: skip
+
+    m.feed(registration(T0, "n1", broker_id))
+    (opened,) = [o for o in m.reach(T0 + TIMEOUT + 1) if isinstance(o, AlertChange)]
+    back = registration(T0 + 50_000, "n2", 1 - broker_id)  # a slave promoted, or a master demoted
+    (resolved,) = [o for o in m.feed(back) if isinstance(o, AlertChange)]
+    assert (opened.state, opened.severity, opened.node) == ("OPEN", severity, None)
+    assert (resolved.state, resolved.severity, resolved.node) == ("RESOLVED", severity, None)
 
 
 def test_flapping_opens_past_the_threshold_and_resolves_when_the_window_empties():
@@ -384,7 +411,9 @@ def test_a_broker_gone_long_enough_is_forgotten_and_its_incidents_resolved():
     m.reach(T0 + TIMEOUT + 1)
     assert m.reach(T0 + TIMEOUT + 50_000) == []
     out = m.reach(T0 + TIMEOUT + 1 + 50_000)
-    assert alerts(out) == [("BROKER_EXPIRED", "RESOLVED")]
+    assert [(o.kind, o.state, o.severity) for o in out if isinstance(o, AlertChange)] == [
+        ("BROKER_EXPIRED", "RESOLVED", "CRITICAL")  # as it opened: broker-a is a master
+    ]
     assert m.state is None
     assert [r.cause for r in routes(m.feed(register(T0 + 100_000)))] == [None]  # from scratch: no comeback
 

@@ -194,3 +194,16 @@ def test_the_page_never_shows_the_redis_password():
     assert shown_redis_url("redis://user:s3cret@h:6379/0") == "redis://user:***@h:6379/0"
     assert shown_redis_url("redis://:s3cret@h/0") == "redis://:***@h/0"
     assert shown_redis_url("redis://h:1/0") == "redis://h:1/0"
+
+
+def test_the_page_names_the_broker_as_a_broker_alert_s_subject_and_shows_resolutions_as_info():
+    expired = Alert(AlertKind.BROKER_EXPIRED, AlertState.RESOLVED, Severity.CRITICAL, "back", T0, cluster_name="C",
+                    broker_name="a", broker_addr="10.0.0.1:1", node="node-9876")  # fmt: skip
+    lost = Alert(AlertKind.TOPIC_NOT_WRITABLE, AlertState.RESOLVED, Severity.CRITICAL, "resolved", T0,
+                 cluster_name="C", broker_name="a", topics=("T",))  # fmt: skip
+    silent = Alert(AlertKind.NODE_SILENT, AlertState.OPEN, Severity.WARNING, "quiet", T0, node="n1")
+    doc = build(HealthView(open_alerts=[silent], resolved_alerts=[expired, lost]))
+    assert [(a["severity"], a["subject"]) for a in doc["alerts"]["resolved"]] == [
+        ("INFO", "a 10.0.0.1:1"), ("INFO", "a"),
+    ]  # fmt: skip
+    assert [(a["severity"], a["subject"]) for a in doc["alerts"]["open"]] == [("WARNING", "n1")]

@@ -170,7 +170,10 @@ def test_unregistration_removes_once_and_echoes_change_nothing():
     assert [(a["type"], a["cause"], a["lastHeartbeat"]) for a in actions] == [
         ("REMOVE", "UNREGISTER_BROKER", T0 + 1_000)
     ]
-    assert [(r["type"], r["severity"]) for r in kinds(out, KIND_ALERT)] == [("BROKER_REMOVED", "INFO")]
+    # a clean shutdown: a notice, resolved at once
+    assert [(r["type"], r["state"], r["severity"]) for r in kinds(out, KIND_ALERT)] == [
+        ("BROKER_REMOVED", "OPEN", "INFO"), ("BROKER_REMOVED", "RESOLVED", "INFO"),
+    ]  # fmt: skip
     # nodes applying our REMOVE report it back; no second action, and no expiry later
     assert feed(t, ev(EventType.UNREGISTER, T0 + 2_000, "n3", source="REMOVE")) == []
     assert fire(t, T0 + 100 * TIMEOUT) == []

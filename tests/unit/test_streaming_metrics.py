@@ -44,6 +44,9 @@ class FakeStore:
         if self.fail:
             raise RedisConnectionError("down")
 
+    def fallback_removals(self) -> dict:
+        return {}
+
 
 def test_brokers_actions_and_open_alerts_follow_the_batches():
     sink, _ = make_sink(None, "m1")
@@ -98,7 +101,7 @@ def test_redis_writes_are_timed_and_failures_counted():
 def test_the_progress_reaches_the_listener_as_json_from_one_jvm_call():
     """The JVM bridge asks the progress for its JSON once, and the listener gets what query.lastProgress would give."""
     status = MonitorStatus()
-    listener = progress_logger(status, 120_000, 10_000, lambda: "8d6e8a43-4f57-4b1b-9c54-000000000001")
+    listener = progress_logger(status, 120_000, 10_000, 100, lambda: "8d6e8a43-4f57-4b1b-9c54-000000000001")
     progress = {
         "id": "8d6e8a43-4f57-4b1b-9c54-000000000001", "runId": "8d6e8a43-4f57-4b1b-9c54-000000000002",
         "name": "namesrv-liveness", "timestamp": "2023-11-14T22:13:20.000Z", "batchId": 7, "batchDuration": 640,
@@ -129,7 +132,7 @@ def test_the_progress_reaches_the_listener_as_json_from_one_jvm_call():
 
 def test_the_progress_listener_feeds_input_rate_batch_duration_and_counts():
     status = MonitorStatus()
-    listener = progress_logger(status, 120_000, 10_000, lambda: "q")
+    listener = progress_logger(status, 120_000, 10_000, 100, lambda: "q")
     # the source's rows are bundles of events: the rate and the counts are the events'
     for batch, (rows, events, rate, duration_ms) in enumerate([(2, 10, 1.0, 400), (3, 30, 1.5, 3000)]):
         progress = SimpleNamespace(

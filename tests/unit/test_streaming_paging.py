@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from streaming import paging
 from streaming.alerts import Alert, AlertKind, AlertState, Severity
 from streaming.config import ConfigError, load_config
-from streaming.paging import ENDS_AT_RESENDS, Notice, Pager, PagingSettings, Refused, Target, iso
+from streaming.paging import ENDS_AT_RESENDS, Notice, Pager, PagingSettings, Refused, Target, iso, labels_of
 
 T0 = 1_700_000_000_000
 NOW = T0 + 60_000
 SETTINGS = PagingSettings(alertmanager_urls=("http://127.0.0.1:1",), resend_ms=1000, monitor="m")
 
 
-def expired(state: AlertState = AlertState.OPEN, t: int = T0) -> Alert:
-    severity = Severity.CRITICAL if state is AlertState.OPEN else Severity.INFO  # as the stateful step says
+def expired(state: AlertState = AlertState.OPEN, t: int = T0, severity: Severity = Severity.CRITICAL) -> Alert:
     return Alert(AlertKind.BROKER_EXPIRED, state, severity, f"{state} message", t, cluster_name="C",
                  broker_name="a", broker_addr="1.2.3.4:5")  # fmt: skip
 
@@ -42,11 +43,24 @@ def test_a_resolution_carries_the_labels_and_start_of_the_alert_it_ends():
     assert (sent["startsAt"], sent["endsAt"]) == (iso(T0), iso(NOW + 4000))
     assert sent["annotations"]["summary"] == "BROKER_EXPIRED C a 1.2.3.4:5"
     (resolved,) = p.stage([expired(AlertState.RESOLVED, T0 + 30_000)])
-    # Alertmanager tells alerts apart by their labels: severity INFO would be another alert, left firing
+    # Alertmanager tells alerts apart by their labels: another severity would be another alert, left firing
     assert resolved.labels == opened.labels and resolved.starts_at == T0
+    assert labels_of(expired(AlertState.RESOLVED)) == opened.labels  # as the stateful step resolves it
     assert resolved.for_alertmanager(NOW, 4000, "http://console")["endsAt"] == iso(T0 + 30_000)
     assert resolved.for_alertmanager(NOW, 4000, "http://console")["generatorURL"] == "http://console"
     assert resolved.annotations["description"] == "RESOLVED message"
+
+
+def test_the_webhook_s_resolution_says_what_its_open_said_even_when_the_resolution_says_otherwise():
+    p = pager()
+    p.submit(p.stage([expired()]))
+    # a resolution an older version decided: severity INFO and the node that heard the broker again
+    older = replace(expired(AlertState.RESOLVED, T0 + 30_000, Severity.INFO), node="node-9876")
+    (resolved,) = p.stage([older])
+    body = resolved.for_webhook(NOW, 4000)
+    assert (body["state"], body["severity"], body["message"]) == ("RESOLVED", "CRITICAL", "RESOLVED message")
+    assert "node" not in body and body["eventTime"] == T0 + 30_000
+    assert resolved.labels["severity"] == "critical" and "node" not in resolved.labels
 
 
 def test_an_open_and_its_resolution_in_one_batch_and_times_that_never_go_backwards():

@@ -1,0 +1,131 @@
+"""The fallback writer's pure parts: which brokers it removes, what it writes, the lease, and the job's side."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from namesrv.liveness import Departures, RedisLease
+from namesrv.routes.materialised import RouteModel, decode_removals, encode_removal, removal_changes
+from namesrv.routes.snapshot import decode_model, encode_meta
+from tests.support.route_events import A0, A1, B0, CLUSTER, T0
+
+GONE = (CLUSTER, B0.broker_addr)
+
+
+# --------------------------------------------------------------------------- which brokers
+
+
+def test_a_broker_past_its_deadline_is_reported_once_and_one_heard_again_first_is_not():
+    d = Departures()
+    live = {("c", "a"), ("c", "b")}
+    assert d.observe(live, set(), 1) == {}
+    assert d.observe(live, {("c", "b")}, 2) == {("c", "b"): 2}
+    assert d.observe(live, {("c", "b")}, 3) == {("c", "b"): 2}  # still to write: the first time stays
+    d.written({("c", "b")})
+    assert d.observe(live, {("c", "b")}, 4) == {}  # still overdue here, but written
+    assert d.observe(live - {("c", "b")}, set(), 5) == {}  # the node's own scan removed it since
+    assert d.observe(live, {("c", "a")}, 6) == {("c", "a"): 6}
+    assert d.observe(live, set(), 7) == {}  # heard again before it was written
+
+
+def test_a_broker_that_left_the_tables_is_reported_and_a_restart_forgets_the_past():
+    d = Departures()
+    d.observe({("c", "a"), ("c", "b")}, set(), 1)
+    assert d.observe({("c", "a")}, set(), 2) == {("c", "b"): 2}  # closed or unregistered
+    d.discard()  # another node holds the lease
+    assert d.observe({("c", "a")}, set(), 3) == {}
+    d.restart()
+    assert d.observe({("c", "x")}, set(), 4) == {}  # the first look after a restart reports nothing
+
+
+# --------------------------------------------------------------------------- the lease
+
+
+class FakeRedis:
+    """SET NX PX and the lease's two scripts, on one dict (time does not pass)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+
+    def set(self, key: str, value: str, nx: bool, px: int) -> bool:
+        assert nx and px > 0
+        if key in self.values:
+            return False
+        self.values[key] = value
+        return True
+
+    def eval(self, script: str, numkeys: int, key: str, owner: str, *args: object) -> int:
+        if self.values.get(key) != owner:
+            return 0
+        if "del" in script:
+            del self.values[key]
+        return 1
+
+
+def test_one_node_holds_the_lease_until_it_releases_it():
+    redis = FakeRedis()
+    first, second = (RedisLease(redis, "P:fallback:lease", n, 2000) for n in ("node-1", "node-2"))  # type: ignore[arg-type]
+    assert first.hold() and first.hold()  # taken, then renewed
+    assert not second.hold()
+    second.release()  # not its own: nothing happens
+    assert not second.hold()
+    first.release()
+    assert second.hold() and not first.hold()
+
+
+# --------------------------------------------------------------------------- what is written
+
+
+def stored(model: RouteModel):
+    """The snapshot a reader gets back from what ``model`` wrote."""
+    changes = model.changes(full=True)
+    entries = {t: e for t, e in changes.model_topics.items() if e is not None}
+    meta = {k: str(v) for k, v in encode_meta("L", 7, T0, T0).items()}  # as Redis gives it back: text
+    return decode_model(meta, entries, changes.model_brokers)
+
+
+def job_model() -> RouteModel:
+    model = RouteModel()
+    for e in (A0, A1, B0):
+        model.apply_event(e)
+    return model
+
+
+def test_a_removal_rewrites_the_routes_of_the_brokers_group_and_the_model_without_it():
+    snap = stored(job_model())
+    gone, changes = removal_changes(snap, {GONE: T0 + 10_000})
+    assert gone == [GONE]
+    assert changes.routes["T3"] is None  # only b served it
+    assert b"10.0.0.3:1" not in changes.routes["T1"] and b"10.0.0.1:1" in changes.routes["T1"]
+    assert "T2" not in changes.routes  # a's alone: untouched
+    assert changes.cluster is not None and b"10.0.0.3:1" not in changes.cluster
+    assert changes.model_brokers is not None and b"10.0.0.3:1" not in changes.model_brokers
+
+
+def test_a_removal_older_than_the_brokers_last_heartbeat_in_redis_changes_nothing():
+    snap = stored(job_model())
+    assert removal_changes(snap, {GONE: T0 - 1}) == ([], removal_changes(snap, {})[1])
+    assert removal_changes(snap, {(CLUSTER, "10.9.9.9:1"): T0 + 1})[0] == []  # not in Redis
+
+
+def test_the_returning_job_neither_brings_the_broker_back_nor_removes_it_twice():
+    job = job_model()
+    job.changes()  # what it wrote before it died
+    node_wrote = removal_changes(stored(job_model()), {GONE: T0 + 10_000})[1]
+    assert job.apply_fallback_removals({GONE: T0 + 10_000}) == [GONE]
+    mine = job.changes()
+    assert mine.routes == node_wrote.routes  # the job's model now says what the node wrote
+    # the backlog it replays: the broker's heartbeats from before the removal do not bring it back
+    job.apply_event(dataclasses.replace(B0, event_time=T0 + 5_000))
+    assert job.changes().routes == {}
+    # its own EXPIRE, late: nothing to remove
+    assert not job.apply_removal(*GONE, T0 + 12_000, unclean=True)
+    assert job.changes().routes == {}
+    # a registration after the removal is the broker back
+    job.apply_event(dataclasses.replace(B0, event_time=T0 + 20_000))
+    assert set(job.changes().routes) == {"C1", "T1", "T3"}
+
+
+def test_removals_round_trip_and_bad_entries_are_skipped():
+    field, value = encode_removal(CLUSTER, "10.0.0.3:1", T0)
+    assert decode_removals({field.encode(): value, b"junk": b"1", b"C|a": b"x"}) == {GONE: T0}
