@@ -79,6 +79,16 @@ class RedisKeys:
         return f"{self.base}:fallback:lease"
 
     @property
+    def monitor_down(self) -> str:
+        """The open MONITOR_DOWN as the nodes paged it (its notice): the one a node resolves, with its labels."""
+        return f"{self.base}:alerts:monitor-down"
+
+    @property
+    def monitor_down_resend(self) -> str:
+        """Which node sends the open MONITOR_DOWN in this resend interval (SET NX PX): one at a time."""
+        return f"{self.base}:alerts:monitor-down:resend"
+
+    @property
     def channel(self) -> str:
         return f"{self.base}:routes:changed"
 

@@ -15,7 +15,7 @@ from namesrv.acl import Acl, AclFileError, load_acl_file
 from namesrv.config import ConfigError, NamesrvConfig
 from namesrv.handlers import HandlerContext
 from namesrv.kvconfig import KVConfigManager
-from namesrv.liveness import ExpiryScan, RedisFallback, UnregisterBatcher
+from namesrv.liveness import ExpiryScan, MonitorDownPager, RedisFallback, UnregisterBatcher
 from namesrv.routes.manager import RouteInfoManager
 from namesrv.server import RemotingServer
 from namesrv.tls import tls_settings
@@ -119,6 +119,9 @@ async def start_node(config: NamesrvConfig, *, own_process: bool = False) -> Nod
             fallback = RedisFallback.from_config(config, node_name, context.routes, expiry)
             if fallback is not None:
                 server.spawn(fallback.run(context.worker), "redis-fallback")
+            pager = MonitorDownPager.from_config(config, node_name, kafka.watchdog)  # no monitor, no alerts: page
+            if pager is not None:
+                server.spawn(pager.run(), "monitor-down-pager")
     if context.acl is not None:
         log.warning(
             "signed requests required: aclFile=%s accounts=%d globalWhiteRemoteAddresses=%d checkReads=%s",

@@ -38,6 +38,7 @@ from common.options import (
     parse_integer,
     text,
 )
+from common.paging import http_url
 from common.properties import decode_properties, parse_properties
 from namesrv.fileio import write_atomically
 from namesrv.protocol.codes import ResponseCode
@@ -593,6 +594,38 @@ class NamesrvConfig:
         _O,
         "serve the routes in redisUrl as provisional at start-up, until brokers register (docs/warm-start.md)",
     )
+    # the job's paging keys, by the same names: the nodes page MONITOR_DOWN, which no job can (docs/monitor.md)
+    alerts_monitor_lag_millis: int = _opt(
+        60000,
+        "alerts.monitorLagMillis",
+        "long",
+        _O,
+        "with Kafka, redisUrl and a receiver below: page MONITOR_DOWN once no monitor was heard for this long"
+        " (ms; the job's alerts.monitorLagMillis); read at start-up",
+        bounds=(1, 86_400_000),
+    )
+    alerts_alertmanager_url: str = _opt(
+        "",
+        "alerts.alertmanagerUrl",
+        "String",
+        _O,
+        "';'-separated Alertmanagers MONITOR_DOWN is pushed to (v2 API), as the job's; empty = none; read at start-up",
+    )
+    alerts_webhook_url: str = _opt(
+        "",
+        "alerts.webhookUrl",
+        "String",
+        _O,
+        "URL MONITOR_DOWN is POSTed to as JSON, as the job's alerts are; empty = none; read at start-up",
+    )
+    alerts_resend_interval_millis: int = _opt(
+        60000,
+        "alerts.resendIntervalMillis",
+        "long",
+        _O,
+        "an open MONITOR_DOWN is sent again this often, with endsAt 4 intervals ahead (the job's key); read at start-up",
+        bounds=(1, 86_400_000),
+    )
     stats_interval_millis: int = _opt(
         60000,
         "statsIntervalMillis",
@@ -864,6 +897,20 @@ def check_combinations(cfg: NamesrvConfig) -> None:
             "raise the second"
         )
     kafka_security(cfg)
+    alert_receivers(cfg)
+
+
+def alert_receivers(cfg: NamesrvConfig) -> tuple[tuple[str, ...], str]:
+    """The Alertmanagers and the webhook MONITOR_DOWN goes to, checked (:class:`ConfigError` naming the key)."""
+    key, raw = "alerts.alertmanagerUrl", cfg.alerts_alertmanager_url
+    try:
+        alertmanagers = tuple(http_url(u) for u in raw.split(";") if u.strip())
+        key, raw = "alerts.webhookUrl", cfg.alerts_webhook_url
+        return alertmanagers, http_url(raw)
+    except ValueError as exc:
+        raise ConfigError(
+            f"{key}: {str(exc)!r} is not an http:// or https:// URL with a host and no credentials"
+        ) from None
 
 
 def kafka_security(cfg: NamesrvConfig) -> KafkaSecurity:

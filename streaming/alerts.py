@@ -7,208 +7,62 @@ and per-node kinds; the driver opens the others from the route model after each 
 :func:`clock_incidents`), and :class:`AlertBook` turns "what is wrong now" into transitions.  One
 failure is one incident: a topic without a writable queue is blamed on its broker group, which names
 the topics it affects, and system topics that are unwritable by design open nothing.  Every alert
-goes to the alerts topic as JSON (:func:`encode_alert` documents it) and to the ``streaming.alerts``
+goes to the alerts topic as JSON (:func:`common.alerts.encode_alert` documents it) and to the ``streaming.alerts``
 logger; open ones are kept in Redis.  ``docs/internals/alerts.md`` has the rules in full.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
-import orjson
-
+from common.alerts import (
+    MAX_MESSAGE_CHARS,
+    MAX_NAMED_TOPICS,
+    Alert,
+    AlertKind,
+    AlertState,
+    Severity,
+    cut,
+    decode_alert,
+    encode_alert,
+    incident_id,
+    topic_class,
+)
 from namesrv.routes import RouteHealth
 
 log = logging.getLogger(__name__)
 
-ALERT_VERSION = 1
+# the value and its JSON are the nodes' too (common.alerts); the monitor's modules take them from here
+__all__ = [
+    "MAX_MESSAGE_CHARS",
+    "MAX_NAMED_TOPICS",
+    "MAX_STORED_TOPICS",
+    "Alert",
+    "AlertBook",
+    "AlertKind",
+    "AlertState",
+    "Severity",
+    "clock_incidents",
+    "cut",
+    "decode_alert",
+    "encode_alert",
+    "incident_id",
+    "lag_incident",
+    "log_alert",
+    "log_line",
+    "lost_topics",
+    "route_incidents",
+    "topic_class",
+    "topics_summary",
+]
 
-
-class AlertKind(enum.StrEnum):
-    BROKER_EXPIRED = "BROKER_EXPIRED"
-    BROKER_REMOVED = "BROKER_REMOVED"
-    BROKER_FLAPPING = "BROKER_FLAPPING"
-    GROUP_WITHOUT_MASTER = "GROUP_WITHOUT_MASTER"
-    TOPIC_NOT_WRITABLE = "TOPIC_NOT_WRITABLE"
-    NODE_SILENT = "NODE_SILENT"
-    MONITOR_LAGGING = "MONITOR_LAGGING"
-    #: a node stamps events further ahead of the monitor's clock than monitor.maxClockSkewMillis
-    NODE_CLOCK_AHEAD = "NODE_CLOCK_AHEAD"
-
-
-class Severity(enum.StrEnum):
-    INFO = "INFO"
-    WARNING = "WARNING"
-    CRITICAL = "CRITICAL"
-
-
-class AlertState(enum.StrEnum):
-    OPEN = "OPEN"
-    RESOLVED = "RESOLVED"
-
-
-#: an alert's message is cut to this many characters, so no alert can outgrow a Kafka record
-MAX_MESSAGE_CHARS = 4096
-#: ordinary topics an incident names one by one, in its message and on the alerts topic
-MAX_NAMED_TOPICS = 20
 #: topics of one incident kept in Redis (so a restarted job knows what it waits for); a group
 #: serving more than this is rare, and what is past it is only forgotten across a restart
 MAX_STORED_TOPICS = 10_000
 
-#: topics every RocketMQ broker creates for itself (TopicValidator's system set, 4.x and 5.x)
-SYSTEM_TOPICS = frozenset({
-    "TBW102", "SCHEDULE_TOPIC_XXXX", "SCHEDULE_TOPIC_XXXX_V2", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC",
-    "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC",
-    "OFFSET_MOVED_EVENT",
-})  # fmt: skip
-SYSTEM_TOPIC_PREFIX = "rmq_sys_"
-#: consumer groups' retry and dead-letter topics
-RETRY_PREFIXES = ("%RETRY%", "%DLQ%")
-
 _LOG_LEVEL = {Severity.INFO: logging.INFO, Severity.WARNING: logging.WARNING, Severity.CRITICAL: logging.ERROR}
-#: kinds about one broker (by address) and about one name-server node
-_BROKER_KINDS = frozenset({AlertKind.BROKER_EXPIRED, AlertKind.BROKER_REMOVED, AlertKind.BROKER_FLAPPING})
-_NODE_KINDS = frozenset({AlertKind.NODE_SILENT, AlertKind.NODE_CLOCK_AHEAD})
-
-
-@dataclass(frozen=True, slots=True)
-class Alert:
-    kind: AlertKind
-    state: AlertState
-    severity: Severity
-    message: str
-    #: event time the incident opened or ended at (epoch ms); wall clock for MONITOR_LAGGING
-    event_time: int
-    cluster_name: str | None = None
-    broker_name: str | None = None
-    broker_addr: str | None = None
-    topic: str | None = None
-    node: str | None = None
-    #: GROUP_WITHOUT_MASTER, TOPIC_NOT_WRITABLE: every topic the group leaves without a writable queue, sorted
-    topics: tuple[str, ...] = ()
-
-    @property
-    def incident(self) -> str:
-        """What the alert is about; the OPEN and the RESOLVED of one incident share it."""
-        return incident_id(self.kind, self.cluster_name, self.broker_addr, self.broker_name, self.topic, self.node)
-
-    @property
-    def subject(self) -> str:
-        """What it concerns, in a few words: the broker, the broker group, the topic or the node."""
-        if self.kind in _BROKER_KINDS:
-            return " ".join(v for v in (self.broker_name, self.broker_addr) if v)
-        if self.kind in _NODE_KINDS:
-            return self.node or ""
-        return self.topic or self.broker_name or self.cluster_name or ""
-
-    @property
-    def shown_severity(self) -> Severity:
-        """The severity the log and the console give it: a resolution is news, not trouble (INFO); the
-        alert itself keeps the incident's severity, as Alertmanager's labels do."""
-        return Severity.INFO if self.state is AlertState.RESOLVED else self.severity
-
-    def resolved(self, message: str, event_time: int) -> Alert:
-        return replace(self, state=AlertState.RESOLVED, message=message, event_time=event_time)
-
-
-def incident_id(
-    kind: AlertKind | str,
-    cluster_name: str | None = None,
-    broker_addr: str | None = None,
-    broker_name: str | None = None,
-    topic: str | None = None,
-    node: str | None = None,
-) -> str:
-    kind = AlertKind(kind)
-    parts: tuple[str | None, ...]
-    if kind in _BROKER_KINDS:
-        parts = (cluster_name, broker_addr)
-    elif kind is AlertKind.GROUP_WITHOUT_MASTER or (kind is AlertKind.TOPIC_NOT_WRITABLE and not topic):
-        parts = (cluster_name, broker_name)
-    elif kind is AlertKind.TOPIC_NOT_WRITABLE:
-        parts = (topic,)  # one alert per topic, as versions before the grouping wrote them
-    elif kind in _NODE_KINDS:
-        parts = (node,)
-    else:
-        parts = ()
-    return "|".join([kind.value, *(p or "" for p in parts)])
-
-
-_FIELDS = (
-    ("kind", "kind"),
-    ("state", "state"),
-    ("severity", "severity"),
-    ("clusterName", "cluster_name"),
-    ("brokerName", "broker_name"),
-    ("brokerAddr", "broker_addr"),
-    ("topic", "topic"),
-    ("node", "node"),
-    ("eventTime", "event_time"),
-    ("message", "message"),
-)
-
-
-def encode_alert(alert: Alert, *, monitor: str, emitted_at: int, max_topics: int = MAX_NAMED_TOPICS) -> bytes:
-    """The alert's JSON, version 1; fields without a value are not written, and the Kafka key is ``id``::
-
-        {"v": 1, "id": "BROKER_EXPIRED|DefaultCluster|10.0.0.1:10911", "kind": "BROKER_EXPIRED",
-         "state": "OPEN", "severity": "CRITICAL", "clusterName": "DefaultCluster",
-         "brokerName": "broker-a", "brokerAddr": "10.0.0.1:10911", "eventTime": 1732240000000,
-         "message": "...", "monitor": "host:123", "emittedAt": 1732240001234}
-
-    Other fields: ``topic``, ``node``; for GROUP_WITHOUT_MASTER and TOPIC_NOT_WRITABLE, ``topics``
-    (the topics the group leaves without a writable queue: at most ``max_topics`` names, ordinary ones
-    first) and ``topicCount`` (how many there are in all).
-    """
-    out: dict[str, Any] = {"v": ALERT_VERSION, "id": alert.incident}
-    for name, attr in _FIELDS:
-        value = getattr(alert, attr)
-        if value is not None:
-            out[name] = str(value) if isinstance(value, enum.Enum) else value
-    out["message"] = cut(alert.message, MAX_MESSAGE_CHARS)
-    if alert.topics:
-        rank = {"topic": 0, "retry": 1, "system": 2}
-        named = sorted(alert.topics, key=lambda t: (rank[topic_class(t, alert.cluster_name, alert.broker_name)], t))
-        out["topics"] = named[:max_topics]
-        out["topicCount"] = len(alert.topics)
-    out["monitor"] = monitor
-    out["emittedAt"] = emitted_at
-    return orjson.dumps(out)
-
-
-def decode_alert(data: bytes | str) -> Alert:
-    """An alert from its JSON; ValueError when it is not a version-1 alert."""
-    raw = orjson.loads(data)
-    if not isinstance(raw, dict) or raw.get("v") != ALERT_VERSION:
-        raise ValueError(f"not a version-{ALERT_VERSION} alert: {raw!r:.80}")
-    try:
-        return Alert(
-            kind=AlertKind(raw["kind"]),
-            state=AlertState(raw["state"]),
-            severity=Severity(raw["severity"]),
-            message=str(raw["message"]),
-            event_time=int(raw["eventTime"]),
-            cluster_name=raw.get("clusterName"),
-            broker_name=raw.get("brokerName"),
-            broker_addr=raw.get("brokerAddr"),
-            topic=raw.get("topic"),
-            node=raw.get("node"),
-            topics=tuple(sorted(str(t) for t in raw.get("topics") or ())),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"malformed alert {raw!r:.80}: {exc}") from None
-
-
-def cut(text: str, limit: int) -> str:
-    """``text`` shortened to ``limit`` characters, saying how much was left out."""
-    if len(text) <= limit:
-        return text
-    note = f"... ({len(text) - limit} more characters)"
-    return text[: max(0, limit - len(note))] + note
 
 
 def log_line(alert: Alert) -> str:
@@ -232,26 +86,6 @@ def log_alert(alert: Alert) -> None:
 
 
 # --------------------------------------------------------------------------- driver-side incidents
-
-
-def topic_class(
-    topic: str, cluster_name: str | None = None, broker_name: str | None = None, names: frozenset[str] = frozenset()
-) -> str:
-    """``retry`` (``%RETRY%``/``%DLQ%``), ``system`` (what brokers create for themselves) or ``topic``.
-
-    ``names`` are the cluster and broker names known (brokers create topics named after them);
-    the incident's own cluster and group count whether or not the tables still hold them.
-    """
-    if topic.startswith(RETRY_PREFIXES):
-        return "retry"
-    if (
-        topic in SYSTEM_TOPICS
-        or topic.startswith(SYSTEM_TOPIC_PREFIX)
-        or topic in (cluster_name, broker_name, f"{cluster_name}_REPLY_TOPIC")
-        or topic in names
-    ):
-        return "system"
-    return "topic"
 
 
 def topics_summary(

@@ -23,6 +23,7 @@ from typing import Any
 from common import options, redis_clients
 from common.kafka_clients import BOOTSTRAP, SECURITY_KEYS, KafkaSecurity
 from common.options import ConfigError, Option
+from common.paging import http_url
 from common.properties import parse_properties
 from common.redis_keys import RedisKeys
 from namesrv.events.schema import MAX_NAME_CHARS
@@ -167,28 +168,9 @@ _MILLIS_OR_ZERO = options.integer(0, expected="milliseconds (an integer >= 0)")
 _COUNT = options.integer(1, expected="count (an integer >= 1)")
 _POSITIVE = options.integer(1)
 _OPTIONAL_POSITIVE = options.Converter(lambda raw: _POSITIVE(raw) if raw.strip() else None, "positive integer or empty")
-#: longest URL accepted; anything longer is a mistake
-_MAX_URL_CHARS = 2048
-
-
-def _http_url(raw: str) -> str:
-    """An http(s) URL with a host, or empty; ValueError otherwise."""
-    from urllib.parse import urlsplit
-
-    url = raw.strip()
-    if not url:
-        return ""
-    parts = urlsplit(url)
-    if len(url) > _MAX_URL_CHARS or parts.scheme not in ("http", "https") or not parts.hostname or parts.username:
-        raise ValueError(raw)
-    if any(c.isspace() or ord(c) < 32 for c in url):
-        raise ValueError(raw)
-    return url
-
-
-_URL = options.Converter(_http_url, "http:// or https:// URL with a host and no credentials, or empty")
+_URL = options.Converter(http_url, "http:// or https:// URL with a host and no credentials, or empty")
 _URLS = options.Converter(
-    lambda raw: tuple(_http_url(u) for u in raw.split(";") if u.strip()),
+    lambda raw: tuple(http_url(u) for u in raw.split(";") if u.strip()),
     "';'-separated http:// or https:// URLs with a host and no credentials, or empty",
 )
 

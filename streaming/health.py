@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import orjson
 
 from common import redis_clients
+from common.alerts import MAX_RESOLVED  # the nodes keep MONITOR_DOWN's resolutions there too
 from common.redis_keys import RedisKeys
 from namesrv.events.schema import (
     EPOCH_MILLIS,
@@ -47,8 +48,6 @@ SCAN_ON, SCAN_OFF = "SCAN_ON", "SCAN_OFF"
 
 MAX_BROKERS = 10_000
 MAX_NODES = 1_000
-#: resolved alerts kept in ``P:alerts:resolved``, newest first
-MAX_RESOLVED = 100
 #: open alerts the console reads (an incident storm can open thousands)
 MAX_OPEN_ALERTS = 500
 #: a health entry longer than this is not parsed (a real one is a few hundred bytes)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from common import redis_clients
+from common.alerts import NODE_OWNED_KINDS
 from common.redis_keys import RedisKeys
 from namesrv.events.schema import wall_ms
 from namesrv.protocol import bodies
@@ -71,9 +72,12 @@ class RedisRouteStore:
         alerts = {}
         for incident, raw in stored_alerts.items():
             try:
-                alerts[incident.decode()] = decode_alert(raw)
+                alert = decode_alert(raw)
             except ValueError:
                 log.warning("redis: ignoring malformed alert %r", incident)
+                continue
+            if alert.kind not in NODE_OWNED_KINDS:  # the nodes resolve what they opened; the job must not re-send it
+                alerts[incident.decode()] = alert
         model = RouteModel.from_snapshot(snap, settings, order_message_enable=order_message_enable)
         health = load_entries(self.client, k)
         return StoredState(snap.lineage, -1 if snap.batch_id is None else snap.batch_id, model, alerts, health)

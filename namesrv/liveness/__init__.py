@@ -9,14 +9,16 @@ that hand-over and what surrounds it (docs/internals/node-liveness.md tells the 
 * :class:`SilenceWatch`: the deadlines behind the SILENT events that let the monitor decide sooner;
 * :class:`UnregisterBatcher`: every decided removal, applied in batches off the event loop;
 * :class:`RedisFallback`: while the scan is on, dead brokers out of the routes in Redis (one node at a time);
+* :class:`MonitorDownPager` (:mod:`~namesrv.liveness.monitor_down`): the page when no monitor decides;
 * :class:`Departure`, :class:`Cause` and :mod:`~namesrv.liveness.departure`: why a broker left.
 
 The rest of the node imports from here, never from the modules (tests/unit/test_liveness_boundary.py).
 """
 
-from namesrv.liveness import departure
+from namesrv.liveness import departure, monitor_down
 from namesrv.liveness.departure import Cause, Departure
 from namesrv.liveness.expiry import ExpiryScan
+from namesrv.liveness.monitor_down import MonitorDownPager
 from namesrv.liveness.redis_fallback import Departures, RedisFallback, RedisLease
 from namesrv.liveness.silence import Silence, SilenceWatch
 from namesrv.liveness.unregister_batcher import MinIdOutlet, UnregisterBatcher, forward_min_broker_id_changes
@@ -28,6 +30,7 @@ __all__ = [
     "Departures",
     "ExpiryScan",
     "MinIdOutlet",
+    "MonitorDownPager",
     "MonitorWatchdog",
     "RedisFallback",
     "RedisLease",
@@ -36,4 +39,5 @@ __all__ = [
     "UnregisterBatcher",
     "departure",
     "forward_min_broker_id_changes",
+    "monitor_down",
 ]

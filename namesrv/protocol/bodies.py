@@ -44,9 +44,9 @@ __all__ = [
 #: line of ~40 bytes where the JSON body spends ~150, and the JSON body must fit one 16 MiB frame: so
 #: 16 MiB inflated holds four times the topics any uncompressed registration can carry
 MAX_INFLATED_SIZE = FRAME_MAX_LENGTH
-#: inflated per call to zlib: the GIL is held only between steps, for a copy of this size, and a bomb
-#: is refused within one step of the cap, whatever it would inflate to
-_INFLATE_STEP_BYTES = 256 * 1024
+#: compressed bytes given to zlib at a time while counting: deflate gives at most ~1,032 bytes for each,
+#: so no piece needs more than 64 KiB (heap memory, reused) and a bomb is refused within that of the cap
+_INFLATE_STEP_BYTES = 64
 _I32 = struct.Struct(">i")
 #: first byte of a zlib stream (deflate, 32 KiB window); a JSON body starts with '{'
 _ZLIB_FIRST_BYTE = 0x78
@@ -249,7 +249,7 @@ def _with_data_version(cached: RegisterBrokerBody, data_version: DataVersion) ->
 class _Reader:
     """Length-prefixed pieces of an inflated registration; every short read is a BodyError."""
 
-    def __init__(self, data: bytes | bytearray) -> None:
+    def __init__(self, data: bytes) -> None:
         self.data = data
         self.pos = 0
 
@@ -263,7 +263,7 @@ class _Reader:
         self.pos += 4
         return value
 
-    def chunk(self, what: str) -> bytes | bytearray:
+    def chunk(self, what: str) -> bytes:
         length = self.int32(f"length of the {what}")
         if length < 0 or length > len(self.data) - self.pos:
             raise BodyError(f"compressed RegisterBrokerBody: {what} length {length} exceeds the data")
@@ -277,25 +277,26 @@ class _Reader:
         return n
 
 
-def _inflate(body: bytes) -> bytearray:
-    """The inflated body, in steps (see _INFLATE_STEP_BYTES); one buffer grown in place, never joined
-    whole, as one call to zlib would (a copy of up to 16 MiB with the GIL held)."""
+def _inflate(body: bytes) -> bytes:
+    """The inflated body, or a BodyError as soon as it passes MAX_INFLATED_SIZE.
+
+    Inflated twice: first a few bytes at a time, each piece counted and dropped, so that refusing a
+    bomb costs the cap's worth of inflating and never a large buffer to fill, copy or free (each of
+    those holds the GIL); then, within the cap, at once into memory of the size counted.
+    """
     inflater = zlib.decompressobj()
-    out = bytearray()
-    rest = body
+    view = memoryview(body)
+    size = 0
     try:
-        while True:
-            step = inflater.decompress(rest, _INFLATE_STEP_BYTES)
-            out += step
-            if len(out) > MAX_INFLATED_SIZE:
+        for start in range(0, len(body), _INFLATE_STEP_BYTES):
+            size += len(inflater.decompress(view[start : start + _INFLATE_STEP_BYTES]))
+            if size > MAX_INFLATED_SIZE:
                 raise BodyError(f"compressed RegisterBrokerBody inflates beyond {MAX_INFLATED_SIZE} bytes")
             if inflater.eof:
-                return out
-            if len(step) < _INFLATE_STEP_BYTES:  # zlib took all the input, and the stream goes on
-                raise BodyError("compressed RegisterBrokerBody is truncated")
-            rest = inflater.unconsumed_tail
+                return zlib.decompress(body, bufsize=max(size, 1))
     except zlib.error as e:
         raise BodyError(f"compressed RegisterBrokerBody is not a zlib stream: {e}") from None
+    raise BodyError("compressed RegisterBrokerBody is truncated")
 
 
 def _decode_compressed(body: bytes, version: int) -> RegisterBrokerBody:

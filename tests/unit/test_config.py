@@ -238,6 +238,7 @@ def test_options_marked_without_effect_are_exactly_those_nothing_reads() -> None
     # kv_config_file, config_blacklist, acl_file_path
     read_in_config_py = {"kvConfigPath", "configStorePath", "configBlackList", "aclFile", "rocketmqHome"}
     read_in_config_py |= {o.key for o in OPTIONS if o.key.startswith("kafka.")}  # kafka_security
+    read_in_config_py |= {"alerts.alertmanagerUrl", "alerts.webhookUrl"}  # alert_receivers
     for opt in OPTIONS:
         read = opt.key in read_in_config_py or opt.attr in names
         assert read == opt.effect, f"{opt.key}: read={read}, marked effect={opt.effect}"
