@@ -168,3 +168,12 @@ def test_thousands_of_topics_are_written_and_removed_in_one_batch(store, redis_u
     stored = store.load()
     assert sorted(stored.model.topics()) == ["C1", "T1", "T2"]
     assert stored.model.changes().empty
+
+
+def test_a_restarted_job_leaves_the_alert_the_nodes_own_to_them(store):
+    """MONITOR_DOWN is opened and resolved by the nodes: a job that loads it would re-send it for ever."""
+    model = RouteModel()
+    model.apply_event(A0)
+    down = Alert(AlertKind.MONITOR_DOWN, AlertState.OPEN, Severity.CRITICAL, "no monitor decides", T0)
+    store.commit("q1", 0, model.changes(), [expired_alert(), down], watermark=T0, replace=True)
+    assert set(store.load().alerts) == {expired_alert().incident}
