@@ -5,9 +5,10 @@ happens in :mod:`namesrv.handlers` (or in :mod:`namesrv.repeats`, for a repeat o
 request).  A connection that closes, or stays idle past ``serverChannelMaxIdleTimeSeconds``,
 unregisters the brokers registered on it and tells the observer why (a
 :class:`~namesrv.liveness.Departure`); a node that stops reports none of its own closes.  Memory held
-for peers has one node-wide budget, large frames are read at a node-wide pace, and a peer that does
-not read its answers is held back rather than refused: docs/internals/remoting-server.md says how
-and why.  Time comes from the injected ``clock``, so a test drives the idle scan without waiting.
+for peers has one node-wide budget, large frames are read at a node-wide pace, work off the loop has a
+per-connection budget, and a peer that does not read its answers is held back rather than refused:
+docs/internals/remoting-server.md says how and why.  Time comes from the injected ``clock``, so a
+test drives the idle scan without waiting.
 """
 
 from __future__ import annotations
@@ -78,8 +79,8 @@ _TLS_CLIENTS_REMEMBERED = 1024
 #: CPU seconds of work off the loop (inflating and parsing registrations, writing the configuration)
 #: one connection may cause per second; past its credit it is not read until the credit is back
 WORK_CPU_PER_S = 0.1
-#: the most credit a connection holds: well above what a broker's largest registration costs
-WORK_CPU_BURST_S = 0.25
+#: the most credit a connection holds: more than the largest plain registration (100,000 topics) costs
+WORK_CPU_BURST_S = 1.0
 #: how soon a closed connection's brokers are looked up again when the route tables were busy
 _TABLES_BUSY_RETRY_S = 0.01
 _drop_log = RateLimited(log, per_minute=_DROP_LOG_PER_MINUTE)
@@ -313,12 +314,10 @@ class Connection(asyncio.BufferedProtocol):
             self.server.account(self)
 
     def _charge_work(self, cpu_seconds: float) -> None:
-        """Spend credit for work off the loop; in debt, rest until it is earned back at WORK_CPU_PER_S.
-
-        The work is done and answered by then: only this connection's next requests wait (a bomb
-        refused costs the work up to the 16 MiB cap; a peer sending them back to back gets no more
-        than its share of the worker thread, and of the CPU the loop needs).
-        """
+        """Spend credit on work done off the loop for this peer; in debt, it rests (neither read nor
+        answered) until WORK_CPU_PER_S has earned the debt back.  That work's answer is already out:
+        only the requests after it wait, and a peer sending bombs back to back gets its share of the
+        worker thread and no more."""
         now = self.server.clock()
         earned = self.work_credit + (now - self.work_credit_at) * WORK_CPU_PER_S
         self.work_credit, self.work_credit_at = min(earned, WORK_CPU_BURST_S) - cpu_seconds, now

@@ -44,8 +44,8 @@ __all__ = [
 #: line of ~40 bytes where the JSON body spends ~150, and the JSON body must fit one 16 MiB frame: so
 #: 16 MiB inflated holds four times the topics any uncompressed registration can carry
 MAX_INFLATED_SIZE = FRAME_MAX_LENGTH
-#: compressed bytes given to zlib at a time while counting: deflate gives at most ~1,032 bytes for each,
-#: so no piece needs more than 64 KiB (heap memory, reused) and a bomb is refused within that of the cap
+#: compressed bytes given to zlib at a time while counting: deflate gives at most 1,032 bytes for each,
+#: so no piece is over 66 KB (heap memory, reused) and a bomb is refused within a piece of the cap
 _INFLATE_STEP_BYTES = 64
 _I32 = struct.Struct(">i")
 #: first byte of a zlib stream (deflate, 32 KiB window); a JSON body starts with '{'

@@ -49,7 +49,7 @@ def _registration(ext: dict[str, str], body: bytes, compressed: bool) -> bytes:
 
 #: what the bombs of issue 25 inflate to (1.2 GB, from a frame of 1.2 MB)
 GIGABYTE_BOMB = 1200 * MiB
-#: past the node's 16 MiB cap from a body of about 32 KB: small enough that a node may inflate it in place
+#: past the node's 16 MiB cap from a body of about 32 KB, the size of a small broker's registration
 SMALL_BOMB = 32 * MiB
 
 

@@ -225,6 +225,33 @@ def test_zip_bomb_is_refused(monkeypatch):
         decode_register_broker_body(bomb, compressed=True, version=479)
 
 
+def test_a_zip_bomb_is_refused_within_a_piece_of_the_cap_the_rest_never_inflated(monkeypatch):
+    monkeypatch.setattr(bodies, "MAX_INFLATED_SIZE", 1024 * 1024)
+    inflated: list[int] = []
+    real = zlib.decompressobj
+
+    class Counting:
+        def __init__(self) -> None:
+            self.inner = real()
+
+        def decompress(self, data, *args):
+            out = self.inner.decompress(data, *args)
+            inflated.append(len(out))
+            return out
+
+        @property
+        def eof(self) -> bool:
+            return self.inner.eof
+
+    monkeypatch.setattr(bodies.zlib, "decompressobj", Counting)
+    bomb = zlib.compress(bytes(32 * 1024 * 1024), 9)
+    with pytest.raises(BodyError, match="inflates beyond"):
+        decode_register_broker_body(bomb, compressed=True, version=479)
+    # a piece is what 64 compressed bytes inflate to: deflate's best is 1,032 to 1
+    piece = 64 * 1032
+    assert 1024 * 1024 < sum(inflated) <= 1024 * 1024 + piece and max(inflated) <= piece
+
+
 # ---------------------------------------------------------------------------------------------
 # DataVersion, route, KV table, topic list
 

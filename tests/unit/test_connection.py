@@ -28,7 +28,7 @@ from namesrv.protocol.codec import FrameDecoder, encode
 from namesrv.protocol.codes import FRAME_MAX_LENGTH, RequestCode, ResponseCode
 from namesrv.protocol.command import RemotingCommand, request
 from namesrv.server import Connection, RemotingServer
-from tests.support.attacks import json_frame
+from tests.support.attacks import SMALL_BOMB, json_frame, zip_bomb_registration
 from tests.support.brokers import registration
 from tests.support.wait import wait_until
 
@@ -594,6 +594,32 @@ def test_a_connection_held_back_past_the_limit_is_closed_unless_a_broker_registe
     harness.loop.run_ready()
     assert attacker.decoder.buffered == 0 and harness.server.held_total == 600 * KiB  # freed at once
     assert harness.observer.seen == {}  # no broker was unregistered
+
+
+def test_a_connection_past_its_credit_for_work_off_the_loop_rests_while_others_are_served(harness, monkeypatch):
+    monkeypatch.setattr(server_mod, "WORK_CPU_BURST_S", 0.0)  # no credit: the first bomb puts it in debt
+    bomber, bomber_t = harness.connect(7000)
+    bomb = zip_bomb_registration(SMALL_BOMB)  # a small body: inflated off the loop all the same
+    bomber.data_received(bomb + bomb)
+    assert bomber.pending is not None
+    wait_until(lambda: harness.loop.ready, 30, "the first bomb to be refused off the loop")
+    harness.loop.run_ready()
+    (refused,) = bomber_t.peer_reads()
+    assert refused.code == ResponseCode.SYSTEM_ERROR and "inflates beyond" in refused.remark
+    # the second bomb, already received, waits with the socket until the debt is earned back
+    assert bomber.resting and not bomber_t.reading and bomber.pending is None
+    rest = -bomber.work_credit / server_mod.WORK_CPU_PER_S
+    assert rest > 0
+    client, client_t = harness.connect(7001)
+    client.data_received(route_frame(2))
+    assert [a.opaque for a in client_t.peer_reads()] == [2]
+    harness.loop.advance(rest * 0.9)
+    assert bomber.resting and bomber.pending is None
+    harness.loop.advance(rest * 0.2)
+    assert not bomber.resting and bomber.pending is not None
+    wait_until(lambda: harness.loop.ready, 30, "the second bomb to be refused")
+    harness.loop.run_ready()
+    assert [a.code for a in bomber_t.peer_reads()] == [ResponseCode.SYSTEM_ERROR]
 
 
 # --------------------------------------------------------------------------- metrics
