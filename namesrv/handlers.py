@@ -391,8 +391,8 @@ def get_kvlist_by_namespace(node: HandlerContext, request: RemotingCommand, chan
 #: route tables have their own lock; route answers served from the cache meanwhile need no lock.
 OFF_LOOP_BODY_BYTES = 64 * 1024
 #: ... unless it is the topic table its broker registered last (the common case: every 30 s) and at
-#: most this large: then nothing is parsed, and the rows of ~2,000 topics are checked in about a
-#: millisecond, less than the hop to the worker thread and back costs the loop
+#: most this large: then nothing is parsed and the rows are mostly known to be written, which costs the
+#: loop less than the hop to the worker thread and back (docs/internals/caches.md)
 REUSED_ON_LOOP_BODY_BYTES = 256 * 1024
 
 

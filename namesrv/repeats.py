@@ -7,7 +7,7 @@ opaque's digits must match what was learnt, and the answer is a remembered frame
 digits put back in.  A frame is learnt the second time it is seen, only once parsing proves its
 digits are the opaque, and an entry is dropped whenever what its answer depends on changes.
 Nothing is repeated with ACL on, for non-JSON headers or for large frames; entries are bounded in
-bytes, and everything runs on the event loop.  ``docs/internals/codec.md`` has the exact rules.
+bytes, and everything runs on the event loop.  ``docs/internals/caches.md`` has the exact rules.
 """
 
 from __future__ import annotations

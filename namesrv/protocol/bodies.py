@@ -148,9 +148,8 @@ class RegisterBodyCache:
     loop both decode.
     """
 
-    #: sum of the tails of the remembered bodies (~120,000 topics of a usual shape); what stays in memory is
-    #: about 2.7x the text (the tail itself, and 236 bytes a topic parsed, ~180 beyond the route tables: they
-    #: share the names)
+    #: sum of the tails of the remembered bodies; what each costs in memory beside its tail, and what the
+    #: cache pays, is in docs/internals/caches.md
     MAX_TAIL_BYTES = 16 * 1024 * 1024
 
     def __init__(self, max_tail_bytes: int = MAX_TAIL_BYTES) -> None:
@@ -202,12 +201,6 @@ class RegisterBodyCache:
         if m is None:
             return None
         return DataVersion(int(m[1]), int(m[2]), int(m[3])), m.end()
-
-    def forget(self, key: Hashable) -> None:
-        with self._lock:
-            entry = self._entries.pop(key, None)
-            if entry is not None:
-                self._bytes -= len(entry[0])
 
     def _remember(self, key: Hashable, tail: bytes, decoded: RegisterBrokerBody) -> None:
         if len(tail) > self.max_tail_bytes:
