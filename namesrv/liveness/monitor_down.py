@@ -34,6 +34,7 @@ from common.paging import (
 from common.redis_keys import RedisKeys
 from namesrv.config import NamesrvConfig, alert_receivers
 from namesrv.events.schema import wall_ms
+from namesrv.liveness.redis_fallback import connect_node_redis
 from namesrv.liveness.watchdog import MonitorWatchdog
 
 log = logging.getLogger("namesrv.liveness")
@@ -120,16 +121,12 @@ class MonitorDownPager:
         """The pager of a node with ``redisUrl`` and a receiver; None (and why, logged) otherwise."""
         alertmanagers, webhook = alert_receivers(config)
         settings = PagingSettings(alertmanagers, webhook, config.alerts_resend_interval_millis, monitor=node)
-        url = config.redis_url.strip()
-        if not settings.enabled or not url:
+        if not settings.enabled or not config.redis_url.strip():
             return None
-        try:
-            client = redis_clients.connect(url, timeout_s=2.0, retries=False, key="redisUrl")
-        except redis_clients.RedisUrlError as exc:
-            log.warning("no MONITOR_DOWN page from this node: %s", exc)
-            return None
-        keys = RedisKeys(config.redis_key_prefix, hash_tag=redis_clients.is_cluster(url))
-        return cls(client, keys, node, watchdog, settings, config.alerts_monitor_lag_millis)
+        connected = connect_node_redis(config, "no MONITOR_DOWN page from this node")
+        return (
+            None if connected is None else cls(*connected, node, watchdog, settings, config.alerts_monitor_lag_millis)
+        )
 
     async def run(self) -> None:
         from redis.exceptions import RedisError  # imported by nodes that have Redis only

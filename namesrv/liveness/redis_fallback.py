@@ -115,6 +115,18 @@ class RedisLease:
         self.client.eval(_RELEASE, 1, self.key, self.owner)
 
 
+def connect_node_redis(config: NamesrvConfig, without: str) -> tuple[redis_clients.Client, RedisKeys] | None:
+    """A node's client of ``redisUrl`` and the key layout under its prefix; None, and a warning starting
+    with ``without`` (what the node goes without), when the URL cannot work."""
+    url = config.redis_url.strip()
+    try:
+        client = redis_clients.connect(url, timeout_s=2.0, retries=False, key="redisUrl")
+    except redis_clients.RedisUrlError as exc:
+        log.warning("%s: %s", without, exc)
+        return None
+    return client, RedisKeys(config.redis_key_prefix, hash_tag=redis_clients.is_cluster(url))
+
+
 class RedisFallback:
     """The fallback writer of one node: runs while its expiry scan is on, writes while it holds the lease."""
 
@@ -139,14 +151,8 @@ class RedisFallback:
         cls, config: NamesrvConfig, owner: str, routes: RouteInfoManager, expiry: ExpiryScan
     ) -> RedisFallback | None:
         """The writer of a node with ``redisUrl``; None, and a warning, when the URL cannot work."""
-        url = config.redis_url.strip()
-        try:
-            client = redis_clients.connect(url, timeout_s=2.0, retries=False, key="redisUrl")
-        except redis_clients.RedisUrlError as exc:
-            log.warning("no fallback writer for the routes in Redis: %s", exc)
-            return None
-        keys = RedisKeys(config.redis_key_prefix, hash_tag=redis_clients.is_cluster(url))
-        return cls(client, keys, owner, routes, expiry, config)
+        connected = connect_node_redis(config, "no fallback writer for the routes in Redis")
+        return None if connected is None else cls(*connected, owner, routes, expiry, config)
 
     async def run(self, worker: Executor) -> None:
         loop = asyncio.get_running_loop()

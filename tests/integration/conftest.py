@@ -35,6 +35,7 @@ from tests.integration.backends import (
     parse_settings,
 )
 from tests.integration.images import build
+from tests.support import alertmanager
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -175,3 +176,12 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     redis.start()
     yield redis.url
     redis.stop()
+
+
+@pytest.fixture
+def am(tmp_path) -> Iterator[alertmanager.Alertmanager]:
+    """A real Alertmanager of its own for one test (skip the module where none is installed)."""
+    server = alertmanager.Alertmanager(tmp_path)
+    server.start()
+    yield server
+    server.stop()

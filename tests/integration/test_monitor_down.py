@@ -45,14 +45,6 @@ class _Keeper(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def am(tmp_path) -> Iterator[alertmanager.Alertmanager]:
-    server = alertmanager.Alertmanager(tmp_path)
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def webhook() -> Iterator[str]:
     _Keeper.alerts = []
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Keeper)

@@ -13,7 +13,6 @@ import http.server
 import json
 import threading
 import time
-from collections.abc import Iterator
 
 import orjson
 import pytest
@@ -35,14 +34,6 @@ pytestmark = [
 
 ADDR = "10.0.0.1:1"
 RESEND_MS = 1000
-
-
-@pytest.fixture
-def am(tmp_path) -> Iterator[alertmanager.Alertmanager]:
-    server = alertmanager.Alertmanager(tmp_path)
-    server.start()
-    yield server
-    server.stop()
 
 
 def expired_alert(state: AlertState, t: int, severity: Severity = Severity.CRITICAL) -> dict:
