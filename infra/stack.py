@@ -1,10 +1,11 @@
 """The whole system on one machine: ``make run`` and ``make stop``.
 
-``up`` starts, in order, the local Apache Kafka and Redis (:mod:`infra.services`), the name-server
-nodes, the cluster-health console (:class:`ConsoleService`) and the Spark streaming job in local
-mode, prints where everything is, and stays in the foreground restarting whatever dies; Ctrl-C or
-SIGTERM stops everything it started, by PID.  ``down`` (``make stop``) stops a running ``up`` first,
-so that nothing it stops is restarted behind its back, then whatever the pidfiles still name.
+``up`` starts, in order, the local Apache Kafka and Redis (:mod:`infra.services`), the Spark streaming
+job in local mode (its slow start overlaps the rest), the name-server nodes and the cluster-health
+console (:class:`ConsoleService`), prints where everything is, and stays in the foreground
+restarting whatever dies; Ctrl-C or SIGTERM stops everything it started, by PID.  ``down`` (``make
+stop``) stops a running ``up`` first, so that nothing it stops is restarted behind its back, then
+whatever the pidfiles still name.
 ``status`` prints one line per service.  Every service is a child process in a session of its own
 with a pidfile and a log in the run dir; a :class:`Supervisor` polls their PIDs and restarts a dead
 one with back-off (:class:`RestartPolicy`), after ending what it left in its session, while the rest
@@ -48,6 +49,7 @@ from infra.services import (
 )
 from namesrv import procfs
 from streaming.config import load_config as load_streaming_config
+from streaming.session import launch_settings
 
 log = logging.getLogger("infra.stack")
 REPO = Path(__file__).resolve().parents[1]
@@ -211,7 +213,17 @@ class StreamingJob(ProcessService):
         # no --master: the job's spark.master (conf, -D) is applied by the session builder and wins;
         # --jars: Spark's Kafka connector, which the driver's JVM (spark-submit's) must start with
         jars = f"{jvm_jars('spark-kafka')}/*.jar"
-        return [str(binary), "--jars", jars, str(self._script()), "-c", str(self.conf), *sets]
+        return [str(binary), "--jars", jars, *self._driver_java_options(), str(self._script()), "-c", str(self.conf),
+                *sets]  # fmt: skip
+
+    def _driver_java_options(self) -> list[str]:
+        """spark-submit starts the driver's JVM: the options the job would give its own launcher (a faster start)."""
+        try:
+            cfg = load_streaming_config(self.conf, self.overrides)
+        except ConfigError:
+            return []  # the job will not start either, and says why
+        options = launch_settings(cfg).get("spark.driver.extraJavaOptions")
+        return ["--driver-java-options", options] if options else []
 
     def _environment(self) -> dict[str, str] | None:
         if self.launcher is Launcher.PYTHON:
@@ -554,6 +566,23 @@ def build_stack(args: argparse.Namespace) -> list[ProcessService]:
     run_dir = services.run_dir
     stack: list[ProcessService] = [KafkaService.from_config(services), RedisService.from_config(services)]
     monitor_metrics, node_metrics = metrics_ports(args.metrics_base, len(args.node_ports))
+    # the job right after Kafka and Redis, all it needs: its JVM's start, the longest, overlaps the nodes' and
+    # the console's, and the first decision comes sooner after `make run`
+    if not args.no_streaming:
+        stack.append(
+            StreamingJob(
+                run_dir=run_dir,
+                conf=args.streaming_conf,
+                overrides={
+                    "kafka.bootstrap": services.kafka_bootstrap,
+                    "redis.url": services.redis_url,
+                    "monitor.checkpointDir": str(run_dir / "streaming" / "checkpoint"),
+                    "monitor.metricsPort": str(monitor_metrics),
+                    "monitor.metricsBindAddress": args.bind,
+                },
+                launcher=args.streaming_launcher,
+            )
+        )
     for port, metrics_port in zip(args.node_ports, node_metrics, strict=True):
         stack.append(
             NodeService(
@@ -574,21 +603,6 @@ def build_stack(args: argparse.Namespace) -> list[ProcessService]:
         )
     if args.console_port:
         stack.append(ConsoleService(port=args.console_port, run_dir=run_dir, redis_url=services.redis_url))
-    if not args.no_streaming:
-        stack.append(
-            StreamingJob(
-                run_dir=run_dir,
-                conf=args.streaming_conf,
-                overrides={
-                    "kafka.bootstrap": services.kafka_bootstrap,
-                    "redis.url": services.redis_url,
-                    "monitor.checkpointDir": str(run_dir / "streaming" / "checkpoint"),
-                    "monitor.metricsPort": str(monitor_metrics),
-                    "monitor.metricsBindAddress": args.bind,
-                },
-                launcher=args.streaming_launcher,
-            )
-        )
     return stack
 
 

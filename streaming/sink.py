@@ -374,7 +374,13 @@ class BatchSink:
 
 
 class MonitorHeartbeat(threading.Thread):
-    """Calls :meth:`BatchSink.monitor_tick` every ``interval_s``, whether or not batches run."""
+    """Calls :meth:`BatchSink.monitor_tick` every ``interval_s``, whether or not batches run.
+
+    Until this run's first MONITOR_HEARTBEAT it calls every :attr:`FIRST_BEAT_POLL_S` instead: the nodes
+    hand expiry back at that beat, which should follow the first batch that allows it, not an interval later.
+    """
+
+    FIRST_BEAT_POLL_S = 0.2
 
     def __init__(self, sink: BatchSink, interval_s: float) -> None:
         super().__init__(name="monitor-heartbeat", daemon=True)
@@ -382,8 +388,14 @@ class MonitorHeartbeat(threading.Thread):
         self.interval_s = interval_s
         self.stopped = threading.Event()
 
+    def next_tick_s(self) -> float:
+        """Seconds until the next call: :attr:`FIRST_BEAT_POLL_S` until this run's first beat, then ``interval_s``."""
+        if self.sink.status.actions_published.get(ActionType.MONITOR_HEARTBEAT.value):
+            return self.interval_s
+        return min(self.interval_s, self.FIRST_BEAT_POLL_S)
+
     def run(self) -> None:
-        while not self.stopped.wait(self.interval_s):
+        while not self.stopped.wait(self.next_tick_s()):
             try:
                 self.sink.monitor_tick()
             except Exception as exc:  # noqa: BLE001 - keep beating; the next tick retries

@@ -108,10 +108,13 @@ def test_the_connector_s_jars_are_those_make_setup_resolved_unless_spark_jars_na
     # the driver's JVM starts with them: by default the tree's build/jvm/spark-kafka, else the operator's spark.jars
     assert CONNECTOR_DIR == REPO / "build" / "jvm" / "spark-kafka"
     shipped = load_config(REPO / "conf" / "streaming.properties", base_dir=tmp_path)
+    c1_only = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}  # the driver's JVM starts faster
     if any(CONNECTOR_DIR.glob("*.jar")):
-        assert session.launch_settings(shipped) == {"spark.jars": connector_jars()}
+        assert session.launch_settings(shipped) == {"spark.jars": connector_jars(), **c1_only}
     given = load_config(None, {"spark.jars": "/opt/jars/*.jar"}, base_dir=tmp_path)
-    assert session.launch_settings(given) == {"spark.jars": "/opt/jars/*.jar"}
+    assert session.launch_settings(given) == {"spark.jars": "/opt/jars/*.jar", **c1_only}
+    own = load_config(None, {"spark.jars": "/opt/a.jar", "spark.driver.extraJavaOptions": "-Xss4m"}, base_dir=tmp_path)
+    assert session.launch_settings(own) == {"spark.jars": "/opt/a.jar", "spark.driver.extraJavaOptions": "-Xss4m"}
 
 
 def test_the_source_reads_with_spark_s_connector_and_its_consumers_tuned(tmp_path):

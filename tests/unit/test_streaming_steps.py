@@ -16,7 +16,7 @@ from streaming import events, job
 from streaming.alerts import decode_alert
 from streaming.events import parse_record
 from streaming.liveness import KIND_ACTION, KIND_ROUTE
-from streaming.sink import order_key
+from streaming.sink import MonitorHeartbeat, order_key
 from tests.support.streaming import T0, YEAR_2100, make_sink, out_row
 from tests.unit.test_event_schema import EVENTS
 
@@ -54,6 +54,22 @@ def test_the_monitor_heartbeat_goes_out_only_while_deciding_and_lag_is_an_incide
     sink.status.watermark_ms = now[0] - delay
     sink.monitor_tick()
     assert len(beats()) == 2
+
+
+def test_the_heartbeat_looks_often_until_its_first_beat_then_beats_at_its_interval():
+    now = [T0 + 100_000]
+    sink, _ = make_sink(None, "s6")
+    sink.clock = lambda: now[0]
+    sink.set_lineage("q")
+    heartbeat = MonitorHeartbeat(sink, interval_s=5.0)
+    # the nodes hand expiry back at the first beat: it follows the first batch that allows it, not 5 s later
+    assert heartbeat.next_tick_s() == MonitorHeartbeat.FIRST_BEAT_POLL_S < 0.5
+    sink.monitor_tick()
+    assert heartbeat.next_tick_s() < 0.5  # no batch yet: no beat
+    sink.status.last_batch_done_at = now[0]
+    sink.status.watermark_ms = now[0] - sink.cfg.watermark_delay_millis
+    sink.monitor_tick()
+    assert heartbeat.next_tick_s() == 5.0
 
 
 def test_events_ahead_of_the_clock_open_an_alert_naming_the_node_which_ends_when_they_stop():
