@@ -2,7 +2,8 @@
 
 One world per release, shared by the module's tests so its JVMs start once: two of our nodes (A
 and B, in this process), Apache's NameServer of that release, and one broker of that release
-registered with all of them. The 4.x world also runs Apache's 5.3.3 NameServer, because 5.3.3 is the
+registered with all of them. The broker is also given a third node with ``aclEnable=true`` and nobody
+whitelisted, which it cannot register with since it signs nothing (the last test). The 4.x world also runs Apache's 5.3.3 NameServer, because 5.3.3 is the
 version our node implements and the spec fixes its answers byte for byte; the 4.9.7 NameServer's
 answers must then equal ours apart from what 5.0 changed (``FIVE_ZERO``). The jars are the pinned
 ones ``make setup`` resolved (:mod:`tests.support.rocketmq`).
@@ -13,6 +14,7 @@ QUERY_DATA_VERSION), i.e. after the same registrations reached all of them.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -22,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from namesrv.acl import BROKER_WARNING_S
 from namesrv.client import NameServerClient
 from namesrv.protocol import fastjson
 from namesrv.protocol.codes import RequestCode, Version
@@ -39,6 +42,7 @@ from tests.support.rocketmq import (
     java_broker,
     java_namesrv,
     mqadmin,
+    registered,
     split_frame,
     stored_data_version,
 )
@@ -50,6 +54,25 @@ pytestmark = [pytest.mark.rocketmq, pytest.mark.timeout(600)]
 JAVA_CLIENT, OLD_CLIENT = int(Version.CURRENT), 63
 MESSAGES = 40
 KV = ("RealNamespace", "realKey", "a value/with:{json} characters")
+#: the broker's registration period: RocketMQ's shortest (its default is 30 s, the first repeat comes 10 s
+#: after start-up either way), so an ACL node sees it retry within a test's patience
+REGISTER_PERIOD_MS = 10_000
+#: the ACL node's accounts file at first: ACL on, no account, nobody whitelisted (RocketMQ's own is empty)
+NOBODY_LISTED = "globalWhiteRemoteAddresses: []\naccounts: []\n"
+
+
+class Records(logging.Handler):
+    """Every record of a logger, kept for the assertions (the node logs from its own thread)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def messages(self, level: int = logging.DEBUG) -> list[str]:
+        return [r.getMessage() for r in list(self.records) if r.levelno >= level]
 
 
 @dataclass
@@ -64,9 +87,15 @@ class World:
     java5: JavaNamesrv
     broker: JavaBroker
     probe_classes: Path
+    #: our node with aclEnable=true, which the broker is given too, and its accounts file
+    acl: NodeThread
+    acl_file: Path
+    #: everything the ACL node's refusals logged (logger namesrv.acl, from DEBUG up) while the world lived
+    acl_log: Records
 
     def namesrvs(self) -> dict[str, str]:
-        """Every name server the broker registered with, by label (one Java NameServer in the 5.x world)."""
+        """Every name server the broker registered with, by label (one Java NameServer in the 5.x world);
+        not the ACL node, which refuses it."""
         return {
             "node A": self.a.addr,
             "node B": self.b.addr,
@@ -89,16 +118,36 @@ def world(request, tmp_path_factory) -> Iterator[World]:
     base = tmp_path_factory.mktemp(release.server_module)
     # javac first: it would compete with the JVMs starting below for the two cores
     classes = compile_client_probe(release, base / "probe-classes")
+    acl_file = base / "plain_acl.yml"
+    acl_file.write_text(NOBODY_LISTED)
+    acl_log, acl_logger = Records(), logging.getLogger("namesrv.acl")
     with ExitStack() as stack:
-        (base / "node-a").mkdir()
-        (base / "node-b").mkdir()
+        for home in ("node-a", "node-b", "node-acl"):
+            (base / home).mkdir()
         a = stack.enter_context(running_node(base / "node-a"))
         b = stack.enter_context(running_node(base / "node-b"))
+        # a changed accounts file is read again within 0.2 s
+        acl_props = {"aclEnable": "true", "aclFile": str(acl_file), "aclReloadIntervalMillis": "200"}
+        acl = stack.enter_context(running_node(base / "node-acl", **acl_props))
         java = stack.enter_context(java_namesrv(release, base, "namesrv"))
         java5 = java if release == ROCKETMQ_5 else stack.enter_context(java_namesrv(ROCKETMQ_5, base, "namesrv-5"))
         addrs = list(dict.fromkeys([a.addr, b.addr, java.addr, java5.addr]))
-        broker = stack.enter_context(java_broker(release, base, addrs))
-        yield World(release, base, a, b, java, java5, broker, classes)
+        # a repeated refusal is logged at DEBUG: kept here to see that the broker tried again
+        level = acl_logger.level
+        acl_logger.setLevel(logging.DEBUG)
+        acl_logger.addHandler(acl_log)
+        stack.callback(acl_logger.setLevel, level)
+        stack.callback(acl_logger.removeHandler, acl_log)
+        broker = stack.enter_context(
+            java_broker(
+                release,
+                base,
+                [*addrs, acl.addr],
+                refused_by=[acl.addr],
+                extra={"registerNameServerPeriod": str(REGISTER_PERIOD_MS)},
+            )
+        )
+        yield World(release, base, a, b, java, java5, broker, classes, acl, acl_file, acl_log)
 
 
 def settled(world: World) -> None:
@@ -302,3 +351,71 @@ def test_mqadmin_reads_the_same_from_our_node_as_from_java(world):
     ours, java = (world.mqadmin("topicList", "-n", addr) for addr in (world.a.addr, world.java.addr))
     assert world.broker.name in ours.split()
     assert sorted(ours.split()) == sorted(java.split())
+
+
+# --------------------------------------------------------------------------- a node with ACL on (issue 25)
+
+#: the one WARNING the ACL node gives about a broker it refuses: who, from where, and what to change where
+REFUSED_BROKER = re.compile(
+    r"refused broker (?P<name>\S+) at (?P<addr>\S+) \(cluster (?P<cluster>\S+), connected from (?P<peer>\S+)\):"
+    r" No accessKey is configured: request code=103 .*; to let it register,"
+    r" list its address (?P<listed>\S+) in globalWhiteRemoteAddresses of aclFile=(?P<file>\S+)"
+    r" \(said once per broker every (?P<hours>\S+) h\)"
+)
+
+
+def whitelist_advice(message: str, broker: JavaBroker, acl_file: Path) -> str | None:
+    """The address the node's warning says to list, when ``message`` is that warning about ``broker``
+    (its name, address and cluster, the address it connected from, the key and the file); else None."""
+    m = REFUSED_BROKER.fullmatch(message)
+    if m is None:
+        return None
+    said = (m["name"], m["addr"], m["cluster"], m["peer"].rpartition(":")[0], m["file"], m["hours"])
+    meant = (broker.name, broker.addr, broker.cluster, m["listed"], str(acl_file), f"{BROKER_WARNING_S / 3600:g}")
+    return m["listed"] if said == meant else None
+
+
+def broker_log(broker: JavaBroker) -> str:
+    try:
+        return broker.process.log.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def test_an_acl_node_refuses_the_unsigned_broker_names_it_once_and_takes_it_once_listed(world):
+    """A broker that signs nothing (4.9 cannot; 5.3.3 is given no account here) on a node with
+    aclEnable=true and nobody whitelisted: refused with code 16 at
+    every registration while its console says "boot success"; the node names it and the fix in one
+    WARNING however often it retries, and takes it once its address is listed as that WARNING says."""
+    broker, node, wait_s = world.broker, world.acl, 6 * REGISTER_PERIOD_MS / 1000
+
+    def refused() -> int:
+        return node.call(lambda: node.running.context.acl.refused)
+
+    def tried_again() -> list[str]:
+        return [m for m in world.acl_log.messages() if m.startswith("refused code=103 ") and " again: " in m]
+
+    # the broker was answered NO_PERMISSION with the node's remark, at start-up and again a period later
+    # (REGISTER_PERIOD_MS): only its own log says so
+    code_16 = re.compile(r"CODE: 16\s+DESC: No accessKey is configured: request code=103 ")
+    wait_until(lambda: len(code_16.findall(broker_log(broker))) >= 2, wait_s, "two refusals in the broker's log",
+               state=lambda: broker_log(broker)[-2000:])  # fmt: skip
+    assert refused() >= 2
+    with NameServerClient(node.addr) as c:
+        assert broker.name not in c.cluster_info().broker_addr_table
+    # one WARNING however often it tries; the node says the repeats at DEBUG only
+    warnings = world.acl_log.messages(logging.WARNING)
+    assert len(warnings) == 1, warnings
+    assert tried_again(), world.acl_log.messages()
+    listed = whitelist_advice(warnings[0], broker, world.acl_file)
+    assert listed == "127.0.0.1", warnings[0]
+
+    # as the warning says: its address in globalWhiteRemoteAddresses (the node reads the changed file)
+    world.acl_file.write_text(f"globalWhiteRemoteAddresses:\n  - {listed}\naccounts: []\n")
+    wait_until(lambda: registered(node.addr, broker.name, broker.broker_id, broker.addr), wait_s,
+               f"{broker.name} registered with the ACL node once listed", state=refused)  # fmt: skip
+    with NameServerClient(node.addr) as c:
+        info = c.cluster_info()
+    assert info.cluster_addr_table == {broker.cluster: [broker.name]}
+    assert info.broker_addr_table[broker.name].broker_addrs == {0: broker.addr}
+    assert world.acl_log.messages(logging.WARNING) == warnings

@@ -309,6 +309,8 @@ class JavaBroker:
     conf: Path
     #: how this module reaches its name servers (None: plaintext)
     namesrv_tls: ssl.SSLContext | None = None
+    #: name servers it is given but expected to refuse it (ACL): not waited for
+    refused_by: tuple[str, ...] = ()
 
     def stop(self) -> None:
         self.process.stop()
@@ -364,16 +366,20 @@ def start_broker(
     extra: dict[str, str] | None = None,
     system_props: Sequence[str] = (),
     namesrv_tls: ssl.SSLContext | None = None,
+    refused_by: Sequence[str] = (),
     timeout: float = 120.0,
 ) -> JavaBroker:
     """Apache RocketMQ's broker of ``release``, its store in its home, registered with every name server.
 
     ``extra`` adds to or overrides its broker.conf; ``system_props`` are more ``-D`` options (TLS is
     configured only so in RocketMQ); ``namesrv_tls`` is how this module reaches the name servers to see
-    the registrations (name servers that refuse plaintext).
+    the registrations (name servers that refuse plaintext); ``refused_by`` are name servers among
+    ``namesrv_addrs`` expected to refuse it, whose registration is not waited for.
     """
     proc_name = f"broker-{name}-{broker_id}"
-    how = _BrokerStart(proc_name, name, cluster, broker_id, extra or {}, tuple(system_props), namesrv_tls, timeout)
+    how = _BrokerStart(
+        proc_name, name, cluster, broker_id, extra or {}, tuple(system_props), namesrv_tls, tuple(refused_by), timeout
+    )
     return _on_free_ports(lambda: _start_broker(release, base, namesrv_addrs, how), lambda: base / proc_name)
 
 
@@ -386,6 +392,7 @@ class _BrokerStart:
     extra: dict[str, str]
     system_props: tuple[str, ...]
     namesrv_tls: ssl.SSLContext | None
+    refused_by: tuple[str, ...]
     timeout: float
 
 
@@ -421,7 +428,16 @@ def _start_broker(release: Release, base: Path, namesrv_addrs: Sequence[str], ho
     process = JavaProcess(how.proc_name, argv, home, _env(home))
     broker_addr = f"{LOOPBACK}:{port}"
     broker = JavaBroker(
-        release, process, cluster, name, broker_id, broker_addr, tuple(namesrv_addrs), conf, how.namesrv_tls
+        release,
+        process,
+        cluster,
+        name,
+        broker_id,
+        broker_addr,
+        tuple(namesrv_addrs),
+        conf,
+        how.namesrv_tls,
+        how.refused_by,
     )
     _wait_registered(broker, how.timeout)
     return broker
@@ -434,18 +450,18 @@ def restart_broker(broker: JavaBroker, timeout: float = 120.0) -> None:
 
 
 def _wait_registered(broker: JavaBroker, timeout: float) -> None:
+    accepting = [a for a in broker.namesrv_addrs if a not in broker.refused_by]
+
     def on_every_namesrv() -> bool:
         broker.process.check_alive()
-        return all(
-            registered(a, broker.name, broker.broker_id, broker.addr, broker.namesrv_tls) for a in broker.namesrv_addrs
-        )
+        return all(registered(a, broker.name, broker.broker_id, broker.addr, broker.namesrv_tls) for a in accepting)
 
     try:
         wait_until(
             on_every_namesrv,
             timeout,
             f"broker {broker.name}/{broker.broker_id} ({broker.release.server_version}) at {broker.addr} "
-            f"on {list(broker.namesrv_addrs)}",
+            f"on {accepting}",
         )
     except BaseException:
         broker.process.stop()
