@@ -14,7 +14,6 @@ resolved once, with the labels it opened with, at both receivers and on the cons
 
 from __future__ import annotations
 
-import http.server
 import json
 import threading
 import urllib.request
@@ -33,6 +32,7 @@ from tests.support import alertmanager
 from tests.support.liveness import bounds_now
 from tests.support.node import free_port
 from tests.support.wait import wait_until
+from tests.support.webhook import Webhook
 
 pytestmark = [
     pytest.mark.timeout(900),
@@ -65,36 +65,20 @@ class AlertingSystem(System):
         return {**super().node_properties(i, warm_start=warm_start), **self.alerts}
 
 
-class _Keeper(http.server.BaseHTTPRequestHandler):
-    """Keeps every POST: (wall ms received, the sender's ``monitor``, one alert of its body)."""
-
-    received: list[tuple[int, str, dict[str, Any]]] = []
-    lock = threading.Lock()
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        at = wall_ms()
-        with self.lock:
-            type(self).received += [(at, body.get("monitor"), alert) for alert in body["alerts"]]
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-def hooked(state: str) -> list[tuple[int, str, dict[str, Any]]]:
-    with _Keeper.lock:
-        return [r for r in _Keeper.received if r[2].get("kind") == "MONITOR_DOWN" and r[2].get("state") == state]
+def hooked(webhook: Webhook, state: str) -> list[tuple[int, str, dict[str, Any]]]:
+    """The MONITOR_DOWN alerts in ``state`` the webhook got: (wall ms received, the sender's ``monitor``, the alert)."""
+    return [
+        (d.at_ms, d.body.get("monitor"), alert)
+        for d in webhook.deliveries()
+        for alert in d.body["alerts"]
+        if alert.get("kind") == "MONITOR_DOWN" and alert.get("state") == state
+    ]
 
 
 @pytest.fixture
-def webhook() -> Iterator[str]:
-    _Keeper.received = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Keeper)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hook"
-    server.shutdown()
+def webhook() -> Iterator[Webhook]:
+    with Webhook() as hook:
+        yield hook
 
 
 class Watch:
@@ -155,9 +139,13 @@ def report(line: str) -> None:
 
 
 def test_with_the_job_killed_the_nodes_page_monitor_down_once_and_resolve_it_once_the_new_job_decides(
-    tmp_path: Path, am: alertmanager.Alertmanager, webhook: str
+    tmp_path: Path, am: alertmanager.Alertmanager, webhook: Webhook
 ):
-    alerts = {"alerts.monitorLagMillis": str(LAG_MS), "alerts.alertmanagerUrl": am.url, "alerts.webhookUrl": webhook}
+    alerts = {
+        "alerts.monitorLagMillis": str(LAG_MS),
+        "alerts.alertmanagerUrl": am.url,
+        "alerts.webhookUrl": webhook.url,
+    }
     run_dir = tmp_path / "stack"
     run_dir.mkdir()
     system = AlertingSystem(ProcessInfra(run_dir), run_dir, timing=SHIPPED, alerts=alerts)
@@ -179,18 +167,18 @@ def test_with_the_job_killed_the_nodes_page_monitor_down_once_and_resolve_it_onc
             60,
             "both nodes trust the job (their TICKs: localScan false)",
         )
-        assert hooked("OPEN") == [] and not am.alerts(alertname="MONITOR_DOWN")  # no page while it decides
+        assert hooked(webhook, "OPEN") == [] and not am.alerts(alertname="MONITOR_DOWN")  # no page while it decides
 
         # -- the job SIGKILLed, and nothing restarts it
         killed = wall_ms()
         system.kill_streaming()
         assert system.streaming_pid is None
         wait_until(
-            lambda: hooked("OPEN"), LAG_MS / 1000 + 60, "MONITOR_DOWN at the webhook", state=lambda: _Keeper.received
+            lambda: hooked(webhook, "OPEN"), LAG_MS / 1000 + 60, "MONITOR_DOWN at the webhook", state=webhook.deliveries
         )
         am_paged_at = wait_until(lambda: watch.first(firing, killed), 30, "MONITOR_DOWN active in Alertmanager")
         last_decided = max(a.decided_at for a in system.tap.actions() if a.decided_at <= killed)
-        ((paged_at, sender, opened),) = hooked("OPEN")
+        ((paged_at, sender, opened),) = hooked(webhook, "OPEN")
         (page_late_ms,) = bounds_now(PAGE_LATE_S)
         report(
             f"MONITOR_DOWN paged: kill -> webhook {(paged_at - killed) / 1000:.1f} s, -> Alertmanager "
@@ -228,7 +216,7 @@ def test_with_the_job_killed_the_nodes_page_monitor_down_once_and_resolve_it_onc
         system.start_streaming()
         first_decision = min(a.decided_at for a in system.tap.actions() if a.decided_at >= restarted)
         wait_until(
-            lambda: hooked("RESOLVED"), 60, "MONITOR_DOWN resolved at the webhook", state=lambda: _Keeper.received
+            lambda: hooked(webhook, "RESOLVED"), 60, "MONITOR_DOWN resolved at the webhook", state=webhook.deliveries
         )
         am_resolved_at = wait_until(
             lambda: watch.first(ended, am_paged_at), 30, "MONITOR_DOWN resolved in Alertmanager"
@@ -236,7 +224,7 @@ def test_with_the_job_killed_the_nodes_page_monitor_down_once_and_resolve_it_onc
         shown = wait_until(
             lambda: monitor_down(console_alerts(console)["resolved"]), 10, "MONITOR_DOWN resolved on the console"
         )
-        resolved_at = hooked("RESOLVED")[0][0]
+        resolved_at = hooked(webhook, "RESOLVED")[0][0]
         # a node resolving on its own would do so within a look of hearing the new job, as the first did: both
         # nodes have had three looks since the resolution once the new job beats that much later
         wait_until(
@@ -255,7 +243,7 @@ def test_with_the_job_killed_the_nodes_page_monitor_down_once_and_resolve_it_onc
 
         # one page, not one per node: the webhook got the OPEN once per resend interval (once unless the new
         # job took longer than that to decide), Alertmanager as often; one resolution, with the OPEN's labels
-        opens, resolutions = hooked("OPEN"), hooked("RESOLVED")
+        opens, resolutions = hooked(webhook, "OPEN"), hooked(webhook, "RESOLVED")
         assert len(resolutions) == 1, resolutions
         ((_, resolver, closed),) = resolutions
         times = [at for at, _, _ in opens]

@@ -9,9 +9,6 @@ has passed).
 
 from __future__ import annotations
 
-import http.server
-import json
-import threading
 import time
 
 import orjson
@@ -26,6 +23,7 @@ from streaming.paging import Outbox, Pager, PagingSettings
 from tests.support import alertmanager
 from tests.support.streaming import T0, YEAR_2100, expire_row, make_sink, out_row, register, route_row
 from tests.support.wait import wait_until
+from tests.support.webhook import Webhook
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -179,37 +177,9 @@ def test_a_resolution_not_delivered_before_the_monitor_stopped_is_delivered_afte
         again.close()
 
 
-class _Webhook(http.server.BaseHTTPRequestHandler):
-    """Refuses the first POST with 503 and keeps the bodies of the others."""
-
-    bodies: list[dict] = []
-    refusals = 1
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        if type(self).refusals > 0:
-            type(self).refusals -= 1
-            self.send_response(503)
-        else:
-            type(self).bodies.append(json.loads(body))
-            self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-class _Keeper(_Webhook):
-    """Keeps the body of every POST."""
-
-    bodies: list[dict] = []
-    refusals = 0
-
-
 def test_the_webhook_s_resolution_has_the_severity_and_fields_of_its_open():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Keeper)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    hook = Webhook()
+    url = hook.url
     sink, _ = make_sink(None, "w2")
     sink.pager = Pager(PagingSettings(webhook_url=url, resend_ms=60_000, timeout_ms=2000, monitor="m"))
     sink.set_lineage("q")
@@ -217,7 +187,7 @@ def test_the_webhook_s_resolution_has_the_severity_and_fields_of_its_open():
     try:
 
         def said() -> list[dict]:
-            return [a for b in _Keeper.bodies for a in b["alerts"] if a["kind"] == "BROKER_EXPIRED"]
+            return hook.alerts("BROKER_EXPIRED")
 
         sink.process(broker.feed(register()), 0)
         sink.process(broker.reach(T0 + 10_001), 1)  # expired: a master, CRITICAL
@@ -230,23 +200,22 @@ def test_the_webhook_s_resolution_has_the_severity_and_fields_of_its_open():
         assert resolved["severity"] == "CRITICAL" and "node" not in resolved
     finally:
         sink.close()
-        server.shutdown()
+        hook.close()
 
 
 def test_the_webhook_gets_json_batches_after_retrying_an_unavailable_receiver():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Webhook)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    hook = Webhook(refuse_first=1)
+    url = hook.url
     sink, _ = make_sink(None, "w")
     sink.pager = Pager(PagingSettings(webhook_url=url, resend_ms=60_000, timeout_ms=2000, monitor="m"))
     sink.set_lineage("q")
     try:
         sink.process([route_row(register()), expired_alert(AlertState.OPEN, T0 + 20_000)], 0)
-        wait_until(lambda: _Webhook.bodies, 15, "a delivery after the 503")
-        (body,) = _Webhook.bodies
+        wait_until(hook.bodies, 15, "a delivery after the 503")
+        (body,) = hook.bodies()
         assert body["version"] == 1 and body["monitor"] == "m"
         (alert,) = body["alerts"]
         assert (alert["id"], alert["state"], alert["endsAt"]) == (f"BROKER_EXPIRED|C|{ADDR}", "OPEN", None)
     finally:
         sink.close()
-        server.shutdown()
+        hook.close()
