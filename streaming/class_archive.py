@@ -73,6 +73,12 @@ def _being_written(partial: Path) -> bool:
     return partial.name.startswith(".") and pid.isdigit() and procfs.stat(int(pid)) is not None
 
 
+def _left_by_a_dead_job(class_list: Path) -> bool:
+    """True for a class list (``<archive>.<pid>.classes``) whose job is gone before it built the archive."""
+    pid = class_list.suffixes[-2][1:] if len(class_list.suffixes) >= 2 else ""
+    return pid.isdigit() and procfs.stat(int(pid)) is None
+
+
 @dataclass(frozen=True)
 class ClassArchive:
     """The archive for one JVM and one set of Spark jars, and the class list a start without it records."""
@@ -93,6 +99,10 @@ class ClassArchive:
         except OSError:  # a read-only installation: the JVM starts as it would without
             return None
         archive = cls(folder / f"spark-{fingerprint([*jvm, *_spark_jars()])}.jsa")
+        # a job killed before it built the archive leaves its list: one a start, were it crash-looping
+        for stale in folder.glob("spark-*.classes"):
+            if _left_by_a_dead_job(stale):
+                stale.unlink(missing_ok=True)
         return None if archive.failed.exists() else archive
 
     @property

@@ -83,3 +83,16 @@ def test_a_failed_build_says_why_and_no_later_start_tries_again(tmp_path, caplog
     assert "Error: cannot dump" in caplog.text and "Error: cannot dump" in archive.failed.read_text()
     assert not archive.path.exists() and not archive.class_list.exists()
     assert ClassArchive.find(tmp_path / "cds") is None  # the JVM starts as it would without one
+
+
+def test_class_lists_of_jobs_gone_before_building_the_archive_are_deleted_at_the_next_start(tmp_path, monkeypatch):
+    monkeypatch.setattr("streaming.class_archive._java", lambda: Path(stand_in_java(tmp_path, "exit 0\n")))
+    monkeypatch.setattr("streaming.class_archive._spark_jars", lambda: [])
+    folder = tmp_path / "cds"
+    folder.mkdir()
+    (folder / "spark-abc.999999999.classes").write_text("a killed job's list\n")  # no such process
+    running = folder / f"spark-abc.{os.getppid()}.classes"
+    running.write_text("a running job's list\n")
+    archive = ClassArchive.find(folder)
+    assert archive is not None
+    assert sorted(p.name for p in folder.iterdir()) == [running.name]
