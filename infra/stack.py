@@ -48,6 +48,7 @@ from infra.services import (
     pid_alive,
 )
 from namesrv import procfs
+from streaming.config import StreamingConfig
 from streaming.config import load_config as load_streaming_config
 from streaming.session import launch_settings
 
@@ -216,13 +217,17 @@ class StreamingJob(ProcessService):
         return [str(binary), "--jars", jars, *self._driver_java_options(), str(self._script()), "-c", str(self.conf),
                 *sets]  # fmt: skip
 
+    def _config(self) -> StreamingConfig | None:
+        """The job's configuration as it will read it (conf and overrides); None if it cannot, which it then says."""
+        try:
+            return load_streaming_config(self.conf, self.overrides)
+        except ConfigError:
+            return None
+
     def _driver_java_options(self) -> list[str]:
         """spark-submit starts the driver's JVM: the options the job would give its own launcher (a faster start)."""
-        try:
-            cfg = load_streaming_config(self.conf, self.overrides)
-        except ConfigError:
-            return []  # the job will not start either, and says why
-        options = launch_settings(cfg).get("spark.driver.extraJavaOptions")
+        cfg = self._config()
+        options = None if cfg is None else launch_settings(cfg).get("spark.driver.extraJavaOptions")
         return ["--driver-java-options", options] if options else []
 
     def _environment(self) -> dict[str, str] | None:
@@ -247,11 +252,8 @@ class StreamingJob(ProcessService):
     @property
     def metrics_endpoint(self) -> tuple[str, int] | None:
         """(bind address, port) of the job's metrics, as the job reads its conf and overrides; None when off."""
-        try:
-            cfg = load_streaming_config(self.conf, self.overrides)
-        except ConfigError:
-            return None  # the job will not start either, and says why
-        return (cfg.metrics_bind_address, cfg.metrics_port) if cfg.metrics_port else None
+        cfg = self._config()
+        return (cfg.metrics_bind_address, cfg.metrics_port) if cfg is not None and cfg.metrics_port else None
 
     @property
     def address(self) -> str:

@@ -31,6 +31,7 @@ from tests.integration.backends import SHIPPED, SUMMARY, ProcessInfra, System
 from tests.support import alertmanager
 from tests.support.liveness import bounds_now
 from tests.support.node import free_port
+from tests.support.recovery import first_heartbeat
 from tests.support.wait import wait_until
 from tests.support.webhook import Webhook
 
@@ -228,11 +229,10 @@ def test_with_the_job_killed_the_nodes_page_monitor_down_once_and_resolve_it_onc
         # a node resolving on its own would do so within a look of hearing the new job, as the first did: both
         # nodes have had three looks since the resolution once the new job beats that much later
         wait_until(
-            lambda: [a for a in system.tap.actions()
-                     if str(a.type) == "MONITOR_HEARTBEAT" and a.decided_at >= resolved_at + 3 * LOOK_MS],
+            lambda: first_heartbeat(system.tap.actions(), resolved_at + 3 * LOOK_MS),
             60,
             "a MONITOR_HEARTBEAT of the new job three looks after the resolution",
-        )  # fmt: skip
+        )
         (resolve_ms,) = bounds_now(RESOLVE_S)
         report(
             f"MONITOR_DOWN resolved: restart -> first decision {(first_decision - restarted) / 1000:.1f} s, -> webhook "
