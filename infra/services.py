@@ -692,8 +692,14 @@ def data_dir_locked(data_dir: Path) -> bool:
 
 
 def kafka_cluster_id() -> str:
-    """A fresh KRaft cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's Uuid form)."""
-    return base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+    """A fresh KRaft cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's Uuid form).
+
+    Never one starting with ``-``, as Kafka's own Uuid.randomUuid: ``kafka-storage format -t`` would take it
+    for an option and refuse to format (one id in 64).
+    """
+    while (cluster_id := base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()).startswith("-"):
+        pass
+    return cluster_id
 
 
 class KafkaService(ProcessService):

@@ -209,6 +209,12 @@ def test_cluster_ids_are_kafka_uuids_and_fresh() -> None:
         assert len(base64.urlsafe_b64decode(cluster_id + "==")) == 16
 
 
+def test_a_cluster_id_never_starts_with_a_dash_which_kafka_storage_takes_for_an_option(monkeypatch) -> None:
+    draws = iter([b"\xf8" + bytes(15), bytes(16)])  # the first encodes to "-AAA...": drawn again
+    monkeypatch.setattr("infra.services.os.urandom", lambda n: next(draws))
+    assert kafka_cluster_id() == "A" * 22
+
+
 # --------------------------------------------------------------------------- kafka: which PID is ours
 
 
