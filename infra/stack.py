@@ -211,11 +211,8 @@ class StreamingJob(ProcessService):
         sets = [arg for key, value in self.overrides.items() for arg in ("-D", f"{key}={value}")]
         if self.launcher is Launcher.PYTHON:
             return [str(binary), "-m", "streaming", "-c", str(self.conf), *sets]
-        # no --master: the job's spark.master (conf, -D) is applied by the session builder and wins;
-        # --jars: Spark's Kafka connector, which the driver's JVM (spark-submit's) must start with
-        jars = f"{jvm_jars('spark-kafka')}/*.jar"
-        return [str(binary), "--jars", jars, *self._driver_java_options(), str(self._script()), "-c", str(self.conf),
-                *sets]  # fmt: skip
+        # no --master: the job's spark.master (conf, -D) is applied by the session builder and wins
+        return [str(binary), *self._launch_args(), str(self._script()), "-c", str(self.conf), *sets]
 
     def _config(self) -> StreamingConfig | None:
         """The job's configuration as it will read it (conf and overrides); None if it cannot, which it then says."""
@@ -224,11 +221,15 @@ class StreamingJob(ProcessService):
         except ConfigError:
             return None
 
-    def _driver_java_options(self) -> list[str]:
-        """spark-submit starts the driver's JVM: the options the job would give its own launcher (a faster start)."""
+    def _launch_args(self) -> list[str]:
+        """spark-submit starts the driver's JVM, so it gets what the job would give its own launcher: the
+        Kafka connector's jars (the job's ``spark.jars``, else those ``make setup`` resolved) and its JVM options."""
         cfg = self._config()
-        options = None if cfg is None else launch_settings(cfg).get("spark.driver.extraJavaOptions")
-        return ["--driver-java-options", options] if options else []
+        settings = {} if cfg is None else launch_settings(cfg)
+        jars = cfg.spark.get("spark.jars") if cfg is not None else None
+        args = ["--jars", jars or f"{jvm_jars('spark-kafka')}/*.jar"]
+        options = settings.get("spark.driver.extraJavaOptions")
+        return [*args, "--driver-java-options", options] if options else args
 
     def _environment(self) -> dict[str, str] | None:
         if self.launcher is Launcher.PYTHON:

@@ -73,22 +73,20 @@ def browser() -> Iterator[object]:
 
 
 def rows(driver) -> dict[str, dict[str, str]]:
-    """Broker rows on the page: address -> group, state and the countdown cell's text."""
-    from selenium.common.exceptions import StaleElementReferenceException
-    from selenium.webdriver.common.by import By
+    """Broker rows on the page: address -> group, state and the countdown cell's text, read in one
+    script call (the page re-renders its tables on every event; see :func:`open_alerts`)."""
+    return driver.execute_script(
+        "return Object.fromEntries(Array.from(document.querySelectorAll('#brokers tr.broker'), tr => ["
+        "tr.dataset.addr, {group: tr.dataset.group, state: tr.dataset.state,"
+        " countdown: tr.querySelectorAll('td')[7].innerText.trim()}]))"
+    )
 
-    out = {}
-    try:
-        for tr in driver.find_elements(By.CSS_SELECTOR, "#brokers tr.broker"):
-            cells = tr.find_elements(By.TAG_NAME, "td")
-            out[tr.get_attribute("data-addr")] = {
-                "group": tr.get_attribute("data-group"),
-                "state": tr.get_attribute("data-state"),
-                "countdown": cells[7].text,
-            }
-    except StaleElementReferenceException:  # re-rendered while read: the next poll reads the new rows
-        return {}
-    return out
+
+def node_rows(driver) -> list[dict[str, str]]:
+    """The nodes table: each row's ``data-node`` and its text, read in one script call."""
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll('#nodes tr.node'), tr => ({node: tr.dataset.node, text: tr.innerText}))"
+    )
 
 
 def open_alerts(driver) -> list[str]:
@@ -136,9 +134,9 @@ def test_a_simulated_broker_appears_then_turns_expired_when_it_goes_silent(stack
                    state=lambda: rows(browser))  # fmt: skip
         alerts = lambda: open_alerts(browser)  # noqa: E731
         wait_until(lambda: "BROKER_EXPIRED" in alerts(), 30, "BROKER_EXPIRED among the open alerts", 0.2, state=alerts)
-        node = browser.find_element(By.CSS_SELECTOR, "#nodes tr.node")
-        assert node.get_attribute("data-node") == "node-1" and "ticking" in node.text
-        assert "off (monitor decides)" in node.text  # the node's TICKs say its own scan is off
+        nodes = node_rows(browser)
+        assert [n["node"] for n in nodes] == ["node-1"] and "ticking" in nodes[0]["text"], nodes
+        assert "off (monitor decides)" in nodes[0]["text"], nodes  # the node's TICKs say its own scan is off
         shot = os.environ.get("CONSOLE_SCREENSHOT")
         if shot:
             browser.find_element(By.ID, "topic").send_keys("T1")

@@ -39,6 +39,18 @@ def test_spark_submit_runs_this_tree_s_main_script_with_the_same_arguments_as_py
     assert python._command(Path(sys.executable)) == [sys.executable, "-m", "streaming", *args]
 
 
+def test_spark_submit_starts_the_driver_with_the_operator_s_own_spark_jars_and_jvm_options(tmp_path):
+    conf = tmp_path / "streaming.properties"
+    conf.write_text("spark.jars=/opt/jars/*.jar\nspark.driver.extraJavaOptions=-Xss4m\n")
+    j = StreamingJob(run_dir=tmp_path, conf=conf, overrides={}, launcher="spark-submit")
+    argv = j._command(j._binary())
+    assert argv[1:5] == ["--jars", "/opt/jars/*.jar", "--driver-java-options", "-Xss4m"], argv
+    conf.write_text("redis.url=redis://h:1/0\n")  # neither set: the jars make setup resolved, C1 only
+    argv = j._command(j._binary())
+    assert argv[1:5] == ["--jars", f"{REPO / 'build' / 'jvm' / 'spark-kafka'}/*.jar",
+                         "--driver-java-options", "-XX:TieredStopAtLevel=1"], argv  # fmt: skip
+
+
 def test_spark_submit_gets_this_interpreter_and_this_tree_without_an_activated_venv(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
