@@ -34,7 +34,7 @@ run-node: setup
 lint: setup
 	$(BIN)/ruff check
 	$(BIN)/ruff format --check
-	$(BIN)/mypy common namesrv streaming
+	$(BIN)/mypy common namesrv streaming infra
 
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

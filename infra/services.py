@@ -409,7 +409,7 @@ class ServiceStatus:
 class ProcessService:
     """A server binary run as a tracked child process; subclasses say which and how to probe it."""
 
-    name: ClassVar[str]
+    name: str  # a class's default; a service with many instances names each one
     port_key: ClassVar[str]
     backend_key: ClassVar[str]
 

@@ -194,7 +194,7 @@ class StreamingJob(ProcessService):
     def _known_binaries(self) -> list[Path]:
         # Both launchers, so `down` stops what `up` started.  spark-submit is env (its shebang), then
         # bash, then spark-class (env, bash again), then java: the PID is any of them while it starts.
-        java = Path(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else None
+        java = str(Path(os.environ["JAVA_HOME"], "bin", "java")) if os.environ.get("JAVA_HOME") else None
         found = [java or shutil.which("java"), shutil.which("bash"), shutil.which("env")]
         return [Path(sys.executable), *(Path(p) for p in found if p)]
 
