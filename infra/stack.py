@@ -226,8 +226,7 @@ class StreamingJob(ProcessService):
         Kafka connector's jars (the job's ``spark.jars``, else those ``make setup`` resolved) and its JVM options."""
         cfg = self._config()
         settings = {} if cfg is None else launch_settings(cfg)
-        jars = cfg.spark.get("spark.jars") if cfg is not None else None
-        args = ["--jars", jars or f"{jvm_jars('spark-kafka')}/*.jar"]
+        args = ["--jars", settings.get("spark.jars", f"{jvm_jars('spark-kafka')}/*.jar")]
         options = settings.get("spark.driver.extraJavaOptions")
         return [*args, "--driver-java-options", options] if options else args
 
