@@ -1075,6 +1075,12 @@ def run_cpp_producer(namesrv: str, topic: str, log_home: Path, timeout: float = 
 SUMMARY: list[str] = []
 
 
+def report(line: str) -> None:
+    """``line`` at once (under ``-s``) and again in the terminal summary."""
+    SUMMARY.append(line)
+    print("\n" + line)
+
+
 @dataclass
 class Record:
     """What a scenario measured, printed at the end of the run."""

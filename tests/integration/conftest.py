@@ -36,6 +36,7 @@ from tests.integration.backends import (
 )
 from tests.integration.images import build
 from tests.support import alertmanager
+from tests.support.webhook import Webhook
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -185,3 +186,10 @@ def am(tmp_path) -> Iterator[alertmanager.Alertmanager]:
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def webhook() -> Iterator[Webhook]:
+    """A webhook receiver of its own for one test, on a free loopback port."""
+    with Webhook() as hook:
+        yield hook

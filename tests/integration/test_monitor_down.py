@@ -6,7 +6,6 @@ called by hand, so the test decides who looks when; Redis, Alertmanager and a we
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
@@ -18,7 +17,6 @@ from common.redis_keys import RedisKeys
 from namesrv.liveness import MonitorDownPager, MonitorWatchdog
 from tests.support import alertmanager
 from tests.support.wait import wait_until
-from tests.support.webhook import Webhook
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -26,12 +24,6 @@ pytestmark = [
 ]
 
 THRESHOLD_MS = 60_000
-
-
-@pytest.fixture
-def webhook() -> Iterator[Webhook]:
-    with Webhook() as hook:
-        yield hook
 
 
 def test_two_nodes_page_once_show_it_in_redis_and_the_first_to_hear_the_monitor_resolves_it(redis_url, am, webhook):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import threading
 import urllib.request
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ import pytest
 from infra.stack import ConsoleService
 from namesrv.client import NameServerClient
 from namesrv.events.schema import wall_ms
-from tests.integration.backends import SHIPPED, SUMMARY, ProcessInfra, System
+from tests.integration.backends import SHIPPED, ProcessInfra, System, report
 from tests.support import alertmanager
 from tests.support.liveness import bounds_now
 from tests.support.node import free_port
@@ -74,12 +73,6 @@ def hooked(webhook: Webhook, state: str) -> list[tuple[int, str, dict[str, Any]]
         for alert in d.body["alerts"]
         if alert.get("kind") == "MONITOR_DOWN" and alert.get("state") == state
     ]
-
-
-@pytest.fixture
-def webhook() -> Iterator[Webhook]:
-    with Webhook() as hook:
-        yield hook
 
 
 class Watch:
@@ -132,11 +125,6 @@ def monitor_down(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def iso_ms(text: str) -> int:
     return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
-
-
-def report(line: str) -> None:
-    SUMMARY.append(line)
-    print("\n" + line)
 
 
 def test_with_the_job_killed_the_nodes_page_monitor_down_once_and_resolve_it_once_the_new_job_decides(

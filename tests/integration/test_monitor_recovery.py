@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from namesrv.events.schema import wall_ms
-from tests.integration.backends import SHIPPED, SUMMARY, FleetRunner, ProcessInfra, System, brokers_at
+from tests.integration.backends import SHIPPED, FleetRunner, ProcessInfra, System, brokers_at, report
 from tests.support.liveness import bounds_now, known_in_redis
 from tests.support.recovery import Supervising, first_heartbeat
 from tests.support.wait import wait_until
@@ -67,11 +67,6 @@ def recovery(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recovery]:
         r.fleets.stop()
         r.lookup.close()
         system.stop()
-
-
-def report(line: str) -> None:
-    SUMMARY.append(line)
-    print("\n" + line)
 
 
 def test_the_stack_s_first_decision_comes_within_seconds_of_its_start(recovery: Recovery):
