@@ -114,9 +114,9 @@ async def start_node(config: NamesrvConfig, *, own_process: bool = False) -> Nod
     fallback = None
     if kafka is not None:
         node_name = config.node_name or default_node_name(server.port)
-        kafka.start(asyncio.get_running_loop(), server.spawn, node_name)
-        if config.redis_url.strip():  # while no monitor decides, the nodes keep the routes in Redis right
-            fallback = RedisFallback.from_config(config, node_name, context.routes, expiry)
+        kafka.start(asyncio.get_running_loop(), server.spawn, node_name, context.worker)
+        if config.redis_url.strip():  # the nodes keep the routes in Redis right when no monitor decides in time
+            fallback = RedisFallback.from_config(config, node_name, context.routes, kafka.watchdog)
             if fallback is not None:
                 server.spawn(fallback.run(context.worker), "redis-fallback")
             pager = MonitorDownPager.from_config(config, node_name, kafka.watchdog)  # no monitor, no alerts: page

@@ -536,6 +536,15 @@ class NamesrvConfig:
         _O,
         "after this long without actions, expire brokers with the local scan",
     )
+    monitor_decision_grace_millis: int = _opt(
+        1500,
+        "monitorDecisionGraceMillis",
+        "long",
+        _O,
+        "a broker this long past its deadline here, which the monitor has not decided on (its heartbeat"
+        " says how far it has), is expired by this node itself; the monitor's dead broker leaves Redis too",
+        bounds=(100, 60_000),
+    )
     trusted_monitors: str = _opt(
         "",
         "trustedMonitors",

@@ -114,7 +114,7 @@ class StreamingConfig:
     watermark_delay_millis: int = 120_000
     max_clock_skew_millis: int = 10_000
     heartbeat_timeout_millis: int = 120_000
-    monitor_heartbeat_interval_millis: int = 5_000
+    monitor_heartbeat_interval_millis: int = 500
     monitor_id: str = ""
     remove_on_channel_close: bool = False
     forget_after_millis: int = 86_400_000
@@ -202,7 +202,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("monitor.heartbeatTimeoutMillis", "heartbeat_timeout_millis", _MILLIS,
            "silence before EXPIRE when the registration carries no timeout"),
     Option("monitor.heartbeatIntervalMillis", "monitor_heartbeat_interval_millis", _MILLIS,
-           "period of the MONITOR_HEARTBEAT action the nodes watch"),
+           "period of the MONITOR_HEARTBEAT action the nodes watch (it also follows every batch)"),
     Option("monitor.id", "monitor_id",
            options.text(max_chars=MAX_NAME_CHARS, expected=f"text of at most {MAX_NAME_CHARS} characters"),
            "name in actions (empty: liveness@host/<hash of the checkpoint directory>)"),

@@ -284,7 +284,7 @@ def parse_events(records: DataFrame, max_clock_skew_ms: int) -> DataFrame:
     return records.select("value", clock).mapInArrow(body, struct)
 
 
-#: name of the observed metric; its columns are ``events``, ``bad`` and the ``ahead*`` ones below
+#: name of the observed metric; its columns are ``events``, ``bad``, ``latest`` and the ``ahead*`` ones below
 EVENTS_METRIC = "events"
 
 
@@ -294,7 +294,9 @@ def count_events(bundles: DataFrame) -> DataFrame:
     The counts reach the progress logger (:mod:`streaming.progress`) in the query progress
     (``observedMetrics``); Spark's ``observe`` is exact across task retries, unlike an accumulator.
     For events ahead of the clock it also names two of the nodes that sent them (the greatest and
-    the least name: ``observe`` allows no distinct or collecting aggregates) and the furthest claim.
+    the least name: ``observe`` allows no distinct or collecting aggregates) and the furthest claim;
+    ``latest`` is the newest event time the batch read, which the MONITOR_HEARTBEAT that follows the
+    batch tells the nodes it has decided through.
     """
     from pyspark.sql import functions as F
 
@@ -309,6 +311,7 @@ def count_events(bundles: DataFrame) -> DataFrame:
         F.max("aheadNode").alias("aheadNode"),
         F.min("aheadOtherNode").alias("aheadOtherNode"),
         F.max("aheadMax").alias("aheadMax"),
+        F.max("eventTime").alias("latest"),
     )
 
 

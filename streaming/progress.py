@@ -183,6 +183,10 @@ def _listener_class() -> type:
             del s.batch_durations_ms[:-1000]
             if wm:
                 s.watermark_ms = wm
+            latest = _observed(metrics, "latest")
+            if latest is not None and (s.decided_through is None or latest > s.decided_through):
+                s.decided_through = int(latest)
+            s.batch_finished.set()
             if (episode := self.lateness.batch(p.batchId, p.batchDuration, wall_ms())) is not None:
                 # its end at the level of its start, so that a log at WARNING shows both
                 log.warning("%s", episode)
@@ -205,3 +209,13 @@ def _listener_class() -> type:
                 log.info("query %s stopped", event.id)
 
     return ProgressLogger
+
+
+def _observed(metrics: Any, name: str) -> Any:
+    """One column of an observed metric (a Row, or a dict from the JSON bridge); None when it has none."""
+    if metrics is None:
+        return None
+    try:
+        return metrics[name]
+    except (KeyError, ValueError):  # a Row says ValueError
+        return None

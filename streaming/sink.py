@@ -352,6 +352,7 @@ class BatchSink:
                     decided_at=at,
                     watermark=wm,
                     reason=f"batches={st.batches} events={st.events} bad={st.bad_events} " f"ahead={st.ahead_events}",
+                    decided_through=st.decided_through,
                 )
                 self.publisher.send(cfg.actions_topic, action_key(beat), encode_action(beat))
                 st.published(beat)
@@ -374,10 +375,13 @@ class BatchSink:
 
 
 class MonitorHeartbeat(threading.Thread):
-    """Calls :meth:`BatchSink.monitor_tick` every ``interval_s``, whether or not batches run.
+    """Calls :meth:`BatchSink.monitor_tick` after every batch, and every ``interval_s`` whether or not batches run.
 
-    Until this run's first MONITOR_HEARTBEAT it calls every :attr:`FIRST_BEAT_POLL_S` instead: the nodes
-    hand expiry back at that beat, which should follow the first batch that allows it, not an interval later.
+    The beat after a batch tells the nodes at once how far the monitor has decided (``decidedThrough``):
+    a node takes a broker past its deadline back into its own hands when the monitor has not got there
+    in time (docs/monitor.md, "While the monitor is slow or away"). Until this run's first
+    MONITOR_HEARTBEAT it also calls every :attr:`FIRST_BEAT_POLL_S`: the nodes hand expiry back at that
+    beat, which should follow the first batch that allows it, not an interval later.
     """
 
     FIRST_BEAT_POLL_S = 0.2
@@ -395,7 +399,12 @@ class MonitorHeartbeat(threading.Thread):
         return min(self.interval_s, self.FIRST_BEAT_POLL_S)
 
     def run(self) -> None:
-        while not self.stopped.wait(self.next_tick_s()):
+        finished = self.sink.status.batch_finished
+        while not self.stopped.is_set():
+            finished.wait(self.next_tick_s())
+            finished.clear()
+            if self.stopped.is_set():
+                break
             try:
                 self.sink.monitor_tick()
             except Exception as exc:  # noqa: BLE001 - keep beating; the next tick retries
@@ -403,4 +412,5 @@ class MonitorHeartbeat(threading.Thread):
 
     def stop(self) -> None:
         self.stopped.set()
+        self.sink.status.batch_finished.set()
         self.join(timeout=10)

@@ -10,6 +10,7 @@ written by one side, or a container that readers copy in one step, which the GIL
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -29,6 +30,11 @@ class MonitorStatus:
     """The listener's and the sink's notes of this run (see the module's docstring for who writes what)."""
 
     watermark_ms: int | None = None
+    #: the newest event time a finished batch of this run read: every decision it called for is sent and
+    #: written, so the MONITOR_HEARTBEAT says the monitor decided through it (None: no batch read one yet)
+    decided_through: int | None = None
+    #: set by the listener when a batch finished, so that the heartbeat goes out at once
+    batch_finished: threading.Event = field(default_factory=threading.Event)
     batches: int = 0
     events: int = 0
     bad_events: int = 0

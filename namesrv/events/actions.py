@@ -196,7 +196,7 @@ class ActionApplier:
         if self.trust is not None and not self.trust.admit(action.monitor, action.type.value):
             return Outcome.UNTRUSTED
         if self.watchdog is not None:
-            self.watchdog.heard(action.monitor)
+            self.watchdog.heard(action.monitor, action.decided_through)
         if action.type is ActionType.MONITOR_HEARTBEAT:
             return Outcome.HEARD
         cluster, addr = action.cluster_name, action.broker_addr
@@ -217,7 +217,12 @@ class ActionApplier:
     def _ahead(self, action: Action) -> bool:
         """True (and a warning, once a minute per monitor) if the action's times are in our future."""
         limit = self.wall_clock_ms() + self.max_clock_skew_ms
-        for name, value in (("lastHeartbeat", action.last_heartbeat), ("watermark", action.watermark)):
+        times = (
+            ("lastHeartbeat", action.last_heartbeat),
+            ("watermark", action.watermark),
+            ("decidedThrough", action.decided_through),
+        )
+        for name, value in times:
             if value is not None and value > limit:
                 if self._ahead_warnings.allow(action.monitor):
                     log.warning(

@@ -9,6 +9,7 @@ import asyncio
 import logging
 import socket
 from collections.abc import Callable, Coroutine
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,7 +76,9 @@ class KafkaLink:
         check_names(config)
         publisher = EventPublisher(PublisherSettings.from_config(config), node.routes)
         node.observer = publisher
-        watchdog = MonitorWatchdog(expiry, config.monitor_silence_fallback_millis)
+        watchdog = MonitorWatchdog(
+            expiry, config.monitor_silence_fallback_millis, grace_ms=config.monitor_decision_grace_millis
+        )
         trust = MonitorTrust(trusted_monitors(config), config.monitor_silence_fallback_millis)
         applier = ActionApplier(
             node.routes,
@@ -88,8 +91,8 @@ class KafkaLink:
         )
         return cls(config, publisher, applier, watchdog)
 
-    def start(self, loop: asyncio.AbstractEventLoop, spawn: Spawn, node_name: str) -> None:
-        """Start the threads and the loop tasks; nothing here waits for Kafka."""
+    def start(self, loop: asyncio.AbstractEventLoop, spawn: Spawn, node_name: str, worker: Executor) -> None:
+        """Start the threads and the loop tasks (the watchdog's removals on ``worker``); nothing here waits for Kafka."""
         self.publisher.node_name = node_name
         self.consumer = ActionConsumer(
             ConsumerSettings.from_config(self.config, client_id=f"namesrv-actions-{node_name}"),
@@ -98,7 +101,7 @@ class KafkaLink:
         self.publisher.start()
         self.consumer.start()
         spawn(self.publisher.run_ticks(lambda: self.watchdog.expiry.enabled), "event-ticks")
-        spawn(self.watchdog.run(), "monitor-watchdog")
+        spawn(self.watchdog.run(worker), "monitor-watchdog")
         log.info(
             "publishing events to %s at %s as node %s; reading actions from %s",
             self.publisher.settings.topic,

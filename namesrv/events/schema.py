@@ -281,6 +281,9 @@ class Action:
     #: the monitor's event-time watermark when deciding
     watermark: int | None = None
     reason: str | None = None
+    #: MONITOR_HEARTBEAT only: the latest event time the monitor has read and decided on, its actions sent
+    #: and its routes written; None from older monitors (docs/events.md)
+    decided_through: int | None = None
     v: int = VERSION
 
 
@@ -531,6 +534,7 @@ ACTION_FIELDS: tuple[Field, ...] = (
     Field("lastHeartbeat", "last_heartbeat", "BIGINT", _read_int, EPOCH_MILLIS),
     Field("watermark", "watermark", "BIGINT", _read_int, EPOCH_MILLIS),
     Field("reason", "reason", "STRING", _read_str, REASON),
+    Field("decidedThrough", "decided_through", "BIGINT", _read_int, EPOCH_MILLIS),
 )  # fmt: skip
 
 _BROKER = ("clusterName", "brokerAddr")

@@ -5,10 +5,11 @@ actions; while it is away the node's own scan decides, as Apache RocketMQ's does
 that hand-over and what surrounds it (docs/internals/node-liveness.md tells the whole story):
 
 * :class:`ExpiryScan`: the fallback scan, on while the node decides itself;
-* :class:`MonitorWatchdog`: hands expiry to the monitor when it is heard, takes it back after silence;
+* :class:`MonitorWatchdog`: hands expiry to the monitor when it is heard, takes it back after silence, and
+  expires a broker the monitor has not decided within the grace past its deadline;
 * :class:`SilenceWatch`: the deadlines behind the SILENT events that let the monitor decide sooner;
 * :class:`UnregisterBatcher`: every decided removal, applied in batches off the event loop;
-* :class:`RedisFallback`: while the scan is on, dead brokers out of the routes in Redis (one node at a time);
+* :class:`RedisFallback`: dead brokers the monitor has not decided in time out of the routes in Redis (one node at a time);
 * :class:`MonitorDownPager` (:mod:`~namesrv.liveness.monitor_down`): the page when no monitor decides;
 * :class:`Departure`, :class:`Cause` and :mod:`~namesrv.liveness.departure`: why a broker left.
 

@@ -11,6 +11,7 @@ docs/internals/node-liveness.md for why the order of the two is safe.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -75,14 +76,31 @@ class ExpiryScan:
             return None
         return self._report(outcome)
 
+    async def expire_undecided(
+        self, worker: Executor, grace_ms: int, decided_through: int | None, wall_now: int
+    ) -> list[UnregisterRequest] | None:
+        """Expire on ``worker`` the brokers more than ``grace_ms`` past their deadline that the monitor has
+        not decided: whose deadline is after ``decided_through`` (wall ms at ``wall_now``; None: all of
+        them). None if the tables were busy (the caller looks again soon)."""
+        kept = None if decided_through is None else decided_through - wall_now + self.routes.now_ms()
+        expire = functools.partial(self.routes.expire_inactive, wait=False, grace_ms=grace_ms, kept_through=kept)
+        outcome = await asyncio.get_running_loop().run_in_executor(worker, expire)
+        if outcome is None:
+            return None
+        return self._report(outcome, f"no monitor decided on them {grace_ms} ms past their deadline")
+
     def _expire_if_enabled(self) -> UnregisterOutcome | None:
         # read again on the worker: a busy worker may start this job after the monitor took over
         return self.routes.expire_inactive() if self.enabled else None
 
-    def _report(self, outcome: UnregisterOutcome) -> list[UnregisterRequest]:
+    def _report(self, outcome: UnregisterOutcome, why: str = "") -> list[UnregisterRequest]:
         if not outcome.applied:
             return outcome.applied
-        log.warning("expired silent brokers: %s", [f"{r.cluster_name}/{r.broker_addr}" for r in outcome.applied])
+        log.warning(
+            "expired silent brokers%s: %s",
+            f" ({why})" if why else "",
+            [f"{r.cluster_name}/{r.broker_addr}" for r in outcome.applied],
+        )
         back = self.routes.live_channels((r.cluster_name, r.broker_addr) for r in outcome.applied)
         registered_on = {id(c) for c in back.values() if c is not None}
         for channel in outcome.removed_channels:

@@ -1,14 +1,18 @@
-"""Redis right while no monitor decides: the node that holds the lease removes dead brokers from the routes.
+"""Redis follows the nodes whatever the monitor's state: the node that holds the lease writes what it has not.
 
-While the streaming monitor decides, only it writes the routes in Redis. While a node has taken
-expiry back from it (:class:`~namesrv.liveness.MonitorWatchdog`), this writer looks every
-``period_s`` for brokers that left the node's tables or passed their deadline there
-(:class:`Departures`) and, if the node holds the fallback lease (:class:`RedisLease`: one writer at a
-time among the nodes), removes them from the job's model and routes with the job's own code
-(:func:`namesrv.routes.materialised.removal_changes`), recording each removal in ``P:model:removed``
+While the streaming monitor keeps up, it writes the routes in Redis. Every node's writer looks every
+``PERIOD_S`` for brokers that left its tables or passed their deadline there (:class:`Departures`).
+A departure the monitor has decided on (its MONITOR_HEARTBEAT's ``decidedThrough`` reached the moment
+it was seen: :meth:`MonitorWatchdog.covers`) is the monitor's to write. One it has not decided within
+``monitorDecisionGraceMillis`` (it stalled, lags behind a backlog, died or is restarting) is written
+by the node that holds the fallback lease (:class:`RedisLease`: one writer at a time among the nodes):
+it removes the broker from the job's model and routes with the job's own code
+(:func:`namesrv.routes.materialised.removal_changes`) and records the removal in ``P:model:removed``,
 so that a returning monitor honours it instead of bringing the broker back. The write watches the
 lease and the model, so a job write or a lost lease in between aborts it and it is tried again.
-``docs/monitor.md`` ("While the monitor is away") has the guarantees and their limits.
+Every node notes departures whether or not it holds the lease, so one that takes the lease over from
+a node that froze or died writes what that node left. ``docs/monitor.md`` ("While the monitor is slow
+or away") has the guarantees and their limits.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import TYPE_CHECKING, TypeVar
 from common import redis_clients
 from common.redis_keys import RedisKeys
 from namesrv.events.schema import wall_ms
-from namesrv.liveness.expiry import ExpiryScan
+from namesrv.liveness.watchdog import MonitorWatchdog
 from namesrv.routes.manager import RouteInfoManager
 from namesrv.routes.materialised import (
     BrokerKey,
@@ -51,6 +55,10 @@ LEASE_PERIODS = 8
 REMOVALS_KEPT_MS = 86_400_000
 #: attempts of one write whose watched keys changed under it (the job wrote meanwhile)
 WRITE_ATTEMPTS = 3
+#: a departure not written this long after it was seen (another node wrote it, or it never needed to be)
+#: is forgotten; so is the oldest past MAX_PENDING, so a flood of departures cannot fill memory
+PENDING_KEPT_MS = 300_000
+MAX_PENDING = 65_536
 
 _RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0"
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
@@ -59,15 +67,17 @@ _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del
 class Departures:
     """Brokers to remove from Redis: those that left this node's tables, or passed their deadline there.
 
-    Each is reported once (with the wall time it was seen gone) until :meth:`written` or
-    :meth:`discard`; one that is live again, and not overdue, before that is dropped.
+    Each is pending (with the wall time it was seen gone) until :meth:`written`, or until :meth:`settle`
+    finds the monitor decided on it or it is too old; one that is live again, and not overdue, before
+    that is dropped. The first look is the baseline: what the tables hold then is not a departure.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_pending: int = MAX_PENDING) -> None:
+        self.max_pending = max_pending
         self._live: set[BrokerKey] | None = None
         #: to write: broker -> wall time it was seen gone
         self.pending: dict[BrokerKey, int] = {}
-        #: written or discarded, and still overdue or just gone: not reported again
+        #: written or settled, and still overdue or just gone: not reported again
         self._done: set[BrokerKey] = set()
 
     def observe(self, live: set[BrokerKey], overdue: set[BrokerKey], now_ms: int) -> dict[BrokerKey, int]:
@@ -81,21 +91,27 @@ class Departures:
             del self.pending[key]  # heard again before it was written
         # what could be reported again: still overdue, or gone since the last look
         self._done = {k for k in self._done if k in overdue or (k in previous and k not in live)}
+        if len(self.pending) > self.max_pending:  # a flood of departures: the oldest are the likeliest written
+            for key in sorted(self.pending, key=self.pending.__getitem__)[: len(self.pending) - self.max_pending]:
+                del self.pending[key]
         return dict(self.pending)
+
+    def settle(self, decided: Callable[[int], bool], seen_before: int) -> None:
+        """Forget what the monitor has decided on (``decided(seen_at)``: it writes Redis itself) and what
+        has been pending since before ``seen_before`` (another node wrote it, or nobody will)."""
+        for key, at in list(self.pending.items()):
+            if at < seen_before or decided(at):
+                del self.pending[key]
+                self._done.add(key)
+
+    def due(self, seen_by: int) -> dict[BrokerKey, int]:
+        """What has been pending since ``seen_by`` or earlier."""
+        return {k: at for k, at in self.pending.items() if at <= seen_by}
 
     def written(self, keys: set[BrokerKey]) -> None:
         self._done |= keys
         for key in keys:
             self.pending.pop(key, None)
-
-    def discard(self) -> None:
-        """Another node writes (or a monitor decides): forget what is pending, look again from scratch."""
-        self.written(set(self.pending))
-
-    def restart(self) -> None:
-        self._live = None
-        self.pending.clear()
-        self._done.clear()
 
 
 class RedisLease:
@@ -128,7 +144,7 @@ def connect_node_redis(config: NamesrvConfig, without: str) -> tuple[redis_clien
 
 
 class RedisFallback:
-    """The fallback writer of one node: runs while its expiry scan is on, writes while it holds the lease."""
+    """The fallback writer of one node: writes a departure the monitor has not decided in time, while it holds the lease."""
 
     def __init__(
         self,
@@ -136,11 +152,11 @@ class RedisFallback:
         keys: RedisKeys,
         owner: str,
         routes: RouteInfoManager,
-        expiry: ExpiryScan,
+        monitor: MonitorWatchdog,
         settings: RouteSettingsLike,
         now_ms: Callable[[], int] = wall_ms,
     ) -> None:
-        self.client, self.keys, self.routes, self.expiry, self.settings = client, keys, routes, expiry, settings
+        self.client, self.keys, self.routes, self.monitor, self.settings = client, keys, routes, monitor, settings
         self.lease = RedisLease(client, keys.fallback_lease, owner, int(PERIOD_S * 1000 * LEASE_PERIODS))
         self.departures = Departures()
         self.now_ms = now_ms
@@ -148,37 +164,42 @@ class RedisFallback:
 
     @classmethod
     def from_config(
-        cls, config: NamesrvConfig, owner: str, routes: RouteInfoManager, expiry: ExpiryScan
+        cls, config: NamesrvConfig, owner: str, routes: RouteInfoManager, monitor: MonitorWatchdog
     ) -> RedisFallback | None:
         """The writer of a node with ``redisUrl``; None, and a warning, when the URL cannot work."""
         connected = connect_node_redis(config, "no fallback writer for the routes in Redis")
-        return None if connected is None else cls(*connected, owner, routes, expiry, config)
+        return None if connected is None else cls(*connected, owner, routes, monitor, config)
 
     async def run(self, worker: Executor) -> None:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(PERIOD_S)
-            if not self.expiry.enabled:  # a monitor decides, and writes Redis
-                if self.holding:
-                    await self._io(self.lease.release)
-                    self.holding = False
-                self.departures.restart()
-                continue
             live, overdue = await loop.run_in_executor(worker, self.routes.live_and_overdue)
-            pending = self.departures.observe(live, overdue, self.now_ms())
-            held = await self._io(self.lease.hold)
-            if held != self.holding:
-                self.holding = bool(held)
-                log.warning(
-                    "%s the fallback lease: %s removes dead brokers from the routes in Redis while no monitor decides",
-                    "took" if held else "lost", "this node" if held else "another node",
-                )  # fmt: skip
-            if not held:
-                self.departures.discard()
-            elif pending:
-                written = await self._io(functools.partial(self.remove, pending))
-                if written is not None:
-                    self.departures.written(written)
+            await self.look(live, overdue)
+
+    async def look(self, live: set[BrokerKey], overdue: set[BrokerKey]) -> None:
+        """One look: note the departures, and write those the monitor has not decided within its grace."""
+        now = self.now_ms()
+        self.departures.observe(live, overdue, now)
+        self.departures.settle(self.monitor.covers, now - PENDING_KEPT_MS)
+        due = self.departures.due(now - self.monitor.grace_ms)
+        if not due and (not self.holding or self.monitor.decided_through() is not None):
+            if self.holding:  # the monitor keeps up again: the next departure is its to write
+                await self._io(self.lease.release)
+                self.holding = False
+            return
+        held = await self._io(self.lease.hold)
+        if held != self.holding:
+            self.holding = bool(held)
+            log.warning(
+                "%s the fallback lease: %s removes dead brokers from the routes in Redis while no monitor decides "
+                "them in time",
+                "took" if held else "lost", "this node" if held else "another node",
+            )  # fmt: skip
+        if held and due:
+            written = await self._io(functools.partial(self.remove, due))
+            if written is not None:
+                self.departures.written(written)
 
     def close(self) -> None:
         """Give the lease back if held (the next node takes over at once) and close the connection."""
@@ -234,7 +255,7 @@ class RedisFallback:
                 return set(gone)
             if brokers:
                 log.warning(
-                    "no monitor decides: removed %s from the routes in Redis (%d route(s) rewritten)",
+                    "no monitor decided them in time: removed %s from the routes in Redis (%d route(s) rewritten)",
                     [f"{c}/{a}" for c, a in brokers], len(changes.routes),
                 )  # fmt: skip
             return set(gone)

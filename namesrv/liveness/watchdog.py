@@ -1,10 +1,18 @@
-"""Who decides expiry for this node: the streaming monitor while it is heard, the node's own scan otherwise.
+"""Who decides expiry for this node: the streaming monitor while it keeps up, the node itself otherwise.
 
-Every action the node accepts from the monitor (MONITOR_HEARTBEAT included) proves it alive:
-:meth:`MonitorWatchdog.heard` then hands expiry to the monitor, and :meth:`MonitorWatchdog.check`
-takes it back, with a warning, once the monitor has been silent for ``monitorSilenceFallbackMillis``.
-Until the monitor is first heard the scan stays on, as in Apache RocketMQ: a node without a monitor
-behaves exactly like Apache's.
+Two questions, two answers, one clock of "monitor heard":
+
+* **Which scan runs.** Every action the node accepts from the monitor (MONITOR_HEARTBEAT included)
+  proves it alive: :meth:`MonitorWatchdog.heard` then hands expiry to the monitor, and
+  :meth:`MonitorWatchdog.check` takes it back, with a warning, once the monitor has been silent for
+  ``monitorSilenceFallbackMillis``. Until the monitor is first heard the scan stays on, as in Apache
+  RocketMQ: a node without a monitor behaves exactly like Apache's.
+* **Whether the monitor got there in time.** A MONITOR_HEARTBEAT says how far the monitor has decided
+  (``decidedThrough``, an event time). A broker more than ``monitorDecisionGraceMillis`` past its
+  deadline here, whose deadline that word, heard within the same grace, does not reach, is one the
+  monitor is not deciding in time (stalled, slow behind a backlog, killed, restarting): the node
+  expires it itself (:meth:`MonitorWatchdog.expire_undecided`), whatever the scan's state. A broker
+  whose deadline the monitor has passed and kept is one another node still hears: it stays.
 """
 
 from __future__ import annotations
@@ -13,21 +21,38 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor
 
+from namesrv.events.schema import wall_ms
 from namesrv.liveness.expiry import ExpiryScan
 
 log = logging.getLogger("namesrv.liveness")
 
+#: how often the watchdog looks (at most): at the scan's hand-over, and at brokers the monitor has not decided
+PERIOD_S = 0.25
+
 
 class MonitorWatchdog:
-    """Keeps the local expiry scan off while the monitor is heard, on after it falls silent."""
+    """Keeps the local expiry scan off while the monitor is heard, and decides what the monitor does not in time."""
 
-    def __init__(self, expiry: ExpiryScan, silence_ms: int, now: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        expiry: ExpiryScan,
+        silence_ms: int,
+        now: Callable[[], float] = time.monotonic,
+        *,
+        grace_ms: int = 1500,
+        wall_clock_ms: Callable[[], int] = wall_ms,
+    ) -> None:
         self.expiry = expiry
         self.silence_ms = silence_ms
+        self.grace_ms = grace_ms
         self.now = now
+        self.wall_clock_ms = wall_clock_ms
         self.last_heard: float | None = None
         self.monitor: str | None = None
+        #: the last heartbeat's ``decidedThrough`` (event time) and when it was heard (``now``)
+        self._decided: tuple[int, float] | None = None
 
     @property
     def monitor_alive(self) -> bool:
@@ -38,10 +63,12 @@ class MonitorWatchdog:
         last = self.last_heard
         return None if last is None else max(0.0, self.now() - last)
 
-    def heard(self, monitor: str) -> None:
+    def heard(self, monitor: str, decided_through: int | None = None) -> None:
         handing_back = self.last_heard is not None  # the scan is on because the monitor fell silent
         self.last_heard = self.now()
         self.monitor = monitor
+        if decided_through is not None:
+            self._decided = (decided_through, self.last_heard)
         if self.expiry.hand_to_monitor():
             # a hand-back pairs with the warning that switched the scan on, so it is one too
             log.log(
@@ -49,6 +76,19 @@ class MonitorWatchdog:
                 "liveness monitor %r is alive: local expiry scan off, the monitor decides",
                 monitor,
             )
+
+    def decided_through(self) -> int | None:
+        """The event time the monitor has decided through, while its word is fresh (heard within the
+        grace); None when it is not: the monitor stalled, died, or never said."""
+        decided = self._decided
+        if decided is None or (self.now() - decided[1]) * 1000 > self.grace_ms:
+            return None
+        return decided[0]
+
+    def covers(self, at_ms: int) -> bool:
+        """True if the monitor has decided on what happened by ``at_ms`` (wall ms), and said so lately."""
+        through = self.decided_through()
+        return through is not None and through >= at_ms
 
     def check(self) -> None:
         if self.expiry.enabled or self.last_heard is None or self.monitor_alive:
@@ -60,8 +100,13 @@ class MonitorWatchdog:
             self.silence_ms,
         )
 
-    async def run(self) -> None:
-        period = max(0.05, min(1.0, self.silence_ms / 4000))
+    async def expire_undecided(self, worker: Executor) -> None:
+        """Expire the brokers past their deadline by the grace that the monitor has not decided."""
+        await self.expiry.expire_undecided(worker, self.grace_ms, self.decided_through(), self.wall_clock_ms())
+
+    async def run(self, worker: Executor) -> None:
+        period = max(0.05, min(PERIOD_S, self.silence_ms / 4000))
         while True:
             await asyncio.sleep(period)
             self.check()
+            await self.expire_undecided(worker)

@@ -131,17 +131,22 @@ class RouteInfoManager:
         finally:
             self._lock.release()
 
-    def expire_inactive(self, *, wait: bool = True) -> UnregisterOutcome | None:
+    def expire_inactive(
+        self, *, wait: bool = True, grace_ms: int = 0, kept_through: int | None = None
+    ) -> UnregisterOutcome | None:
         """Remove every broker silent past its timeout; the outcome's ``removed_channels`` are for the caller to close.
 
-        Without ``wait``, None when the tables are busy (another thread is changing them).  A node
-        runs its scan on the worker thread, where waiting stalls no client (``liveness.ExpiryScan``).
+        ``grace_ms``: only those past it by more than that; ``kept_through`` (this manager's clock): not
+        those whose deadline is at or before it.  Without ``wait``, None when the tables are busy
+        (another thread is changing them).  A node runs its scan on the worker thread, where waiting
+        stalls no client (``liveness.ExpiryScan``).
         """
         if not self._lock.acquire(blocking=wait):
             return None
         try:
             t = self._tables
-            return unregister.unregister_brokers(t, self.settings, unregister.scan_not_active_broker(t, self.now_ms()))
+            requests = unregister.scan_not_active_broker(t, self.now_ms() - grace_ms, kept_through=kept_through)
+            return unregister.unregister_brokers(t, self.settings, requests)
         finally:
             self._lock.release()
 

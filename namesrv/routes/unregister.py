@@ -72,22 +72,32 @@ def on_channel_destroy(t: RouteTables, channel: Hashable) -> list[UnregisterRequ
     return [request_for(t, k, seq) for k in keys]
 
 
-def scan_not_active_broker(t: RouteTables, now_ms: int) -> list[UnregisterRequest]:
+def scan_not_active_broker(t: RouteTables, now_ms: int, *, kept_through: int | None = None) -> list[UnregisterRequest]:
     """Requests removing every broker silent for longer than its timeout (not applied).
 
-    Provisional entries are left to :mod:`namesrv.routes.provisional`'s own deadline.
+    Provisional entries are left to :mod:`namesrv.routes.provisional`'s own deadline; ``kept_through``
+    as :func:`overdue_brokers`.
     """
-    keys = overdue_brokers(t, now_ms)
+    keys = overdue_brokers(t, now_ms, kept_through=kept_through)
     if not keys:
         return []
     seq = t.next_seq()
     return [request_for(t, k, seq) for k in keys]
 
 
-def overdue_brokers(t: RouteTables, now_ms: int) -> list[BrokerAddrInfo]:
-    """Brokers silent for longer than their timeout, provisional entries aside (nothing changes)."""
+def overdue_brokers(t: RouteTables, now_ms: int, *, kept_through: int | None = None) -> list[BrokerAddrInfo]:
+    """Brokers silent for longer than their timeout, provisional entries aside (nothing changes).
+
+    ``kept_through``: leave out those whose deadline is at or before it (another party decided them).
+    """
     prov = t.provisional
-    return [k for k, live in t.broker_live_table.items() if live.expired(now_ms) and k not in prov]
+    return [
+        k
+        for k, live in t.broker_live_table.items()
+        if live.expired(now_ms)
+        and k not in prov
+        and (kept_through is None or live.last_update_timestamp + live.heartbeat_timeout_millis > kept_through)
+    ]
 
 
 def request_for(t: RouteTables, key: BrokerAddrInfo, seq: int) -> UnregisterRequest:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from common import redis_clients
-from namesrv.liveness import ExpiryScan, RedisFallback
+from namesrv.liveness import ExpiryScan, MonitorWatchdog, RedisFallback
 from namesrv.routes import RouteInfoManager, RouteSettings
 from streaming.routes import RedisRouteStore, RouteLookup, RouteModel
 from tests.support.route_events import A0, A1, B0, CLUSTER, T0
@@ -31,7 +31,8 @@ def store(redis_url, request):
 def writer(redis_url: str, store: RedisRouteStore, owner: str) -> RedisFallback:
     routes = RouteInfoManager(RouteSettings())
     client = redis_clients.connect(redis_url)
-    return RedisFallback(client, store.keys, owner, routes, ExpiryScan(routes, 5000), RouteSettings())
+    watchdog = MonitorWatchdog(ExpiryScan(routes, 5000), 30_000)
+    return RedisFallback(client, store.keys, owner, routes, watchdog, RouteSettings())
 
 
 def test_the_lease_holder_removes_a_broker_and_a_restarted_job_honours_it(store, redis_url):

@@ -436,7 +436,8 @@ def test_the_spark_schema_keeps_its_shape():
     )
     assert action_ddl() == (
         "`v` INT, `type` STRING, `monitor` STRING, `decidedAt` BIGINT, `clusterName` STRING, `brokerAddr` STRING, "
-        "`brokerName` STRING, `brokerId` BIGINT, `lastHeartbeat` BIGINT, `watermark` BIGINT, `reason` STRING"
+        "`brokerName` STRING, `brokerId` BIGINT, `lastHeartbeat` BIGINT, `watermark` BIGINT, `reason` STRING, "
+        "`decidedThrough` BIGINT"
     )
 
 

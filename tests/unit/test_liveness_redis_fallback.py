@@ -28,14 +28,28 @@ def test_a_broker_past_its_deadline_is_reported_once_and_one_heard_again_first_i
     assert d.observe(live, set(), 7) == {}  # heard again before it was written
 
 
-def test_a_broker_that_left_the_tables_is_reported_and_a_restart_forgets_the_past():
+def test_a_departure_stays_pending_until_written_or_the_monitor_decided_it_and_the_first_look_is_the_baseline():
     d = Departures()
-    d.observe({("c", "a"), ("c", "b")}, set(), 1)
+    assert d.observe({("c", "a"), ("c", "b")}, set(), 1) == {}  # what the tables hold at the first look stays
     assert d.observe({("c", "a")}, set(), 2) == {("c", "b"): 2}  # closed or unregistered
-    d.discard()  # another node holds the lease
-    assert d.observe({("c", "a")}, set(), 3) == {}
-    d.restart()
-    assert d.observe({("c", "x")}, set(), 4) == {}  # the first look after a restart reports nothing
+    # another node holds the lease: kept, so that this node writes it if the lease comes its way
+    assert d.observe({("c", "a")}, set(), 3) == {("c", "b"): 2}
+    assert d.due(1) == {} and d.due(2) == {("c", "b"): 2}  # due once the grace since it was seen has passed
+    d.settle(lambda seen_at: False, seen_before=0)
+    assert d.pending == {("c", "b"): 2}  # the monitor has not decided it
+    d.settle(lambda seen_at: seen_at <= 2, seen_before=0)
+    assert d.pending == {}  # the monitor has read past the moment it was seen: its to write
+    assert d.observe({("c", "a")}, set(), 4) == {}  # and it is not reported again
+
+
+def test_a_departure_nobody_wrote_is_forgotten_after_a_while_and_a_flood_is_bounded():
+    d = Departures(max_pending=2)
+    d.observe({("c", "a"), ("c", "b"), ("c", "x")}, set(), 1)
+    d.observe({("c", "x")}, set(), 10)
+    d.observe(set(), set(), 20)
+    assert len(d.pending) == 2 and ("c", "x") in d.pending  # the oldest went first
+    d.settle(lambda seen_at: False, seen_before=15)
+    assert d.pending == {("c", "x"): 20}
 
 
 # --------------------------------------------------------------------------- the lease
