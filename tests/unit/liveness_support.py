@@ -11,6 +11,7 @@ from namesrv.liveness import ExpiryScan, UnregisterBatcher
 from namesrv.protocol.codes import RequestCode
 from namesrv.protocol.command import request
 from namesrv.routes.manager import RouteInfoManager
+from tests.support.clock import Clock
 from tests.support.node import VECTORS
 
 V = json.loads((VECTORS / "vectors.json").read_text())
@@ -20,14 +21,6 @@ V3_EXT = json.loads(next(f for f in V["frames"] if f["name"].startswith("REGISTE
 BODY = (VECTORS / "register_broker_body.json").read_bytes()
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.ms = 1_000_000
-
-    def __call__(self) -> int:
-        return self.ms
-
-
 class Channel:
     closed = False
 
@@ -35,7 +28,7 @@ class Channel:
         self.closed = True
 
 
-def make_node(tmp_path, clock) -> tuple[HandlerContext, UnregisterBatcher, ExpiryScan]:
+def make_node(tmp_path, clock: Clock) -> tuple[HandlerContext, UnregisterBatcher, ExpiryScan]:
     config = load_config(None, {"kvConfigPath": str(tmp_path / "kv.json"), "configStorePath": str(tmp_path / "p")})
     routes = RouteInfoManager(config, now_ms=clock)
     batch = UnregisterBatcher(routes, capacity=2)

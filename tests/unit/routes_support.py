@@ -13,6 +13,7 @@ from namesrv.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
 from namesrv.routes import BrokerAddrInfo, RegisterBrokerResult, RouteInfoManager, RouteSettings, UnregisterRequest
 from namesrv.routes.model import Registration
 from namesrv.routes.snapshot import ModelSnapshot, SnapshotBroker, decode_model
+from tests.support.clock import Clock
 
 DEF_CLUSTER = "Default_Cluster"
 DEF_BROKER = "Default_Broker"
@@ -21,19 +22,6 @@ MASTER_HA = "127.0.0.1:20911"
 SLAVE_ADDR = "127.0.0.1:30911"
 SLAVE_HA = "127.0.0.1:40911"
 DV1 = DataVersion(counter=1, timestamp=1_700_000_000_000)
-
-
-class Clock:
-    """An injected millisecond clock that only moves when told to."""
-
-    def __init__(self, now: int = 1_000_000) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
 
 
 def make_manager(**settings: bool) -> tuple[RouteInfoManager, Clock]:

@@ -30,19 +30,12 @@ from namesrv.protocol.command import RemotingCommand, request
 from namesrv.server import Connection, RemotingServer
 from tests.support.attacks import SMALL_BOMB, json_frame, zip_bomb_registration
 from tests.support.brokers import registration
+from tests.support.clock import Clock
 from tests.support.wait import wait_until
 
 KiB = 1024
 IDLE_LIMIT_S = 120
 BROKER = "127.0.0.1:10911"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass
@@ -59,7 +52,7 @@ class _Timer:
 class FakeLoop:
     """What the server asks of its loop: callbacks now, callbacks later (on the fake clock)."""
 
-    def __init__(self, clock: FakeClock) -> None:
+    def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self.ready: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
         self.timers: list[_Timer] = []
@@ -70,7 +63,7 @@ class FakeLoop:
     call_soon_threadsafe = call_soon
 
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> _Timer:
-        timer = _Timer(self.clock.now + delay, callback, args)
+        timer = _Timer(self.clock.seconds() + delay, callback, args)
         self.timers.append(timer)
         return timer
 
@@ -90,9 +83,10 @@ class FakeLoop:
 
     def advance(self, seconds: float) -> None:
         """Move the clock, then run the timers that came due and what they scheduled."""
-        self.clock.now += seconds
+        self.clock.advance(seconds=seconds)
         self.run_ready()
-        due = [t for t in self.timers if t.when <= self.clock.now and not t.cancelled]
+        now = self.clock.seconds()
+        due = [t for t in self.timers if t.when <= now and not t.cancelled]
         self.timers = [t for t in self.timers if t not in due]
         for timer in sorted(due, key=lambda t: t.when):
             timer.callback(*timer.args)
@@ -174,7 +168,7 @@ class Departures(NodeObserver):
 class Harness:
     server: RemotingServer
     loop: FakeLoop
-    clock: FakeClock
+    clock: Clock
     observer: Departures
     drain_unregistrations: Callable[[], None]
     connections: list[tuple[Connection, FakeTransport]] = field(default_factory=list)
@@ -196,8 +190,8 @@ def harness(tmp_path, monkeypatch) -> Harness:
     node, unregistration, _ = build_node(config)
     observer = Departures()
     node.observer = observer
-    clock = FakeClock()
-    server = RemotingServer(node, clock=clock)
+    clock = Clock()
+    server = RemotingServer(node, clock=clock.seconds)
     loop = FakeLoop(clock)
     server.loop = loop  # type: ignore[assignment]
     # the drop warnings are rate-limited per process: give this test its own budget
@@ -245,12 +239,12 @@ def test_a_connection_silent_past_the_idle_limit_is_closed_and_its_broker_report
     broker, broker_transport = harness.connect(5000)
     client, client_transport = harness.connect(5001)
     broker.data_received(register_frame())
-    harness.clock.now += IDLE_LIMIT_S / 2
+    harness.clock.advance(seconds=IDLE_LIMIT_S / 2)
     client.data_received(route_frame(1))
-    harness.clock.now += IDLE_LIMIT_S / 2
+    harness.clock.advance(seconds=IDLE_LIMIT_S / 2)
     harness.server.close_idle_connections()  # exactly the limit: not yet
     assert not broker_transport.closing
-    harness.clock.now += 0.001
+    harness.clock.advance(seconds=0.001)
     harness.server.close_idle_connections()
     assert broker_transport.closing and not client_transport.closing
     assert harness.observer.seen == {}  # reported when the transport says it is gone
@@ -260,7 +254,7 @@ def test_a_connection_silent_past_the_idle_limit_is_closed_and_its_broker_report
     assert broker not in harness.server.connections and client in harness.server.connections
     harness.drain_unregistrations()
     assert routes_of(harness).last_seen("DefaultCluster", BROKER) is None
-    harness.clock.now += IDLE_LIMIT_S / 2 + 0.001
+    harness.clock.advance(seconds=IDLE_LIMIT_S / 2 + 0.001)
     harness.server.close_idle_connections()
     assert client_transport.closing
 
@@ -268,7 +262,7 @@ def test_a_connection_silent_past_the_idle_limit_is_closed_and_its_broker_report
 def test_an_idle_limit_of_zero_closes_nothing(harness):
     harness.server.context.config.server_channel_max_idle_time_seconds = 0
     _, transport = harness.connect(5000)
-    harness.clock.now += 10 * IDLE_LIMIT_S
+    harness.clock.advance(seconds=10 * IDLE_LIMIT_S)
     harness.server.close_idle_connections()
     assert not transport.closing
 
@@ -375,10 +369,10 @@ def test_a_tls_client_on_a_plaintext_node_is_named_once_per_address_with_the_key
     assert "tls.server.mode=permissive but no certificate: to serve TLS, set tls.server.certPath and" in first
     assert other.startswith("closing connection from 10.0.0.2:7000: a TLS client")
     assert "malformed" not in first + other
-    harness.clock.now += server_mod.TLS_CLIENT_WARNING_S - 1
+    harness.clock.advance(seconds=server_mod.TLS_CLIENT_WARNING_S - 1)
     tls_client(harness, 7010)
     assert len(warnings()) == 2
-    harness.clock.now += 1  # an hour after it was named, the address is named again
+    harness.clock.advance(seconds=1)  # an hour after it was named, the address is named again
     tls_client(harness, 7011)
     assert len(warnings()) == 3
 
@@ -506,8 +500,8 @@ def stream(harness: Harness, peers: list[tuple[Connection, FakeTransport, bytes]
     (or until all is sent): the transport receives into get_buffer's memory, as uvloop's does,
     whenever it is reading.  The bytes each peer got in."""
     sent = [0] * len(peers)
-    end = harness.clock.now + seconds
-    while harness.clock.now < end and any(n < len(data) for n, (_, _, data) in zip(sent, peers, strict=True)):
+    end = harness.clock.seconds() + seconds
+    while harness.clock.seconds() < end and any(n < len(data) for n, (_, _, data) in zip(sent, peers, strict=True)):
         for i, (connection, transport, data) in enumerate(peers):
             if transport.reading and not transport.closing and sent[i] < len(data):
                 view = connection.get_buffer(-1)
@@ -563,9 +557,9 @@ def test_a_10_mib_registration_is_received_at_the_pace_and_registers(harness):
     frame = encode(request(RequestCode.REGISTER_BROKER, ext, body, opaque=1))
     assert len(frame) > 10 * 1024 * KiB
     connection, transport = harness.connect(7000)
-    start = harness.clock.now
+    start = harness.clock.seconds()
     stream(harness, [(connection, transport, frame)], 10)
-    took = harness.clock.now - start
+    took = harness.clock.seconds() - start
     pace = len(frame) / server_mod.LARGE_FRAME_BYTES_PER_S  # 0.35 s
     # less the first read, one read's worth of credit and the slack
     assert pace - 2 * READ_PACE_S - SLACK_S <= took <= pace * 1.1
@@ -629,7 +623,7 @@ def test_with_metrics_on_every_request_is_counted_by_code_and_answer_oneway_and_
     from namesrv.handlers import HANDLERS
     from namesrv.request_stats import ONEWAY, OTHER, RequestStats
 
-    stats = harness.server.request_stats = RequestStats(HANDLERS, clock=harness.clock)
+    stats = harness.server.request_stats = RequestStats(HANDLERS, clock=harness.clock.seconds)
     connection, transport = harness.connect(5000)
     heartbeat = request(
         RequestCode.BROKER_HEARTBEAT, {"clusterName": "DefaultCluster", "brokerAddr": BROKER, "brokerName": "broker-a"},

@@ -20,6 +20,7 @@ from namesrv.handlers import NodeObserver
 from namesrv.liveness import Departure, ExpiryScan, MonitorWatchdog, UnregisterBatcher, departure
 from namesrv.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
 from namesrv.routes import RouteInfoManager, RouteSettings
+from tests.support.clock import Clock
 
 CLUSTER, NAME, ADDR = "DefaultCluster", "broker-a", "127.0.0.1:10911"
 BODY = RegisterBrokerBody(DataVersion(1, 0, 1), {"A": TopicConfig("A"), "B": TopicConfig("B")})
@@ -31,14 +32,6 @@ class Recorder(NodeObserver):
 
     def broker_unregistered(self, request, departure):
         self.unregistered.append((request.broker_addr, departure))
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def expire(last_heartbeat: int, **kw) -> Action:
@@ -108,17 +101,17 @@ def test_a_role_change_or_a_full_queue_skips_the_action():
 def test_watchdog_switches_the_local_scan_off_while_the_monitor_speaks_and_back_after_silence(caplog):
     routes = RouteInfoManager(RouteSettings())
     scan = ExpiryScan(routes, 5000)
-    clock = FakeClock()
-    dog = MonitorWatchdog(scan, silence_ms=30_000, now=clock)
+    clock = Clock()
+    dog = MonitorWatchdog(scan, silence_ms=30_000, now=clock.seconds)
     dog.check()
     assert scan.enabled  # never heard: Apache behaviour
     applier = ActionApplier(routes, lambda r: True, lambda c, a: None, Recorder(), dog)
     assert applier.apply(Action(ActionType.MONITOR_HEARTBEAT, "monitor-1", 1)) is Outcome.HEARD
     assert not scan.enabled
-    clock.now += 29.9
+    clock.advance(seconds=29.9)
     dog.check()
     assert not scan.enabled
-    clock.now += 0.2
+    clock.advance(seconds=0.2)
     dog.check()
     assert scan.enabled and "silent for 30000 ms" in caplog.text
     applier.apply(expire(1))  # any action proves the monitor is alive
@@ -143,7 +136,7 @@ NOW_MS = 1_700_000_000_000
 def skew_setup(skew_ms: int = 10_000):
     routes, batch, observer, _ = setup()
     scan = ExpiryScan(routes, 5000)
-    dog = MonitorWatchdog(scan, silence_ms=30_000, now=FakeClock())
+    dog = MonitorWatchdog(scan, silence_ms=30_000, now=Clock().seconds)
     applier = ActionApplier(
         routes, batch.submit, lambda c, a: None, observer, dog, max_clock_skew_ms=skew_ms, wall_clock_ms=lambda: NOW_MS
     )
@@ -187,10 +180,12 @@ def test_a_monitor_heartbeat_with_a_watermark_in_the_future_does_not_keep_the_lo
 
 def trust_setup(trusted: str = "", silence_ms: int = 30_000):
     routes, batch, observer, _ = setup()
-    clock = FakeClock()
+    clock = Clock()
     scan = ExpiryScan(routes, 5000)
-    dog = MonitorWatchdog(scan, silence_ms=silence_ms, now=clock)
-    trust = MonitorTrust(trusted_monitors(load_config(None, {"trustedMonitors": trusted})), silence_ms, now=clock)
+    dog = MonitorWatchdog(scan, silence_ms=silence_ms, now=clock.seconds)
+    trust = MonitorTrust(
+        trusted_monitors(load_config(None, {"trustedMonitors": trusted})), silence_ms, now=clock.seconds
+    )
     applier = ActionApplier(routes, batch.submit, lambda c, a: None, observer, dog, trust=trust)
     return routes, batch, scan, applier, clock
 
@@ -215,7 +210,7 @@ def test_by_default_the_first_monitor_heard_is_obeyed_and_a_second_one_refused_a
     (warning,) = warnings_of(caplog)  # one per untrusted id per minute
     assert "ignoring EXPIRE from monitor 'nobody-runs-this': this node obeys monitor 'job-a'" in warning
     assert "monitorSilenceFallbackMillis" in warning and "set trustedMonitors" in warning
-    clock.now += 61
+    clock.advance(seconds=61)
     applier.apply(beat("job-a"))
     assert applier.apply(beat("nobody-runs-this")) is Outcome.UNTRUSTED
     assert len(warnings_of(caplog)) == 2  # a minute later: reported again
@@ -234,9 +229,9 @@ def test_another_monitor_takes_over_only_after_the_first_was_silent_for_the_fall
     routes, batch, scan, applier, clock = trust_setup(silence_ms=30_000)
     assert applier.apply(beat("job-1")) is Outcome.HEARD
     assert "obeying monitor 'job-1', the first one heard" in caplog.text
-    clock.now += 29.9
+    clock.advance(seconds=29.9)
     assert applier.apply(beat("job-2")) is Outcome.UNTRUSTED
-    clock.now += 0.1  # job-1 silent for 30 s now: the local scan is back on, and job-2 may take over
+    clock.advance(seconds=0.1)  # job-1 silent for 30 s now: the local scan is back on, and job-2 may take over
     applier.watchdog.check()
     assert scan.enabled
     take_over = expire(1_000)
@@ -257,7 +252,7 @@ def test_configured_monitors_are_obeyed_whoever_spoke_first_and_others_are_refus
     assert applier.apply(beat("job-c")) is Outcome.UNTRUSTED and scan.enabled
     assert applier.apply(beat("job-b")) is Outcome.HEARD
     assert applier.apply(beat("job-a")) is Outcome.HEARD
-    clock.now += 3600  # silence changes nothing with a configured list
+    clock.advance(seconds=3600)  # silence changes nothing with a configured list
     assert applier.apply(beat("job-c")) is Outcome.UNTRUSTED
     (warning, again) = warnings_of(caplog)
     assert "ignoring MONITOR_HEARTBEAT from monitor 'job-c': not in trustedMonitors (job-a;job-b)" in warning

@@ -31,6 +31,7 @@ from namesrv.protocol.codes import RequestCode
 from namesrv.protocol.headers import RegisterBrokerHeader
 from namesrv.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig
 from namesrv.routes import RouteInfoManager, RouteSettings, UnregisterRequest
+from tests.support.clock import Clock
 
 CLUSTER, NAME, ADDR = "DefaultCluster", "broker-a", "127.0.0.1:10911"
 
@@ -73,18 +74,10 @@ def test_take_merges_lanes_in_seq_order_and_put_back_restores_order():
 # --------------------------------------------------------------------------- observer calls
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000_000
-
-    def __call__(self) -> int:
-        self.now += 1
-        return self.now
-
-
 def make_publisher(**settings) -> tuple[EventPublisher, RouteInfoManager]:
     routes = RouteInfoManager(RouteSettings())
-    publisher = EventPublisher(PublisherSettings("k:1", "events", "ns-1", **settings), routes, clock_ms=Clock())
+    clock = Clock(1_700_000_000_000, step_ms=1)  # every event a new millisecond
+    publisher = EventPublisher(PublisherSettings("k:1", "events", "ns-1", **settings), routes, clock_ms=clock)
     return publisher, routes
 
 
@@ -282,7 +275,7 @@ def test_a_tick_past_a_brokers_deadline_reports_it_silent_once_per_silence():
     clock = p.clock_ms
     register(p, routes, timeout=10_000)
     heard = drain(p)[-1].event_time
-    clock.now = heard + 10_000 - 1  # the tick's own time is heard + 10,000: not past the deadline yet
+    clock.ms = heard + 10_000 - 1  # the tick's own time is heard + 10,000: not past the deadline yet
     assert [e.type for e in (p.tick(), *drain(p)[1:])] == [EventType.TICK]
     p.tick()  # heard + 10,001: strictly past it, as RocketMQ's last + timeout < now
     tick, silent = drain(p)
@@ -290,12 +283,12 @@ def test_a_tick_past_a_brokers_deadline_reports_it_silent_once_per_silence():
         EventType.SILENT, CLUSTER, ADDR, NAME, 0,
     )  # fmt: skip
     assert silent.event_time > heard + 10_000 and silent.reason == f"nothing heard since {heard} (timeout 10000 ms)"
-    clock.now += 60_000
+    clock.advance(60_000)
     p.tick()
     assert [e.type for e in drain(p)] == [EventType.TICK]  # once per silence
     # a heartbeat starts a new silence, with the registration's timeout
     p.broker_heartbeat(CLUSTER, ADDR, RequestCode.BROKER_HEARTBEAT)
-    clock.now += 10_001
+    clock.advance(10_001)
     p.tick()
     assert [e.type for e in drain(p)] == [EventType.HEARTBEAT, EventType.TICK, EventType.SILENT]
 
@@ -307,11 +300,11 @@ def test_a_deadline_between_two_ticks_is_reported_when_it_passes_not_at_the_next
     heard = drain(p)[-1].event_time
 
     async def run() -> list[EventType]:
-        clock.now = heard + 10_000 - 50  # the first tick comes 50 ms before the deadline
+        clock.ms = heard + 10_000 - 50  # the first tick comes 50 ms before the deadline
         task = asyncio.ensure_future(p.run_ticks())
         while p.stats().emitted < 2:  # the registration, then the first tick
             await asyncio.sleep(0)
-        clock.now = heard + 10_000 + 1  # the task sleeps until the deadline's millisecond (50 ms)
+        clock.ms = heard + 10_000 + 1  # the task sleeps until the deadline's millisecond (50 ms)
         deadline = time.monotonic() + 5
         while p.stats().emitted < 3 and time.monotonic() < deadline:
             await asyncio.sleep(0.001)
@@ -326,7 +319,7 @@ def test_a_broker_that_left_the_node_is_never_reported_silent():
     register(p, routes, timeout=10_000)
     p.broker_unregistered(UnregisterRequest(CLUSTER, ADDR, NAME, 0, 1), departure.PEER_CLOSED)
     drain(p)
-    p.clock_ms.now += 60_000
+    p.clock_ms.advance(60_000)
     p.tick()
     assert [e.type for e in drain(p)] == [EventType.TICK]
 

@@ -19,6 +19,7 @@ from common import kafka_clients
 from common.kafka_clients import CONNECTION_LOGGER, MASK, KafkaSecurity, Refusal, _Refusals, refusal_of
 from common.logs import setup_logging
 from common.retrying import retry_until_stopped
+from tests.support.clock import Clock
 
 PASSWORD = "node-pw-77"
 SASL = KafkaSecurity.from_settings(
@@ -211,20 +212,21 @@ def test_reasons_are_one_clipped_line() -> None:
 
 
 def test_the_last_refusal_is_kept_per_bootstrap_list_and_known_by_client_id() -> None:
-    now = [100.0]
-    refusals = _Refusals(max_entries=2, clock=lambda: now[0])
+    clock = Clock()
+    refusals = _Refusals(max_entries=2, clock=clock.seconds)
     refusals.client("admin-a", ["a:1", "a:2"])
     refusals.client("consumer-a", ["a:1", "a:2"])
     refusals.client("admin-b", ["b:1"])
     refusals.note("admin-a", sasl_refused("first"))
-    now[0] = 101.0
+    clock.advance(seconds=1)
+    at = clock.seconds()
     refusals.note("consumer-a", sasl_refused("second"))
     refusals.note("consumer-a", errors.KafkaConnectionError("socket disconnected"))  # no refusal: the last stays
     refusals.note("unknown-client", sasl_refused("not ours"))
     last = refusals.last(" a:1 , a:2 ,")  # the same list, as a setting may spell it
-    assert last is not None and (last.kind, last.reason, last.at) == ("login", "second", 101.0)
-    assert refusals.last("a:1,a:2", since=101.0) is last
-    assert refusals.last("a:1,a:2", since=101.5) is None  # older than this episode
+    assert last is not None and (last.kind, last.reason, last.at) == ("login", "second", at)
+    assert refusals.last("a:1,a:2", since=at) is last
+    assert refusals.last("a:1,a:2", since=at + 0.5) is None  # older than this episode
     assert refusals.last("b:1") is None and refusals.last("a:1") is None and refusals.last(",,") is None
 
 

@@ -23,16 +23,9 @@ from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.command import request
 from namesrv.request_stats import ONEWAY, OTHER, RPC_LATENCY_BUCKETS_MS, SAMPLE_EVERY, RequestStats
 from tests.support.brokers import registration
+from tests.support.clock import Clock
 
 ROUTE, REGISTER = RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.REGISTER_BROKER
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def scrape(*collectors) -> dict[str, dict[tuple, float]]:
@@ -67,16 +60,15 @@ def test_buckets_count_each_value_in_the_first_bucket_whose_bound_it_does_not_ex
 
 def test_every_request_is_counted_and_one_in_sample_every_timed_from_the_end_of_the_one_before():
     clock = Clock()
-    stats = RequestStats(HANDLERS, clock=clock)
+    stats = RequestStats(HANDLERS, clock=clock.seconds)
     started = 0.0
     for _ in range(SAMPLE_EVERY - 1):  # counted, not timed: no clock read at all
-        clock.now = float("nan")  # a read would poison the sums below
         started = stats.record(ROUTE, ResponseCode.SUCCESS, started)
         assert started == 0.0
-    clock.now = 100.0
+    assert clock.reads == 0
     started = stats.record(ROUTE, ResponseCode.SUCCESS, started)
-    assert started == 100.0  # the next request is timed from here
-    clock.now += 0.002  # 2 ms: the 3 ms bucket
+    assert started == clock.seconds()  # the next request is timed from here
+    clock.advance(seconds=0.002)  # 2 ms: the 3 ms bucket
     assert stats.record(REGISTER, ResponseCode.SUCCESS, started) == 0.0
     ((code, rc, n, counts, seconds), (code2, _, n2, counts2, seconds2)) = stats.snapshot()
     assert (code, rc, n, sum(counts), seconds) == (ROUTE, ResponseCode.SUCCESS, SAMPLE_EVERY, 0, 0.0)
@@ -87,14 +79,14 @@ def test_every_request_is_counted_and_one_in_sample_every_timed_from_the_end_of_
 
 def test_a_timing_due_when_a_connection_had_no_next_request_starts_on_the_next_one_answered():
     clock = Clock()
-    stats = RequestStats(HANDLERS, clock=clock)
-    assert stats.start() == 0.0  # nothing due: no clock read
+    stats = RequestStats(HANDLERS, clock=clock.seconds)
+    assert stats.start() == 0.0 and clock.reads == 0  # nothing due: no clock read
     for _ in range(SAMPLE_EVERY):
         stats.record(ROUTE, ResponseCode.SUCCESS, 0.0)  # a client that sends one request at a time
-    clock.now = 200.0
+    clock.advance(seconds=100)
     started = stats.start()
-    assert started == 200.0
-    clock.now += 0.0004
+    assert started == clock.seconds()
+    clock.advance(seconds=0.0004)
     stats.record(ROUTE, ResponseCode.SUCCESS, started)
     assert stats.start() == 0.0  # taken
     ((_, _, n, counts, seconds),) = stats.snapshot()
@@ -102,7 +94,7 @@ def test_a_timing_due_when_a_connection_had_no_next_request_starts_on_the_next_o
 
 
 def test_codes_the_node_does_not_handle_share_one_key_so_a_peer_cannot_grow_the_label_set():
-    stats = RequestStats(HANDLERS, clock=Clock())
+    stats = RequestStats(HANDLERS, clock=Clock().seconds)
     for code in range(5000, 6000):
         stats.record(code, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, 100.0)
     assert [(c, rc, n) for c, rc, n, _, _ in stats.snapshot()] == [
@@ -115,9 +107,10 @@ def test_codes_the_node_does_not_handle_share_one_key_so_a_peer_cannot_grow_the_
 
 def test_rpc_latency_is_rocketmqs_histogram_in_milliseconds_with_its_labels(tmp_path):
     clock = Clock()
-    stats = RequestStats(HANDLERS, clock=clock)
-    clock.now += 0.004
-    stats.record(ROUTE, ResponseCode.TOPIC_NOT_EXIST, 100.0)  # a timed one: 4 ms
+    stats = RequestStats(HANDLERS, clock=clock.seconds)
+    started = clock.seconds()
+    clock.advance(seconds=0.004)
+    stats.record(ROUTE, ResponseCode.TOPIC_NOT_EXIST, started)  # a timed one: 4 ms
     stats.record(RequestCode.BROKER_HEARTBEAT, ONEWAY)
     stats.record(4242, ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
     node, _, expiry = _node(tmp_path)
@@ -140,7 +133,7 @@ def _node(tmp_path):
 
 def test_node_gauges_are_read_from_the_tables_and_the_scan_at_scrape_time(tmp_path):
     node, _, expiry = _node(tmp_path)
-    stats = RequestStats(HANDLERS, clock=Clock())
+    stats = RequestStats(HANDLERS, clock=Clock().seconds)
     connections = [1, 2, 3]
     collector = NodeCollector(node.routes, lambda: len(connections), expiry, stats)
     got = scrape(collector)

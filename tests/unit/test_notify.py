@@ -14,6 +14,7 @@ from namesrv.protocol.codes import Flag, RequestCode, ResponseCode, SerializeTyp
 from namesrv.protocol.command import request
 from namesrv.routes import MinBrokerIdChange
 from tests.support.brokers import registration
+from tests.support.clock import Clock
 
 GROUP = "broker-a"
 MASTER, SLAVE = "127.0.0.1:10911", "127.0.0.1:10921"
@@ -32,13 +33,6 @@ def test_the_request_is_a_oneway_905_with_absent_values_left_out(stype):
         sent = decode_frame(encode(cmd))
         assert (sent.code, sent.opaque, sent.flag) == (RequestCode.NOTIFY_MIN_BROKER_ID_CHANGE, 7, Flag.ONEWAY)
         assert sent.ext_fields == ext and not sent.body and sent.serialize_type == stype
-
-
-class Clock:
-    now = 0
-
-    def __call__(self) -> int:
-        return self.now
 
 
 def _node(tmp_path: Path, notify: bool) -> tuple[HandlerContext, object, object, Clock, list[MinBrokerIdChange]]:
@@ -83,9 +77,9 @@ def test_a_batched_unregistration_reaches_the_outlet(tmp_path):
 def test_an_expiry_reaches_the_outlet(tmp_path):
     node, _, expiry, clock, sent = _node(tmp_path, notify=True)
     _register(node, MASTER, 0, object())
-    clock.now = 100_000
+    clock.advance(100_000)
     _register(node, SLAVE, 1, object())
-    clock.now = 130_000  # the master is past the default 120 s timeout, the slave is not
+    clock.advance(30_000)  # the master is past the default 120 s timeout, the slave is not
     assert [r.broker_addr for r in expiry.scan_once()] == [MASTER]
     assert sent == [MinBrokerIdChange(GROUP, 1, SLAVE, MASTER, None, (SLAVE,))]
 

@@ -76,7 +76,7 @@ def test_first_registration_flags_and_unchanged_reregistration_is_a_heartbeat():
     again = register(mgr, MASTER, "TestTopic")
     assert not again.register_first and not again.data_version_changed and not again.topic_config_changed
     assert not again.routes_changed and mgr.version == v
-    assert mgr.last_seen(DEF_CLUSTER, MASTER_ADDR) == clock.now
+    assert mgr.last_seen(DEF_CLUSTER, MASTER_ADDR) == clock.ms
     bumped = register(mgr, MASTER.but(dv=DataVersion(2, 0, 5)), "TestTopic")
     assert bumped.data_version_changed and not bumped.routes_changed  # same topics: answers unchanged
     assert mgr.version == v
