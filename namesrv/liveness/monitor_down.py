@@ -1,12 +1,14 @@
-"""MONITOR_DOWN: the nodes page when no monitor has decided for ``alerts.monitorLagMillis``.
+"""MONITOR_DOWN: the nodes raise it when no monitor has decided for ``alerts.monitorLagMillis``.
 
 Alerts come from the streaming job, so a dead or crash-looping job raises none; the nodes, which
-hear the monitor (:class:`~namesrv.liveness.MonitorWatchdog`), page instead, and Redis makes it one
-page among them.  The first node silent past the threshold stores the OPEN notice in
-``P:alerts:monitor-down`` (SET NX) and the alert in ``P:alerts`` for the console; the node that wins
-a resend interval (``P:alerts:monitor-down:resend``, SET NX PX) sends that notice, so each receiver
-gets it once an interval with the same labels; the first node that hears a monitor again takes the
-notice out and sends the resolution made from it.  The nodes own this alert: a job neither loads
+hear the monitor (:class:`~namesrv.liveness.MonitorWatchdog`), raise it instead, and Redis makes it
+one alert among them.  Every node with Kafka and Redis takes part, with or without a receiver: the
+first node silent past the threshold stores the OPEN notice in ``P:alerts:monitor-down`` (SET NX) and
+the alert in ``P:alerts``, where the console and ``namesrv-monitor routes alerts`` show it; the first
+node that hears a monitor again takes the notice out and moves the alert to the resolved list.  With
+receivers, the node that wins a resend interval (``P:alerts:monitor-down:resend``, SET NX PX) sends
+the stored notice, so each receiver gets it once an interval with the same labels, and the node that
+resolved it sends the resolution made from it.  The nodes own this alert: a job neither loads
 nor re-sends it (:data:`common.alerts.NODE_OWNED_KINDS`).  ``docs/monitor.md`` ("When the monitor
 is gone") has the guarantees and their limits.
 """
@@ -45,9 +47,17 @@ PERIOD_S = 1.0
 SEND_TIMEOUT_S = 10.0
 
 # the OPEN notice, stored once (the first node's), and its alert for the console; returns the stored notice
+# and 1 when this call stored it
 _OPEN = """
-if redis.call('set', KEYS[1], ARGV[1], 'NX') then redis.call('hset', KEYS[2], ARGV[2], ARGV[3]) end
-return redis.call('get', KEYS[1])
+local stored = redis.call('set', KEYS[1], ARGV[1], 'NX')
+if stored then redis.call('hset', KEYS[2], ARGV[2], ARGV[3]) end
+return {redis.call('get', KEYS[1]), stored and 1 or 0}
+"""
+# the stored notice's alert back for the console (a job's rewrite of Redis drops it), only while that
+# notice is still the open one: a node that read it a moment before another resolved it adds nothing
+_SHOW = """
+if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('hsetnx', KEYS[2], ARGV[2], ARGV[3]) end
+return 0
 """
 #: what the notice's key holds for the threshold after a resolution: a monitor was heard, so none has been
 #: silent that long yet, and a node that hears it a moment later than the others does not open it again
@@ -99,7 +109,7 @@ def resolution(opened: Notice, node: str, now_ms: int) -> Notice:
 
 
 class MonitorDownPager:
-    """One node's share of the MONITOR_DOWN page: open, resend and resolve it through Redis."""
+    """One node's share of MONITOR_DOWN: open and resolve it in Redis, and page it to the receivers, if any."""
 
     def __init__(
         self,
@@ -118,10 +128,14 @@ class MonitorDownPager:
 
     @classmethod
     def from_config(cls, config: NamesrvConfig, node: str, watchdog: MonitorWatchdog) -> MonitorDownPager | None:
-        """The pager of a node with ``redisUrl`` and a receiver; None (and why, logged) otherwise."""
+        """The pager of a node with ``redisUrl``, receivers or none; None (and why, logged) otherwise.
+
+        Without a receiver it still opens and resolves the alert in Redis (the console and
+        ``namesrv-monitor routes alerts`` show it); it only sends nothing.
+        """
         alertmanagers, webhook = alert_receivers(config)
         settings = PagingSettings(alertmanagers, webhook, config.alerts_resend_interval_millis, monitor=node)
-        if not settings.enabled or not config.redis_url.strip():
+        if not config.redis_url.strip():
             return None
         connected = connect_node_redis(config, "no MONITOR_DOWN page from this node")
         return (
@@ -156,16 +170,19 @@ class MonitorDownPager:
     def page(self, now: int) -> None:
         k = self.keys
         fresh = notice_of(down_alert(self.node, self.watchdog.monitor, self.threshold_ms, now), self.node, now)
-        stored = self.client.eval(_OPEN, 2, k.monitor_down, k.alerts, fresh.encode(), fresh.incident,
-                                  orjson.dumps(fresh.alert))  # fmt: skip
+        stored, here = self.client.eval(_OPEN, 2, k.monitor_down, k.alerts, fresh.encode(), fresh.incident,
+                                        orjson.dumps(fresh.alert))  # fmt: skip
         if stored == HEARD:
             return
         opened = Notice.decode(stored)
+        if here:
+            log.error("MONITOR_DOWN opened: no liveness monitor heard for %d ms; %s", self.threshold_ms, self._whom())
+        else:  # open for a while, or opened by another node: a job's rewrite may have dropped it from P:alerts
+            self.client.eval(_SHOW, 2, k.monitor_down, k.alerts, stored, opened.incident, orjson.dumps(opened.alert))
+        if not self.settings.enabled:
+            return  # no receiver: Redis is where it shows
         if not self.client.set(k.monitor_down_resend, self.node, nx=True, px=self.settings.resend_ms):
             return  # sent within this interval, by this node or another
-        self.client.hsetnx(k.alerts, opened.incident, orjson.dumps(opened.alert))  # a job's rewrite may have dropped it
-        if opened.starts_at == fresh.starts_at:
-            log.error("MONITOR_DOWN opened: no liveness monitor heard for %d ms; paging", self.threshold_ms)
         failed = self.deliver(opened, dict(self._receivers()), now)
         if failed:  # let the next look (this node's or another's) send it again
             self.client.eval(_RELEASE, 1, k.monitor_down_resend, self.node)
@@ -180,7 +197,8 @@ class MonitorDownPager:
         if taken is None:
             return
         log.warning("MONITOR_DOWN resolved: monitor %r heard again", self.watchdog.monitor)
-        self.unsent = (resolution(Notice.decode(taken), self.node, now), dict(self._receivers()))
+        if self.settings.enabled:
+            self.unsent = (resolution(Notice.decode(taken), self.node, now), dict(self._receivers()))
 
     def send_resolution(self, now: int) -> None:
         assert self.unsent is not None
@@ -211,3 +229,12 @@ class MonitorDownPager:
 
     def _receivers(self) -> list[tuple[str, tuple[str, str]]]:
         return [(name, (url, kind)) for name, url, kind in self.settings.targets()]
+
+    def _whom(self) -> str:
+        """Where the alert goes, for the log."""
+        if self.settings.enabled:
+            return "paging " + ", ".join(name for name, _, _ in self.settings.targets())
+        return (
+            "no receiver (alerts.alertmanagerUrl, alerts.webhookUrl): shown in Redis only, by the console and "
+            "namesrv-monitor routes alerts"
+        )
