@@ -16,7 +16,6 @@ so under callgrind the difference of two counts is the instructions per request:
 from __future__ import annotations
 
 import argparse
-import struct
 import sys
 import tempfile
 import time
@@ -32,6 +31,7 @@ from namesrv.protocol.codes import RequestCode  # noqa: E402
 from namesrv.protocol.command import request  # noqa: E402
 from namesrv.server import Connection, RemotingServer  # noqa: E402
 from tests.support.brokers import registration  # noqa: E402
+from tests.support.frames import json_frame, loadgen_header  # noqa: E402
 
 #: frames per pass: a multiple of every depth used, and of rmq-loadgen's 10 brokers
 POOL = 960
@@ -61,13 +61,8 @@ class Transport:
 
 
 def frame(code: int, ext: list[tuple[str, str]], opaque: int, body: bytes = b"") -> bytes:
-    """A request as rmq-loadgen writes it (tools/rmq-loadgen/src/lib.rs, push_request_header)."""
-    fields = ",".join(f'"{k}":"{v}"' for k, v in ext)
-    head = (
-        f'{{"code":{code},"extFields":{{{fields}}},"flag":0,"language":"JAVA","opaque":{opaque},'
-        f'"serializeTypeCurrentRPC":"JSON","version":409}}'
-    ).encode()
-    return struct.pack(">II", 4 + len(head) + len(body), len(head)) + head + body
+    """A request as rmq-loadgen writes it."""
+    return json_frame(loadgen_header(code, ext, opaque), body)
 
 
 def workload_frame(workload: str, i: int, opaque: int) -> bytes:

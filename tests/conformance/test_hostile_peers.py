@@ -24,16 +24,11 @@ from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from tests.support.attacks import LONGEST_READ_TOPIC
 from tests.support.brokers import registration
+from tests.support.frames import json_frame
 from tests.support.process import node_process
 from tests.support.wait import wait_until
 
 MiB = 1024 * 1024
-
-
-def json_frame(header: dict, body: bytes = b"") -> bytes:
-    """A frame whose JSON header is written by the json module: ASCII, lone surrogates as ``\\ud800``."""
-    h = json.dumps(header).encode()
-    return struct.pack(">II", 4 + len(h) + len(body), len(h)) + h + body
 
 
 def raw_call(addr: str, code: int, ext: dict | None = None, body: bytes = b"") -> RemotingCommand:
@@ -148,9 +143,9 @@ def test_hostile_headers_get_an_answer_or_one_warning_and_never_a_traceback(node
         assert lookup.code == ResponseCode.TOPIC_NOT_EXIST and "topic: x?" in lookup.remark
         # a 5,001-digit number where the header has an int: not a frame, closed with one warning
         huge = b'{"code":105,"flag":0,"opaque":' + b"9" * 5001 + b"}"
-        assert closed_by_node(node.addr, struct.pack(">II", 4 + len(huge), len(huge)) + huge)
+        assert closed_by_node(node.addr, json_frame(huge))
         quoted = b'{"code":105,"flag":0,"opaque":"' + b"9" * 5001 + b'"}'
-        assert closed_by_node(node.addr, struct.pack(">II", 4 + len(quoted), len(quoted)) + quoted)
+        assert closed_by_node(node.addr, json_frame(quoted))
         assert closed_by_node(node.addr, b"\x00\x00\x00\x10\x07\x00\x00\x00\x1b[2J\x00\nlevel=x")
         with NameServerClient(node.addr) as c:
             c.cluster_info()

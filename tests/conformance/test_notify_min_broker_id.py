@@ -5,10 +5,10 @@ from __future__ import annotations
 import socket
 
 from namesrv.client import NameServerClient
-from namesrv.protocol.codec import FrameDecoder
 from namesrv.protocol.codes import Flag, RequestCode, ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from tests.support.brokers import register_broker
+from tests.support.frames import commands
 from tests.support.node import free_port, running_node
 
 GROUP, CLUSTER = "broker-a", "DefaultCluster"
@@ -22,12 +22,8 @@ def receive_one_notification(listener: socket.socket) -> RemotingCommand:
         data = b""
         while chunk := conn.recv(65536):  # b"" once the node closes: one frame per connection
             data += chunk
-    decoder = FrameDecoder()
-    decoder.feed(data)
-    frames = []
-    while (cmd := decoder.next_command()) is not None:
-        frames.append(cmd)
-    assert len(frames) == 1 and decoder.buffered == 0, (frames, data)
+    frames = commands(data)
+    assert len(frames) == 1, (frames, data)
     return frames[0]
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
 import struct
@@ -15,6 +14,7 @@ from namesrv.client import NameServerClient
 from namesrv.protocol.codec import encode
 from namesrv.protocol.codes import RequestCode
 from namesrv.protocol.command import request
+from tests.support.frames import json_frame
 
 GOOD = encode(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}, opaque=1))
 
@@ -27,16 +27,11 @@ json_values = st.recursive(
 )
 
 
-def json_frame(header: object, body: bytes = b"") -> bytes:
-    h = json.dumps(header).encode()
-    return struct.pack(">ii", 4 + len(h) + len(body), len(h)) + h + body
-
-
 hostile = st.one_of(
     st.binary(max_size=64),  # random bytes
     st.integers(1, len(GOOD) - 1).map(lambda n: GOOD[:n]),  # truncated frame
     st.integers(16 * 1024 * 1024 - 3, 2**31 - 1).map(lambda n: struct.pack(">i", n) + b"\0\0\0\0"),  # oversized
-    st.binary(min_size=1, max_size=20).map(lambda b: struct.pack(">ii", 4 + len(b), len(b)) + b),  # invalid JSON
+    st.binary(min_size=1, max_size=20).map(json_frame),  # invalid JSON
     st.builds(  # wrong types in extFields and header keys
         lambda code, ext, opaque: json_frame({"code": code, "extFields": ext, "opaque": opaque, "flag": 0}),
         st.sampled_from([int(c) for c in RequestCode]) | json_values,
@@ -61,7 +56,7 @@ hostile = st.one_of(
         st.integers(-(2**31), 2**31 - 1) | json_values,
     ),
     st.builds(  # a number of up to 6,000 digits where the header has an int
-        lambda key, digits, quoted: json_frame_text(
+        lambda key, digits, quoted: json_frame(
             '{"code":105,"flag":0,"%s":%s}' % (key, f'"{digits}"' if quoted else digits)
         ),
         st.sampled_from(["code", "opaque", "flag", "version"]),
@@ -112,11 +107,6 @@ hostile = st.one_of(
         st.binary(max_size=64) | st.just(b"\x78\xda\x03\x00\x00\x00\x00\x01"),
     ),
 )
-
-
-def json_frame_text(header: str) -> bytes:
-    h = header.encode()
-    return struct.pack(">ii", 4 + len(h), len(h)) + h
 
 
 def send_and_drop(addr: str, data: bytes) -> None:

@@ -22,6 +22,7 @@ from namesrv.protocol.codec import FrameDecoder, RemoteProtocolError, decode_fra
 from namesrv.protocol.codes import FRAME_MAX_LENGTH, SerializeType
 from namesrv.protocol.command import RemotingCommand
 from namesrv.protocol.types import BrokerData, DataVersion, QueueData, TopicConfig, TopicRouteData
+from tests.support.frames import assert_truncation_changes_nothing
 from tests.support.node import VECTORS as VECTORS_DIR
 
 VECTORS = json.loads((VECTORS_DIR / "vectors.json").read_text(encoding="utf-8"))
@@ -86,15 +87,7 @@ def test_golden_frame_decodes_and_re_encodes(vector):
 
 @pytest.mark.parametrize("vector", FRAMES, ids=[f["name"] for f in FRAMES])
 def test_golden_frame_truncated_anywhere_changes_nothing(vector):
-    frame = bytes.fromhex(vector["frame_hex"])
-    whole = decode_frame(frame)
-    for cut in range(len(frame)):
-        decoder = FrameDecoder()
-        decoder.feed(frame[:cut])
-        assert decoder.next_command() is None
-        assert decoder.buffered == cut
-        decoder.feed(frame[cut:])
-        assert decoder.next_command() == whole
+    assert_truncation_changes_nothing(bytes.fromhex(vector["frame_hex"]))
 
 
 def test_rocketmq_and_json_v1_requests_are_the_same_command():

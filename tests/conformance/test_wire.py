@@ -19,6 +19,7 @@ from namesrv.protocol import fastjson
 from namesrv.protocol.codec import FrameDecoder, decode_frame, encode
 from namesrv.protocol.codes import RequestCode, ResponseCode, SerializeType
 from namesrv.protocol.command import request
+from tests.support.frames import commands, json_frame
 from tests.support.node import VECTORS, raw_exchange
 from tests.support.wait import wait_until
 
@@ -30,15 +31,6 @@ V3_EXT = json.loads(FRAMES["REGISTER_BROKER request (uncompressed body)"]["heade
 
 def frame(name: str) -> bytes:
     return bytes.fromhex(FRAMES[name]["frame_hex"])
-
-
-def responses(data: bytes):
-    decoder = FrameDecoder()
-    decoder.feed(data)
-    out = []
-    while (cmd := decoder.next_command()) is not None:
-        out.append(cmd)
-    return out
 
 
 def register_v3(client: NameServerClient, **ext_overrides: str):
@@ -70,7 +62,7 @@ def test_v2_unknown_topic_is_byte_identical(node):
     req = request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoSuchTopic"}, opaque=2)
     got = raw_exchange(node.addr, encode(req))
     header_json = FRAMES["GET_ROUTEINFO_BY_TOPIC response TOPIC_NOT_EXIST"]["header_json"].encode()
-    assert got == struct.pack(">ii", 4 + len(header_json), len(header_json)) + header_json
+    assert got == json_frame(header_json)
     assert len(got) - 4 == 0xFB
 
 
@@ -117,7 +109,7 @@ def test_v3_slave_gets_master_addresses_and_order_topic_table(node):
 def test_v4_cluster_info_is_legacy_json(node):
     with NameServerClient(node.addr) as broker:
         register_v3(broker)
-        got = responses(raw_exchange(node.addr, frame("GET_BROKER_CLUSTER_INFO request")))
+        got = commands(raw_exchange(node.addr, frame("GET_BROKER_CLUSTER_INFO request")))
     assert (
         got[0].body.decode()
         == FRAMES["GET_BROKER_CLUSTER_INFO response (legacy fastjson: unquoted numeric keys)"]["body_text"]
@@ -126,11 +118,11 @@ def test_v4_cluster_info_is_legacy_json(node):
 
 def test_v5_query_data_version(node):
     qdv = frame("QUERY_DATA_VERSION request (body = broker DataVersion)")
-    before = responses(raw_exchange(node.addr, qdv))[0]
+    before = commands(raw_exchange(node.addr, qdv))[0]
     assert before.ext_fields == {"changed": "true"} and before.body is None
     with NameServerClient(node.addr) as c:
         register_v3(c)
-        after = responses(raw_exchange(node.addr, qdv))[0]
+        after = commands(raw_exchange(node.addr, qdv))[0]
     unchanged = FRAMES["QUERY_DATA_VERSION response (unchanged)"]
     assert after.ext_fields == {"changed": "false"}
     assert after.body.decode() == unchanged["body_text"]
@@ -138,7 +130,7 @@ def test_v5_query_data_version(node):
 
 def test_v6_kv_round_trip_and_file(node, tmp_path):
     put = raw_exchange(node.addr, frame("PUT_KV_CONFIG request"))
-    assert put == encode_expected(FRAMES["PUT_KV_CONFIG response"]["header_json"])
+    assert put == json_frame(FRAMES["PUT_KV_CONFIG response"]["header_json"])
     assert (tmp_path / "kvConfig.json").read_text() == V["json_bodies"]["kvConfig.json"]
     with NameServerClient(node.addr) as c:
         assert c.get_kv("ORDER_TOPIC_CONFIG", "TopicOrder") == "broker-a:4"
@@ -151,11 +143,6 @@ def test_v6_kv_round_trip_and_file(node, tmp_path):
         c.delete_kv("ORDER_TOPIC_CONFIG", "TopicOrder")
         assert c.get_kv("ORDER_TOPIC_CONFIG", "TopicOrder") is None
         assert c.kv_namespace("ORDER_TOPIC_CONFIG") == {}  # the namespace outlives its last key
-
-
-def encode_expected(header_json: str, body: bytes = b"") -> bytes:
-    h = header_json.encode()
-    return struct.pack(">ii", 4 + len(h) + len(body), len(h)) + h + body
 
 
 def test_every_request_code_is_answered(node):
@@ -190,7 +177,7 @@ def test_oneway_requests_get_no_answer_even_on_error(node):
         request(RequestCode.BROKER_HEARTBEAT, {"clusterName": "c", "brokerAddr": "a"}, opaque=42, oneway=True)
     )
     normal = encode(request(RequestCode.GET_BROKER_CLUSTER_INFO, opaque=43))
-    got = responses(raw_exchange(node.addr, oneway_bad + oneway_hb + normal))
+    got = commands(raw_exchange(node.addr, oneway_bad + oneway_hb + normal))
     assert [r.opaque for r in got] == [43]
 
 
@@ -198,7 +185,7 @@ def test_response_frames_from_peers_are_not_requests(node):
     stray = request(RequestCode.GET_BROKER_CLUSTER_INFO, opaque=5)
     stray.flag = 1
     normal = encode(request(RequestCode.GET_BROKER_CLUSTER_INFO, opaque=6))
-    assert [r.opaque for r in responses(raw_exchange(node.addr, encode(stray) + normal))] == [6]
+    assert [r.opaque for r in commands(raw_exchange(node.addr, encode(stray) + normal))] == [6]
 
 
 @pytest.mark.parametrize(

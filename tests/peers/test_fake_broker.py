@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import socket
 import struct
 
@@ -12,13 +11,21 @@ from namesrv.protocol.codec import decode_frame
 from namesrv.protocol.codes import Flag, ResponseCode
 from namesrv.protocol.command import RemotingCommand
 from tests.peers.fake_broker import BrokerCode, FakeBroker
+from tests.support.frames import json_frame
 
 
-def json_frame(code: int, opaque: int, ext: dict[str, str], body: bytes = b"", flag: int = 0) -> bytes:
-    header = json.dumps(
-        {"code": code, "extFields": ext, "flag": flag, "language": "CPP", "opaque": opaque, "remark": "", "version": 63}
-    ).encode()
-    return struct.pack(">iI", 4 + len(header) + len(body), len(header)) + header + body
+def cpp_request(code: int, opaque: int, ext: dict[str, str], body: bytes = b"", flag: int = 0) -> bytes:
+    """A request as the C++ client writes it."""
+    header = {
+        "code": code,
+        "extFields": ext,
+        "flag": flag,
+        "language": "CPP",
+        "opaque": opaque,
+        "remark": "",
+        "version": 63,
+    }
+    return json_frame(header, body)
 
 
 def read_frame(sock: socket.socket) -> RemotingCommand:
@@ -38,8 +45,8 @@ def read_frame(sock: socket.socket) -> RemotingCommand:
 def test_send_is_recorded_and_acknowledged_and_oneway_is_not_answered() -> None:
     with FakeBroker() as broker, socket.create_connection(("127.0.0.1", broker.port), timeout=5) as sock:
         # SEND_MESSAGE_V2 names the topic "b" and the queue "e"
-        sock.sendall(json_frame(BrokerCode.HEART_BEAT, 7, {}, flag=Flag.ONEWAY))
-        sock.sendall(json_frame(BrokerCode.SEND_MESSAGE_V2, 0, {"b": "TopicX", "e": "3"}, body=b"payload"))
+        sock.sendall(cpp_request(BrokerCode.HEART_BEAT, 7, {}, flag=Flag.ONEWAY))
+        sock.sendall(cpp_request(BrokerCode.SEND_MESSAGE_V2, 0, {"b": "TopicX", "e": "3"}, body=b"payload"))
         reply = read_frame(sock)
 
         assert reply.opaque == 0, "the oneway heartbeat must not be answered"
@@ -55,7 +62,7 @@ def test_send_is_recorded_and_acknowledged_and_oneway_is_not_answered() -> None:
 
 def test_other_requests_get_bare_success() -> None:
     with FakeBroker() as broker, socket.create_connection(("127.0.0.1", broker.port), timeout=5) as sock:
-        sock.sendall(json_frame(BrokerCode.UNREGISTER_CLIENT, 41, {"clientID": "x"}))
+        sock.sendall(cpp_request(BrokerCode.UNREGISTER_CLIENT, 41, {"clientID": "x"}))
         reply = read_frame(sock)
         assert (reply.code, reply.opaque) == (ResponseCode.SUCCESS, 41)
         assert reply.ext_fields is None
@@ -63,7 +70,7 @@ def test_other_requests_get_bare_success() -> None:
 
 def test_wait_for_timeout_names_what_arrived() -> None:
     with FakeBroker() as broker, socket.create_connection(("127.0.0.1", broker.port), timeout=5) as sock:
-        sock.sendall(json_frame(BrokerCode.UNREGISTER_CLIENT, 1, {}))
+        sock.sendall(cpp_request(BrokerCode.UNREGISTER_CLIENT, 1, {}))
         read_frame(sock)
         with pytest.raises(TimeoutError, match=r"\(35, None\)"):
             broker.wait_for_send("TopicX", timeout=0)
@@ -71,9 +78,7 @@ def test_wait_for_timeout_names_what_arrived() -> None:
 
 def test_garbage_closes_the_connection_and_is_reported() -> None:
     with FakeBroker() as broker, socket.create_connection(("127.0.0.1", broker.port), timeout=5) as sock:
-        header = b"{}"
-        bad_type = (7 << 24) | len(header)
-        sock.sendall(struct.pack(">iI", 4 + len(header), bad_type) + header)
+        sock.sendall(json_frame(b"{}", type_byte=7))
         assert sock.recv(1) == b"", "a decode error must close the connection"
         assert broker.errors and "serialize type 7" in broker.errors[0]
         assert broker.frames == []
@@ -90,7 +95,7 @@ def test_address_is_a_free_loopback_port_and_requires_start() -> None:
 def test_stop_closes_client_connections() -> None:
     broker = FakeBroker().start()
     with socket.create_connection(("127.0.0.1", broker.port), timeout=5) as sock:
-        sock.sendall(json_frame(BrokerCode.UNREGISTER_CLIENT, 1, {}))
+        sock.sendall(cpp_request(BrokerCode.UNREGISTER_CLIENT, 1, {}))
         read_frame(sock)  # the connection is now registered on the broker side
         broker.stop()
         assert sock.recv(1) == b"", "clients must see the broker go away"

@@ -6,7 +6,6 @@ Every attacker uses one connection, reconnecting when the node closes it, and co
 
 from __future__ import annotations
 
-import json
 import socket
 import struct
 import threading
@@ -22,15 +21,10 @@ from namesrv.protocol.codec import FrameDecoder, encode
 from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.command import request
 from namesrv.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
+from tests.support.frames import json_frame
 
 MiB = 1024 * 1024
 GOOD_TOPIC = "GoodTopic"
-
-
-def json_frame(header: dict, body: bytes = b"") -> bytes:
-    """A frame whose JSON header is written by the json module: ASCII, lone surrogates as ``\\ud800``."""
-    h = json.dumps(header).encode()
-    return struct.pack(">II", 4 + len(h) + len(body), len(h)) + h + body
 
 
 def _registration(ext: dict[str, str], body: bytes, compressed: bool) -> bytes:
@@ -118,8 +112,7 @@ def garbage(i: int) -> bytes:
     if kind == 0:
         return json_frame({"code": 105, "flag": 0, "opaque": i, "extFields": {"topic": f"t\ud800{i}"}})
     if kind == 1:
-        h = b'{"code":105,"flag":0,"opaque":' + b"9" * 5001 + b"}"
-        return struct.pack(">II", 4 + len(h), len(h)) + h
+        return json_frame(b'{"code":105,"flag":0,"opaque":' + b"9" * 5001 + b"}")
     return b"\x00\x00\x00\x10\x07\x00\x00\x00\x1b[2J\x00\nlevel=x"
 
 

@@ -13,6 +13,7 @@ from namesrv.protocol.codec import (
 )
 from namesrv.protocol.codes import FRAME_MAX_LENGTH, Flag, LanguageCode, RequestCode, SerializeType
 from namesrv.protocol.command import RemotingCommand, request
+from tests.support.frames import assert_truncation_changes_nothing, json_frame
 
 V1_JSON_FRAME = bytes.fromhex(
     "00000087000000837b22636f6465223a3130352c226578744669656c6473223a7b22746f706963223a22546f70696354"
@@ -22,10 +23,6 @@ V1_JSON_FRAME = bytes.fromhex(
 V1_ROCKETMQ_FRAME = bytes.fromhex(
     "0000002d0100002900690001df000000010000000000000000000000140005746f70696300000009546f70696354657374"
 )
-
-
-def json_frame(header: bytes, body: bytes = b"", type_byte: int = 0) -> bytes:
-    return struct.pack(">II", 4 + len(header) + len(body), (type_byte << 24) | len(header)) + header + body
 
 
 def rmq_header(code=105, lang=0, version=479, opaque=1, flag=0, remark=b"", ext=b"", remark_len=None, ext_len=None):
@@ -360,15 +357,7 @@ def test_a_non_canonical_opaque_is_judged_by_the_full_parser():
 
 @pytest.mark.parametrize("frame", [V1_JSON_FRAME, V1_ROCKETMQ_FRAME])
 def test_truncation_at_every_offset_changes_nothing(frame):
-    whole = decode_frame(frame)
-    for cut in range(len(frame)):
-        decoder = FrameDecoder()
-        decoder.feed(frame[:cut])
-        assert decoder.next_command() is None
-        assert decoder.next_command() is None
-        assert decoder.buffered == cut
-        decoder.feed(frame[cut:])
-        assert decoder.next_command() == whole
+    assert_truncation_changes_nothing(frame)
 
 
 def test_decode_frame_rejects_incomplete_and_trailing_bytes():

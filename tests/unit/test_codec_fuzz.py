@@ -13,6 +13,7 @@ from namesrv.protocol import codec
 from namesrv.protocol.codec import FrameDecoder, RemoteProtocolError, decode_frame, encode
 from namesrv.protocol.codes import LanguageCode, SerializeType
 from namesrv.protocol.command import RemotingCommand
+from tests.support.frames import json_frame
 from tests.support.node import VECTORS
 
 GOLDEN = [
@@ -145,10 +146,6 @@ def json_headers(draw) -> dict:
     return header
 
 
-def _json_frame(header_text: bytes) -> bytes:
-    return struct.pack(">II", 4 + len(header_text), len(header_text)) + header_text
-
-
 def _full_parse(header_text: bytes) -> RemotingCommand | type[RemoteProtocolError]:
     try:
         return codec._parse_json_header(header_text)
@@ -170,7 +167,7 @@ def test_remembered_json_shape_decodes_as_a_full_parse(header, other_opaque):
     # the same header with whatever the decoder takes for the opaque's digits replaced
     second = re.sub(rb'("opaque":)-?[0-9]+', lambda m: m.group(1) + other_opaque, first, count=1)
     for text in (first, second, first):
-        got = _decoded(_json_frame(text))
+        got = _decoded(json_frame(text))
         want = _full_parse(text)
         assert got == want
         if isinstance(got, RemotingCommand):
@@ -213,7 +210,7 @@ def test_absurd_integers_in_a_header_are_a_protocol_error(key, digits, quoted):
     number = "9" * digits
     text = ('{"code":105,"%s":%s}' % (key, f'"{number}"' if quoted else number)).encode()
     try:
-        decode_frame(_json_frame(text))
+        decode_frame(json_frame(text))
     except RemoteProtocolError as e:
         assert len(str(e)) < 8000
     else:

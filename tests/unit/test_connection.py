@@ -24,13 +24,14 @@ from namesrv.config import load_config
 from namesrv.handlers import MAX_REQUEST_HEADER_BYTES, NodeObserver
 from namesrv.kvconfig import MAX_NAME_CHARS, MAX_VALUE_CHARS
 from namesrv.liveness import Cause, Departure
-from namesrv.protocol.codec import FrameDecoder, encode
+from namesrv.protocol.codec import encode
 from namesrv.protocol.codes import FRAME_MAX_LENGTH, RequestCode, ResponseCode
 from namesrv.protocol.command import RemotingCommand, request
 from namesrv.server import Connection, RemotingServer
-from tests.support.attacks import SMALL_BOMB, json_frame, zip_bomb_registration
+from tests.support.attacks import SMALL_BOMB, zip_bomb_registration
 from tests.support.brokers import registration
 from tests.support.clock import Clock
+from tests.support.frames import commands, json_frame
 from tests.support.wait import wait_until
 
 KiB = 1024
@@ -143,16 +144,11 @@ class FakeTransport:
 
     def peer_reads(self) -> list[RemotingCommand]:
         """The peer takes everything written so far; the node may resume writing."""
-        decoder = FrameDecoder()
-        decoder.feed(bytes(self.unread))
+        answers = commands(bytes(self.unread))
         self.unread.clear()
         if self._writing_paused and len(self.unread) <= self.low_water:
             self._writing_paused = False
             self.protocol.resume_writing()
-        answers = []
-        while (cmd := decoder.next_command()) is not None:
-            answers.append(cmd)
-        assert decoder.buffered == 0, "the node wrote part of a frame"
         return answers
 
 

@@ -7,7 +7,6 @@ compares the bytes written back, the brokers' refreshed entries and what the obs
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,13 +16,14 @@ from namesrv import handlers
 from namesrv.app import build_node
 from namesrv.config import load_config
 from namesrv.handlers import NodeObserver
-from namesrv.protocol.codec import FrameDecoder, encode
+from namesrv.protocol.codec import encode
 from namesrv.protocol.codes import RequestCode
 from namesrv.protocol.command import request
 from namesrv.repeats import Repeats
 from namesrv.request_stats import RequestStats
 from namesrv.server import Connection, RemotingServer
 from tests.support.brokers import registration
+from tests.support.frames import commands, json_frame, loadgen_header
 
 DV = b'{"counter":1,"stateVersion":0,"timestamp":1700000000000}'
 CLUSTER = "DefaultCluster"
@@ -105,20 +105,8 @@ def pair(tmp_path):
         n.server.context.close()
 
 
-def header(code: int, ext: list[tuple[str, str]], opaque: int | str, flag: int = 0, version: int = 409) -> bytes:
-    fields = ",".join(f'"{k}":"{v}"' for k, v in ext)
-    return (
-        f'{{"code":{code},"extFields":{{{fields}}},"flag":{flag},"language":"JAVA","opaque":{opaque},'
-        f'"serializeTypeCurrentRPC":"JSON","version":{version}}}'
-    ).encode()
-
-
-def frame(head: bytes, body: bytes = b"") -> bytes:
-    return struct.pack(">II", 4 + len(head) + len(body), len(head)) + head + body
-
-
 def route(topic: str, opaque: int | str, **kw: Any) -> bytes:
-    return frame(header(105, [("topic", topic)], opaque, **kw))
+    return json_frame(loadgen_header(105, [("topic", topic)], opaque, **kw))
 
 
 def broker_ext(b: int) -> list[tuple[str, str]]:
@@ -130,11 +118,11 @@ def addr(b: int) -> str:
 
 
 def query_data_version(b: int, opaque: int, body: bytes = DV) -> bytes:
-    return frame(header(322, broker_ext(b), opaque), body)
+    return json_frame(loadgen_header(322, broker_ext(b), opaque), body)
 
 
 def heartbeat(b: int, opaque: int) -> bytes:
-    return frame(header(904, broker_ext(b), opaque))
+    return json_frame(loadgen_header(904, broker_ext(b), opaque))
 
 
 def register(b: int, opaque: int, topics: list[str], counter: int = 1) -> bytes:
@@ -154,15 +142,6 @@ def both(pair, data: bytes, pieces: int = 1) -> bytes:
     assert fast.observer.heard == full.observer.heard
     assert fast.transport.closed == full.transport.closed
     return written
-
-
-def answers(written: bytes) -> list:
-    decoder = FrameDecoder()
-    decoder.feed(written)
-    out = []
-    while (cmd := decoder.next_command()) is not None:
-        out.append(cmd)
-    return out
 
 
 def seed(pair) -> None:
@@ -185,7 +164,7 @@ def test_repeated_lookups_and_heartbeats_answer_what_the_full_path_answers(pair)
     data = b"".join(stream)
     for pieces in (1, len(stream), len(data) // 7):
         written = both(pair, data, pieces)
-        assert len(answers(written)) == len(stream)
+        assert len(commands(written)) == len(stream)
     fast, full = pair
     assert len(fast.server.repeats) >= 10
     # both nodes refreshed the same brokers, and nothing more
@@ -211,7 +190,7 @@ def test_a_learnt_request_skips_the_handler_but_not_the_heartbeat(pair, monkeypa
     for opaque in range(5):
         fast.feed(route("T1", opaque) + query_data_version(1, opaque) + heartbeat(1, opaque))
     assert calls == []
-    assert len(answers(fast.taken())) == 15
+    assert len(commands(fast.taken())) == 15
     assert (
         fast.observer.heard
         == [
@@ -225,17 +204,17 @@ def test_a_learnt_request_skips_the_handler_but_not_the_heartbeat(pair, monkeypa
 def test_answers_follow_route_and_data_version_changes(pair):
     seed(pair)
     lookups = b"".join(route("T15", i) + query_data_version(0, 100 + i) for i in range(4))
-    before = answers(both(pair, lookups))
+    before = commands(both(pair, lookups))
     # broker-0 registers broker-1's T15 too, with a new DataVersion: the route and the heartbeat answer change
     both(pair, register(0, 9, [f"T{i}" for i in range(10)] + ["T15"], counter=2))
-    after = answers(both(pair, lookups))
+    after = commands(both(pair, lookups))
     assert before[0].body != after[0].body
     assert before[1].ext_fields == {"changed": "false"} and after[1].ext_fields == {"changed": "true"}
     # broker-0 re-registers the same topics with a newer DataVersion: only the heartbeat answer changes
     version = pair[0].server.context.routes.version
     both(pair, register(0, 10, [f"T{i}" for i in range(10)] + ["T15"], counter=3))
     assert pair[0].server.context.routes.version == version
-    again = answers(both(pair, lookups))
+    again = commands(both(pair, lookups))
     assert again[0].body == after[0].body and again[1].body != after[1].body
     # a KV change can change route answers too (orderMessageEnable off here: they must simply still agree)
     fast, full = pair
@@ -250,7 +229,7 @@ def test_frames_that_only_look_repeatable_take_the_full_path(pair):
     tricky = [
         # an "opaque": inside extFields comes before the real one, and only it changes
         b"".join(
-            frame(
+            json_frame(
                 b'{"code":105,"extFields":{"opaque":%d,"topic":"T1"},"flag":0,"language":"JAVA","opaque":9,'
                 b'"serializeTypeCurrentRPC":"JSON","version":409}' % i
             )  # fmt: skip
@@ -259,7 +238,7 @@ def test_frames_that_only_look_repeatable_take_the_full_path(pair):
         route("T1", "007"),  # not how Java writes an int
         route("T1", 2**31),  # does not fit an int
         route("T1", 3, flag=2),  # oneway: no answer at all
-        frame(header(105, [("topic", "T1")], 4), b"a body"),  # same header, a body
+        json_frame(loadgen_header(105, [("topic", "T1")], 4), b"a body"),  # same header, a body
     ]
     for f in tricky:
         both(pair, f * 3)  # the same answers, or the same refusal (the connection is closed)
@@ -275,7 +254,7 @@ def test_nothing_is_repeated_while_the_node_is_not_ready(tmp_path):
     waiting = make_node(tmp_path, "waiting", True, needWaitForService="true", waitSecondsForService="3600")
     waiting.server.context.started_at = waiting.server.context.now()
     waiting.feed(route("T1", 1) * 4)
-    assert [a.remark for a in answers(waiting.taken())] == ["name server not ready"] * 4
+    assert [a.remark for a in commands(waiting.taken())] == ["name server not ready"] * 4
     assert len(waiting.server.repeats) == 0
     waiting.server.context.close()
 
