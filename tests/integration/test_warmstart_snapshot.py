@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import orjson
 
-from namesrv.protocol import bodies
 from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
 from namesrv.protocol.types import DataVersion
 from namesrv.routes import BrokerAddrInfo, RouteInfoManager, RouteSettings
 from namesrv.warmstart import load_model
+from tests.support.brokers import mapping, registration
 from tests.unit.routes_support import (
     Broker,
     Clock,
@@ -29,12 +29,6 @@ A0, A1, B0 = ("a", "10.0.0.1:1", 0), ("a", "10.0.0.2:1", 1), ("b", "10.0.0.3:1",
 def as_broker(member: tuple[str, str, int]) -> Broker:
     name, addr, bid = member
     return Broker(cluster="C1", name=name, addr=addr, id=bid)
-
-
-def mapping(topic: str, bname: str, queues: int, epoch: int = 1) -> dict:
-    """A TopicQueueMappingInfo; more than ten queues, so integer and text keys would sort differently."""
-    return {"topic": topic, "scope": "__global__", "totalQueues": queues, "bname": bname, "epoch": epoch,
-            "dirty": False, "currIdMap": {i: i for i in range(queues)}}  # fmt: skip
 
 
 class Node:
@@ -65,14 +59,14 @@ class Node:
         from namesrv.handlers import dispatch
         from namesrv.protocol.codes import RequestCode, ResponseCode
         from namesrv.protocol.command import request
-        from namesrv.protocol.types import RegisterBrokerBody, TopicConfig
+        from namesrv.protocol.types import TopicConfig
 
         name, addr, bid = broker
-        body = RegisterBrokerBody(DataVersion(counter, 0, 1_700_000_000_000 + counter),
-                                  {t: TopicConfig(t, 8, 8, 6) for t in topics}, filters, mappings or {})  # fmt: skip
-        ext = {"brokerName": name, "brokerAddr": addr, "clusterName": "C1", "haServerAddr": addr,
-               "brokerId": str(bid), "enableActingMaster": "false"}  # fmt: skip
-        raw = bodies.encode_register_broker_body(body, compressed=False)
+        ext, raw = registration(
+            broker_name=name, broker_addr=addr, cluster="C1", broker_id=bid,
+            configs={t: TopicConfig(t, 8, 8, 6) for t in topics},
+            data_version=DataVersion(counter, 0, 1_700_000_000_000 + counter), filter_servers=filters, mappings=mappings,
+        )  # fmt: skip
         response = dispatch(self.node, request(RequestCode.REGISTER_BROKER, ext, raw), object())
         assert response.code == ResponseCode.SUCCESS, response.remark
         return [] if self.publisher is None else self.publisher.queue.take(10, 0)

@@ -16,29 +16,30 @@ from dataclasses import dataclass, field
 
 from namesrv.client import NameServerClient
 from namesrv.handlers import MAX_REQUEST_HEADER_BYTES
-from namesrv.protocol import bodies
 from namesrv.protocol.codec import FrameDecoder, encode
 from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.command import request
-from namesrv.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
+from namesrv.protocol.types import TopicConfig
+from tests.support.brokers import registration
 from tests.support.frames import json_frame
 
 MiB = 1024 * 1024
 GOOD_TOPIC = "GoodTopic"
 
 
-def _registration(ext: dict[str, str], body: bytes, compressed: bool) -> bytes:
-    ext = {
-        "brokerName": "attacker",
-        "brokerAddr": "127.0.0.9:10911",
-        "clusterName": "AttackCluster",
-        "brokerId": "0",
-        "haServerAddr": "127.0.0.9:10912",
-        "enableActingMaster": "false",
-        "compressed": str(compressed).lower(),
-        **ext,
-    }
+#: who the attacks register as
+ATTACKER = {"broker_addr": "127.0.0.9:10911", "broker_name": "attacker", "cluster": "AttackCluster",
+            "ha_server_addr": "127.0.0.9:10912"}  # fmt: skip
+
+
+def _registration(compressed: bool, **kw) -> bytes:
+    """The attacker's REGISTER_BROKER, without a bodyCrc32: what the node does with the body is the attack."""
+    ext, body = registration(**ATTACKER, compressed=compressed, crc=False, **kw)
     return encode(request(RequestCode.REGISTER_BROKER, ext, body, opaque=1))
+
+
+def _attack_topics(topics: int) -> dict[str, TopicConfig]:
+    return {f"AttackTopic{i}": TopicConfig(f"AttackTopic{i}", 8, 8) for i in range(topics)}
 
 
 #: what the bombs of issue 25 inflate to (1.2 GB, from a frame of 1.2 MB)
@@ -53,29 +54,18 @@ def zip_bomb_registration(inflated: int = 256 * MiB) -> bytes:
     zeros = bytes(MiB)
     parts = [deflater.compress(zeros) for _ in range(inflated // MiB)]
     parts.append(deflater.flush())
-    return _registration({}, b"".join(parts), compressed=True)
+    return _registration(True, body=b"".join(parts))
 
 
 def big_registration(topics: int = 100_000, compressed: bool = True) -> bytes:
-    body = RegisterBrokerBody(
-        DataVersion(1, 0, 1_700_000_000_000),
-        {f"AttackTopic{i}": TopicConfig(f"AttackTopic{i}", 8, 8) for i in range(topics)},
-        [],
-    )
-    return _registration({}, bodies.encode_register_broker_body(body, compressed=compressed), compressed)
+    return _registration(compressed, configs=_attack_topics(topics))
 
 
 def reused_registrations(topics: int = 1_800) -> Callable[[int], bytes]:
     """The same topic table (~245 KB, just within what a node applies on its loop when it is the
     broker's last one) with a new DataVersion each time: every request takes the full row rewrite."""
-    body = bodies.encode_register_broker_body(
-        RegisterBrokerBody(
-            DataVersion(1, 0, 1_700_000_000_000),
-            {f"AttackTopic{i}": TopicConfig(f"AttackTopic{i}", 8, 8) for i in range(topics)},
-            [],
-        )
-    )
-    return lambda i: _registration({}, body.replace(b'"counter":1,', b'"counter":%d,' % (i + 2), 1), False)
+    _, body = registration(**ATTACKER, configs=_attack_topics(topics), counter=1)
+    return lambda i: _registration(False, body=body.replace(b'"counter":1,', b'"counter":%d,' % (i + 2), 1))
 
 
 def huge_config_update(keys: int = 900_000) -> bytes:

@@ -8,12 +8,12 @@ from namesrv.kvconfig import KVConfigManager
 from namesrv.protocol import bodies
 from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.command import request
-from namesrv.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
+from namesrv.protocol.types import DataVersion, TopicConfig
 from namesrv.routes.manager import RouteInfoManager
+from tests.support.brokers import registration
 
 TOPICS = 800  # ~100 KB: past the off-loop size, within the size a reused table is applied on the loop
-EXT = {"clusterName": "C", "brokerAddr": "127.0.0.1:10911", "brokerName": "b", "brokerId": "0",
-       "haServerAddr": "127.0.0.1:10912"}  # fmt: skip
+BROKER = {"cluster": "C", "broker_addr": "127.0.0.1:10911", "broker_name": "b", "ha_server_addr": "127.0.0.1:10912"}
 
 
 def node(tmp_path) -> HandlerContext:
@@ -21,11 +21,12 @@ def node(tmp_path) -> HandlerContext:
     return HandlerContext(config, RouteInfoManager(config), KVConfigManager(tmp_path / "kv.json"), lambda r: True)
 
 
-def registration(counter: int, perm_of_t0: int = 6):
+def reregistration(counter: int, perm_of_t0: int = 6):
+    """The broker's registration at DataVersion ``counter``: always the same topics, T0's perm as given."""
     topics = {f"T{i}": TopicConfig(f"T{i}", 8, 8, perm_of_t0 if i == 0 else 6) for i in range(TOPICS)}
-    body = bodies.encode_register_broker_body(RegisterBrokerBody(DataVersion(counter, 0, 1), topics, []))
+    ext, body = registration(**BROKER, configs=topics, data_version=DataVersion(counter, 0, 1))
     assert OFF_LOOP_BODY_BYTES < len(body) <= REUSED_ON_LOOP_BODY_BYTES
-    return request(RequestCode.REGISTER_BROKER, {**EXT, "bodyCrc32": str(bodies.body_crc32(body))}, body)
+    return request(RequestCode.REGISTER_BROKER, ext, body)
 
 
 def answer(n: HandlerContext, req):
@@ -42,18 +43,18 @@ def perm_of(n: HandlerContext, topic: str = "T0") -> int:
 def test_an_unchanged_table_is_applied_on_the_loop_and_a_changed_one_on_the_worker(tmp_path):
     n = node(tmp_path)
     try:
-        where, first = answer(n, registration(1))
+        where, first = answer(n, reregistration(1))
         assert (where, first.code) == ("worker", ResponseCode.SUCCESS)
-        where, again = answer(n, registration(2))  # a new DataVersion, the same topics
+        where, again = answer(n, reregistration(2))  # a new DataVersion, the same topics
         assert (where, again.code) == ("loop", ResponseCode.SUCCESS)
         assert n.routes.touch("C", "127.0.0.1:10911") == DataVersion(2, 0, 1)
-        where, changed = answer(n, registration(3, perm_of_t0=4))
+        where, changed = answer(n, reregistration(3, perm_of_t0=4))
         assert (where, changed.code) == ("worker", ResponseCode.SUCCESS)
         assert perm_of(n) == 4
         # a name-server-side wipe is undone by the next changed DataVersion (as in Java), reused table or not
         wipe = dispatch(n, request(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "b"}), None)
         assert wipe.code == ResponseCode.SUCCESS and perm_of(n, "T1") == 4
-        assert answer(n, registration(4, perm_of_t0=4))[0] == "loop"
+        assert answer(n, reregistration(4, perm_of_t0=4))[0] == "loop"
         assert (perm_of(n), perm_of(n, "T1")) == (4, 6)
         assert n.register_bodies.hits == 2
     finally:
@@ -63,8 +64,8 @@ def test_an_unchanged_table_is_applied_on_the_loop_and_a_changed_one_on_the_work
 def test_a_reused_body_still_has_its_crc_checked(tmp_path):
     n = node(tmp_path)
     try:
-        answer(n, registration(1))
-        bad = registration(2)
+        answer(n, reregistration(1))
+        bad = reregistration(2)
         bad.ext_fields["bodyCrc32"] = "1"
         where, refused = answer(n, bad)
         assert refused.code == ResponseCode.SYSTEM_ERROR and refused.remark == "crc32 not match"

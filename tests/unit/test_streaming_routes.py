@@ -19,12 +19,13 @@ from namesrv.events.schema import (
 from namesrv.handlers import HandlerContext, dispatch
 from namesrv.kvconfig import KVConfigManager
 from namesrv.protocol import bodies, fastjson
-from namesrv.protocol.codes import ORDER_TOPIC_CONFIG, ZONE_NAME_EXT, RequestCode, ResponseCode
+from namesrv.protocol.codes import ORDER_TOPIC_CONFIG, RequestCode, ResponseCode
 from namesrv.protocol.command import request
 from namesrv.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig
 from namesrv.routes import RouteInfoManager, RouteSettings
 from namesrv.routes.snapshot import decode_model
 from streaming.routes import RedisKeys, RouteModel
+from tests.support.brokers import mapping, registration
 from tests.support.route_events import A0, A1, B0, CLUSTER, T0, reg_event
 
 
@@ -181,12 +182,6 @@ def test_a_replayed_unchanged_registration_re_adds_a_topic_an_admin_deleted_as_a
 # --------------------------------------------------------------------------- filter servers and static topics
 
 
-def mapping(topic: str, bname: str, queues: int, epoch: int = 1) -> dict:
-    """A TopicQueueMappingInfo; more than ten queues, so integer and text keys would sort differently."""
-    return {"topic": topic, "scope": "__global__", "totalQueues": queues, "bname": bname, "epoch": epoch,
-            "dirty": False, "currIdMap": {i: i for i in range(queues)}}  # fmt: skip
-
-
 class NodeAndJob:
     """A node's handlers with the event publisher as observer, and the job's model fed what it publishes."""
 
@@ -223,13 +218,11 @@ class NodeAndJob:
         acting: bool = False,
     ) -> EventType:
         """One REGISTER_BROKER through the handler; the job applies what the node published."""
-        body = RegisterBrokerBody(DataVersion(counter, 0, T0 + counter), {t: TopicConfig(t, 8, 8, 6) for t in topics},
-                                  filters, mappings or {})  # fmt: skip
-        ext = {"brokerName": name, "brokerAddr": addr, "clusterName": CLUSTER, "haServerAddr": addr,
-               "brokerId": str(bid), "enableActingMaster": str(acting).lower(), "compressed": str(compressed).lower()}  # fmt: skip
-        if zone is not None:
-            ext[ZONE_NAME_EXT] = zone
-        raw = bodies.encode_register_broker_body(body, compressed=compressed)
+        ext, raw = registration(
+            broker_name=name, broker_addr=addr, cluster=CLUSTER, broker_id=bid, enable_acting_master=acting, zone=zone,
+            configs={t: TopicConfig(t, 8, 8, 6) for t in topics}, data_version=DataVersion(counter, 0, T0 + counter),
+            filter_servers=filters, mappings=mappings, compressed=compressed,
+        )  # fmt: skip
         response = dispatch(self.node, request(RequestCode.REGISTER_BROKER, ext, raw), object())
         assert response.code == ResponseCode.SUCCESS
         (event,) = self.forward()
