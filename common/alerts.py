@@ -48,11 +48,16 @@ MAX_MESSAGE_CHARS = 4096
 #: ordinary topics an incident names one by one, in its message and on the alerts topic
 MAX_NAMED_TOPICS = 20
 
-#: topics every RocketMQ broker creates for itself (TopicValidator's system set, 4.x and 5.x)
+#: the fixed names of TopicValidator's system set, 4.x to 5.5.0 (its RocksDB transaction and checkpoint
+#: topics are 5.5's), and SCHEDULE_TOPIC_XXXX_V2; the one list the node and the job tell system topics by
 SYSTEM_TOPICS = frozenset({
     "TBW102", "SCHEDULE_TOPIC_XXXX", "SCHEDULE_TOPIC_XXXX_V2", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC",
     "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC",
-    "OFFSET_MOVED_EVENT",
+    "OFFSET_MOVED_EVENT", "RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC", "RMQ_SYS_ROCKSDB_TRANS_OP_HALF_TOPIC",
+    "CHECKPOINT_TOPIC",
+    # not in TopicValidator: the topic RocketMQ 5's proxy syncs client heartbeats through (ProxyConfig's
+    # heartbeatSyncerTopicName, under its default name)
+    "DefaultHeartBeatSyncerTopic",
 })  # fmt: skip
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 #: consumer groups' retry and dead-letter topics

@@ -162,6 +162,28 @@ def test_topic_classes():
     assert topic_class("Orders", "C", "b") == "topic"
 
 
+#: TopicValidator.SYSTEM_TOPIC_SET of Apache RocketMQ 5.5.0 as its class initialiser fills it
+ROCKETMQ_5_5_SYSTEM_TOPIC_SET = (
+    "TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
+    "CHECKPOINT_TOPIC", "RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC", "RMQ_SYS_ROCKSDB_TRANS_OP_HALF_TOPIC",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("topic", [*ROCKETMQ_5_5_SYSTEM_TOPIC_SET, "DefaultHeartBeatSyncerTopic", "rmq_sys_wheel_timer"])
+def test_rocketmq_5_5_system_topics_and_the_proxy_heartbeat_topic_are_system(topic):
+    assert topic_class(topic, "C", "b") == "system"
+
+
+def test_a_lost_5_5_group_names_only_its_user_topics():
+    """A 5.5 broker group (with a 5.5 proxy beside it) gone: its RocksDB transaction and checkpoint topics
+    and the proxy's heartbeat topic are counted as system topics, never named as a user's."""
+    own = {"RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC", "RMQ_SYS_ROCKSDB_TRANS_OP_HALF_TOPIC", "CHECKPOINT_TOPIC"}
+    lost = {("C", "z"): {"Orders", "DefaultHeartBeatSyncerTopic", *own}}
+    (z,) = route_incidents(_health({}, {}, sorted(lost[("C", "z")])), T0, lost).values()
+    assert "1 topic(s): Orders" in z.message and "4 system topic(s)" in z.message, z.message
+
+
 def test_lag_is_event_time_behind_the_clock_beyond_the_threshold():
     assert lag_incident(None, 120_000, T0, 60_000) == {}
     assert lag_incident(T0 - 120_000 - 60_000, 120_000, T0, 60_000) == {}
