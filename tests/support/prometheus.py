@@ -4,7 +4,8 @@ Theory of operation: :func:`running_prometheus` writes a configuration with one 
 target (a short ``scrape_interval``, so a test waits seconds, not minutes), starts Prometheus with
 its storage in the test's directory, waits for ``/-/ready`` and stops it afterwards.  Tests read
 values back through the HTTP query API (``/api/v1/query``) with :meth:`Prometheus.wait_for`, which
-polls until an expression yields what the test expects or its deadline passes.
+polls until an expression yields what the test expects or its deadline passes. Without a
+Prometheus, :func:`scrape` reads collectors as a scrape of them would.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
 
 from tests.support.node import free_port
 from tests.support.wait import wait_until
@@ -116,3 +120,16 @@ def running_prometheus(tmp_path: Path, targets: Mapping[str, str]) -> Iterator[P
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def scrape(*collectors: Collector) -> dict[str, dict[tuple, float]]:
+    """``sample name -> {sorted label items: value}``, from the text a scrape of ``collectors`` returns,
+    read back with prometheus_client's own parser."""
+    registry = CollectorRegistry(auto_describe=False)
+    for c in collectors:
+        registry.register(c)
+    out: dict[str, dict[tuple, float]] = {}
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for s in family.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return out

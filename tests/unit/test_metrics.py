@@ -9,8 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from common.metrics import Buckets, histogram_buckets
 from namesrv.app import build_node
@@ -24,20 +22,9 @@ from namesrv.protocol.command import request
 from namesrv.request_stats import ONEWAY, OTHER, RPC_LATENCY_BUCKETS_MS, SAMPLE_EVERY, RequestStats
 from tests.support.brokers import registration
 from tests.support.clock import Clock
+from tests.support.prometheus import scrape
 
 ROUTE, REGISTER = RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.REGISTER_BROKER
-
-
-def scrape(*collectors) -> dict[str, dict[tuple, float]]:
-    """``sample name -> {sorted label items: value}`` as Prometheus would read it."""
-    registry = CollectorRegistry(auto_describe=False)
-    for c in collectors:
-        registry.register(c)
-    out: dict[str, dict[tuple, float]] = {}
-    for family in text_string_to_metric_families(generate_latest(registry).decode()):
-        for s in family.samples:
-            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
-    return out
 
 
 def one(samples: dict[str, dict[tuple, float]], name: str, **labels: str) -> float:

@@ -36,44 +36,22 @@ from streaming.decide import (
     node_timer,
 )
 from streaming.events import PACKED_FIELDS, bundled_rows
+from tests.support.broker_events import (
+    ADDR,
+    CLUSTER,
+    DELAY,
+    T0,
+    TIMEOUT,
+    closed,
+    ev,
+    heartbeat,
+    register,
+    silent,
+    unregister,
+)
+from tests.support.streaming import YEAR_2100
 
-CLUSTER = "DefaultCluster"
-ADDR = "10.0.0.1:10911"
-T0 = 1_700_000_000_000
-TIMEOUT = 10_000
-DELAY = 120_000
-YEAR_2100 = 4_102_444_800_000
 BROKER = Broker(CLUSTER, ADDR, "broker-a", 0)
-
-
-def ev(etype: EventType, t: int, node: str = "n1", seq: int = 1, **kw: Any) -> Event:
-    base: dict[str, Any] = dict(type=etype, node=node, event_time=t, seq=seq)
-    if etype not in (EventType.TICK, EventType.ADMIN):
-        base.update(cluster_name=CLUSTER, broker_addr=ADDR)
-    return Event(**base, **kw)
-
-
-def register(t: int, node: str = "n1", counter: int = 1) -> Event:
-    return ev(
-        EventType.REGISTER, t, node, broker_name="broker-a", broker_id=0, heartbeat_timeout_millis=TIMEOUT,
-        data_version=DataVersionInfo(counter, 0, 1), topics={"T": QueueInfo(4, 4, 6)},
-    )  # fmt: skip
-
-
-def heartbeat(t: int, node: str = "n1", source: str = "BROKER_HEARTBEAT") -> Event:
-    return ev(EventType.HEARTBEAT, t, node, source=source)
-
-
-def unregister(t: int, node: str = "n1", source: str = "UNREGISTER_BROKER") -> Event:
-    return ev(EventType.UNREGISTER, t, node, source=source)
-
-
-def closed(t: int, node: str) -> Event:
-    return ev(EventType.CHANNEL_CLOSED, t, node, reason="reset by peer")
-
-
-def silent(t: int, node: str = "n1") -> Event:
-    return ev(EventType.SILENT, t, node, reason="nothing heard")
 
 
 def packed(*events: Event) -> list[PackedEvent]:

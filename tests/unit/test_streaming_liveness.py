@@ -11,37 +11,12 @@ import pytest
 from pyspark.sql import Row
 from pyspark.sql.streaming.tws_tester import TwsTester
 
-from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo, encode_event
+from namesrv.events.schema import Event, EventType, encode_event
 from streaming.events import PACKED, STATE_BUCKETS, broker_key, bundled_rows, group_key
 from streaming.health import KIND_HEALTH
 from streaming.liveness import KIND_ACTION, KIND_ALERT, KIND_ROUTE, LivenessProcessor, LivenessSettings
+from tests.support.broker_events import ADDR, CLUSTER, DELAY, T0, TIMEOUT, closed, ev, heartbeat, register, silent
 from tests.support.streaming import YEAR_2100
-
-CLUSTER = "DefaultCluster"
-ADDR = "10.0.0.1:10911"
-T0 = 1_700_000_000_000
-TIMEOUT = 10_000
-#: conf/streaming.properties' monitor.watermarkDelayMillis
-DELAY = 120_000
-
-
-def ev(etype: EventType, t: int, node: str = "n1", seq: int = 1, **kw) -> Event:
-    base = dict(type=etype, node=node, event_time=t, seq=seq)
-    if etype not in (EventType.TICK, EventType.ADMIN):
-        base.update(cluster_name=CLUSTER, broker_addr=kw.pop("addr", ADDR))
-    base.update(kw)
-    return Event(**base)
-
-
-def register(t: int, node: str = "n1", counter: int = 1, timeout: int = TIMEOUT, **kw) -> Event:
-    return ev(
-        EventType.REGISTER, t, node, broker_name="broker-a", broker_id=0, heartbeat_timeout_millis=timeout,
-        data_version=DataVersionInfo(counter, 0, 1), topics={"T": QueueInfo(4, 4, 6)}, **kw,
-    )  # fmt: skip
-
-
-def heartbeat(t: int, node: str = "n1", source: str = "BROKER_HEARTBEAT") -> Event:
-    return ev(EventType.HEARTBEAT, t, node, source=source)
 
 
 def rows(*events: Event) -> list[Row]:
@@ -200,10 +175,6 @@ def test_the_alert_says_how_long_the_broker_was_really_silent():
     assert "no heartbeat at any node for 14.0 s (timeout 10000 ms" in alert["message"]
 
 
-def closed(t: int, node: str) -> Event:
-    return ev(EventType.CHANNEL_CLOSED, t, node, reason="reset by peer")
-
-
 def test_a_close_at_some_nodes_removes_nothing_and_the_last_close_removes_everywhere():
     t = make_tester()
     feed(t, register(T0, "n1"), register(T0 + 3, "n2"))
@@ -334,10 +305,6 @@ def test_reports_about_a_broker_never_seen_alive_leave_no_state():
     t = make_tester()
     assert feed(t, ev(EventType.UNREGISTER, T0, source="UNREGISTER_BROKER")) == []
     assert kept(t) == set()
-
-
-def silent(t: int, node: str = "n1") -> Event:
-    return ev(EventType.SILENT, t, node, reason="nothing heard")
 
 
 def test_a_node_reporting_the_broker_silent_past_the_deadline_expires_it_in_that_batch():

@@ -6,27 +6,16 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from streaming.metrics import MonitorCollector
 from streaming.progress import _ProgressAsJson, progress_logger
 from streaming.status import MonitorStatus
+from tests.support.prometheus import scrape
 from tests.support.streaming import T0, expire_row, make_sink, register, route_row
 
 NOW = T0 + 100_000  # make_sink's clock
 P = "rocketmq_namesrv_monitor_"
-
-
-def scrape(collector: MonitorCollector) -> dict[str, dict[tuple, float]]:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    out: dict[str, dict[tuple, float]] = {}
-    for family in text_string_to_metric_families(generate_latest(registry).decode()):
-        for s in family.samples:
-            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
-    return out
 
 
 def value(samples: dict[str, dict[tuple, float]], name: str, **labels: str) -> float:
