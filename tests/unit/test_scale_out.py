@@ -5,9 +5,12 @@ The clusters themselves are in tests/integration/test_spark_cluster.py and test_
 
 from __future__ import annotations
 
+import select
+import socket
 from pathlib import Path
 
 import pytest
+import redis
 
 from common import redis_clients
 from common.options import ConfigError
@@ -111,9 +114,21 @@ def test_a_cluster_url_that_cannot_work_is_refused_without_echoing_credentials(u
     assert "secret" not in str(raised.value)
 
 
+def _connected_to(listener: socket.socket) -> bool:
+    """True when a connection to ``listener`` was made (it waits to be accepted)."""
+    return bool(select.select([listener], [], [], 0)[0])
+
+
 def test_a_cluster_client_connects_at_its_first_command_not_when_made():
-    client = redis_clients.connect("redis+cluster://127.0.0.1:1", timeout_s=0.2, retries=False)
-    client.close()  # made and closed without a cluster: nothing was connected
+    with socket.create_server(("127.0.0.1", 0)) as listener:  # listens, never answers: no Redis
+        url = f"redis+cluster://127.0.0.1:{listener.getsockname()[1]}"
+        redis_clients.connect(url, timeout_s=0.2, retries=False).close()
+        assert not _connected_to(listener)  # made and closed: nothing was connected
+        client = redis_clients.connect(url, timeout_s=0.2, retries=False)
+        assert not _connected_to(listener)
+        with pytest.raises(redis.exceptions.ConnectionError, match="Redis Cluster"):
+            client.ping()  # no answer: an outage, as for a single Redis
+        assert _connected_to(listener)  # the first command connected
 
 
 def test_single_redis_keys_are_unchanged_and_cluster_keys_share_one_hash_tag():
