@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import TextIO
@@ -427,7 +428,12 @@ class RestartPolicy:
 
 
 def describe_exit(code: int | None) -> str:
-    """How a process ended, in words: ``killed by SIGKILL``, ``exited with code 1``."""
+    """How a process ended, in words: ``killed by SIGKILL``, ``exited with code 1``.
+
+    A code of 128 + a signal's number is what a launcher exits with when the process it ran was killed by
+    that signal (spark-submit's JVM when its driver is), and what a JVM exits with after its own shutdown on
+    one: the signal is named beside it.
+    """
     if code is None:
         return "exited (status unknown: this `up` did not start it)"
     if code < 0:
@@ -435,28 +441,58 @@ def describe_exit(code: int | None) -> str:
             return f"killed by {signal.Signals(-code).name}"
         except ValueError:
             return f"killed by signal {-code}"
+    if code > 128:
+        with contextlib.suppress(ValueError):
+            name = signal.Signals(code - 128).name
+            return f"exited with code {code} (128 + {name}: it, or the process it ran, got {name})"
     return f"exited with code {code}"
 
 
 #: how much of a dead job's log is searched for its own last error: Spark's traces after it run long
 _JOB_LOG_SCAN_BYTES = 1 << 20
+#: an error the job logged tells why it died only if logged in its last moments: this many seconds
+#: before the supervisor last saw it alive, or later.  An older one is an error it lived on after.
+LAST_WORDS_S = 5.0
 #: a line the job's own code wrote about an error: a logfmt record of ours at error level or above
-#: (common.logs), or the ``error: ...`` it prints before exiting; Spark's and the JVM's lines are neither
-_OWN_ERROR = re.compile(r"ts=\S+ level=(?:error|critical) logger=(?:streaming|namesrv|common|__main__)\b|error: ")
+#: (common.logs), or the ``error: ...`` it prints as it exits; Spark's and the JVM's lines are neither,
+#: and neither is an alert (streaming.alerts logs a critical one at error level): an alert says what
+#: the job saw in the cluster, not what went wrong with the job
+_OWN_ERROR = re.compile(
+    r"ts=(?P<ts>\S+) level=(?:error|critical) "
+    r"logger=(?!streaming\.alerts\b)(?:streaming|namesrv|common|__main__)\b"
+    r"|error: "
+)
 #: characters of that line quoted
 _MAX_ERROR_CHARS = 600
 
 
-def own_last_error(log_tail: str) -> str | None:
-    """The last error line the job's own code wrote in ``log_tail``, shortened; None if it wrote none.
+def _logged_at(ts: str) -> float | None:
+    """Seconds since the epoch of a logfmt ``ts`` (``2025-01-01T00:00:01.000Z``, UTC); None if it is not one."""
+    try:
+        return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+
+
+def own_last_error(log_tail: str, since: float) -> str | None:
+    """The last error line the job's own code wrote in ``log_tail`` at or after ``since`` (seconds since
+    the epoch), shortened; None if it wrote none then.
 
     As the job dies, Spark logs the dying query's traces (``NullPointerException ... SparkPlan.session()
-    is null``): effects of the death, not its cause, so only the job's own lines count.
+    is null``): effects of the death, not its cause, so only the job's own lines count; and of those only
+    the recent ones, since an error it logged minutes before is one it lived on after.  The ``error: ...``
+    it prints as it exits has no time, and is written only then: it always counts.
     """
-    line = next((li for li in reversed(log_tail.splitlines()) if _OWN_ERROR.match(li)), None)
-    if line is None:
-        return None
-    return line if len(line) <= _MAX_ERROR_CHARS else line[:_MAX_ERROR_CHARS] + " ..."
+    for line in reversed(log_tail.splitlines()):
+        m = _OWN_ERROR.match(line)
+        if m is None:
+            continue
+        if m["ts"] is not None:
+            at = _logged_at(m["ts"])
+            if at is None or at < since:
+                continue
+        return line if len(line) <= _MAX_ERROR_CHARS else line[:_MAX_ERROR_CHARS] + " ..."
+    return None
 
 
 @dataclass
@@ -464,6 +500,8 @@ class _Watched:
     service: ProcessService
     policy: RestartPolicy
     pid: int | None = None
+    #: when the supervisor last saw its process alive (``wall_clock``): it died after that
+    alive_at: float = 0.0
 
 
 class Supervisor:
@@ -486,14 +524,17 @@ class Supervisor:
         out: TextIO | None = None,
         poll_s: float = 1.0,
         end_session: Callable[[int, float], None] = _end_dead_session,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._out = out
         self._end_session = end_session
+        self._wall_clock = wall_clock  # the clock of the job's log lines, to tell its last words
         self.poll_s = poll_s
         self._watched = [_Watched(s, RestartPolicy(clock)) for s in services]
         for w in self._watched:
             w.pid = w.service.running_pid()
             w.policy.started()
+            w.alive_at = wall_clock()
 
     def next_check_s(self) -> float:
         """How long ``up`` may wait before the next ``check``: the poll interval or the next restart."""
@@ -507,7 +548,7 @@ class Supervisor:
             if not w.policy.waiting:
                 pid = w.service.running_pid()
                 if pid is not None:
-                    w.pid = pid
+                    w.pid, w.alive_at = pid, self._wall_clock()
                     continue
                 self._died(w)
             if w.policy.due() and not stopping():
@@ -530,11 +571,13 @@ class Supervisor:
         lived = f" after {uptime:.0f} s" if uptime is not None else ""
         if isinstance(service, StreamingJob):
             what = "from its checkpoint"
-            error = own_last_error(_log_tail(kept, _JOB_LOG_SCAN_BYTES))
+            # the cause is the exit said first (a signal, a code); an error of its own only adds to it
+            # when logged as it died
+            error = own_last_error(_log_tail(kept, _JOB_LOG_SCAN_BYTES), w.alive_at - LAST_WORDS_S)
             if error is None:
-                said = f"it logged no error of its own (log {kept})"
+                said = f"it logged no error of its own in its last seconds (log {kept})"
             else:
-                said = f"the last error it logged (log {kept}):\n  | {_printable(error)}"
+                said = f"the error it logged in its last seconds (log {kept}):\n  | {_printable(error)}"
         else:
             what, said = "on the same port", f"its log {kept} ends with:\n{_tail(kept)}"
         self._say(
@@ -556,7 +599,7 @@ class Supervisor:
             )
             return
         w.policy.started()
-        w.pid = service.running_pid()
+        w.pid, w.alive_at = service.running_pid(), self._wall_clock()
         self._say(f"{service.name} restarted (pid {w.pid or '-'})")
 
 

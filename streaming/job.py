@@ -218,7 +218,7 @@ def start(
                 "monitor.metricsPort=%d: cannot listen on %s (%s); running without metrics",
                 cfg.metrics_port, cfg.metrics_bind_address, exc,
             )  # fmt: skip
-    log.warning(
+    log.info(
         "monitor %s started: events %s on %s, checkpoint %s, redis %s, metrics %s",
         cfg.monitor_name,
         cfg.events_topic,

@@ -47,8 +47,13 @@ from streaming.decide import (
 )
 from streaming.events import ADMIN_KEY, BROKER_KEY, NODE_KEY, PACKED, STATE_BUCKETS, broker_id
 from streaming.health import KIND_HEALTH
+from streaming.spark_daemon import setup_driver_worker
 
 log = logging.getLogger(__name__)
+
+# Spark runs the processor's init at each query start in a Python worker of its own, not forked from
+# streaming.spark_daemon, which imports this module first of the job's (unpickling the processor)
+setup_driver_worker()
 
 #: what the processor emits: an action, an alert, or an event for the route materialisation; and
 #: KIND_HEALTH (streaming.health): per key and batch, a broker's last heartbeat or a node's last tick

@@ -8,6 +8,12 @@ it has them already.  :func:`prepare` puts the installed PySpark (with bytecode)
 zip, imports what every task needs, with numpy and pyarrow told to start no thread (a fork copies
 only the calling thread) and a check that none started, and freezes what was imported out of the
 garbage collector's reach.  ``docs/internals/spark-job.md`` has the reasons and the figures.
+
+It also sets up logging as the driver does (:func:`setup_worker_logging`), for itself and every worker
+forked from it: what the job's own code logs in a worker reaches the job's log as one logfmt line with
+its time and level, as the driver's lines do.  One Python worker is not forked from it: the one Spark
+starts in the driver at each query start for the stateful processor's ``init``;
+:func:`setup_driver_worker` does the same there and keeps PySpark's prints of it out of the job's log.
 """
 
 from __future__ import annotations
@@ -19,6 +25,17 @@ import os
 import sys
 from collections.abc import MutableMapping
 from pathlib import Path
+from types import ModuleType
+
+from common.logs import setup_logging
+
+#: the level of the workers' log: the driver's default (``python -m streaming`` without -v); what the
+#: job's code logs in a worker is warnings
+WORKER_LOG_LEVEL = "WARNING"
+
+#: the module Spark runs (``python -m``, a process of its own) at each query start for the stateful processor's
+#: first step, its ``init``, which tells Spark the state it keeps; not forked from this daemon
+DRIVER_WORKER = "pyspark.sql.streaming.transform_with_state_driver_worker"
 
 #: imported before the first fork: pure Python or extension modules that start no thread
 PRELOAD = (
@@ -77,8 +94,37 @@ def preload(modules: tuple[str, ...] = PRELOAD) -> None:
         )
 
 
+def setup_worker_logging() -> None:
+    """Log as the driver does: one logfmt line with time and level on stderr (:func:`common.logs.setup_logging`).
+
+    A worker's stderr, the daemon's, reaches the job's log through the executor.  Without a handler a
+    worker's warning (``skipping 3 malformed event(s) ...``) would get there as its bare message, through
+    Python's last-resort handler; the forked workers inherit this one.
+    """
+    setup_logging(WORKER_LOG_LEVEL)
+
+
+def setup_driver_worker(main: ModuleType | None = None) -> bool:
+    """In PySpark's worker for the stateful processor's ``init`` (:data:`DRIVER_WORKER`; ``main`` is the
+    process's ``__main__``), log as in the workers and print nothing; True there, and a no-op elsewhere.
+
+    That worker prints its progress to stdout, five lines and five empty ones at each query start
+    ("Streaming TransformWithStateInPandas Python worker Completed execution of UDF: <bound method ...>"),
+    which Spark copies into the job's log; it sends nothing else there (it answers Spark through a socket,
+    its errors go to stderr).  The job's code first runs in it when it unpickles the processor, after the
+    first of those lines: :mod:`streaming.liveness` calls this on import, which keeps the others out.
+    """
+    spec = getattr(main if main is not None else sys.modules.get("__main__"), "__spec__", None)
+    if getattr(spec, "name", None) != DRIVER_WORKER:
+        return False
+    setup_worker_logging()
+    sys.stdout = open(os.devnull, "w")  # the process's stdout from now on: never closed
+    return True
+
+
 def prepare() -> None:
     """Everything the daemon does before PySpark's takes over (see the module's docstring)."""
+    setup_worker_logging()
     sys.path[:] = prefer_installed_pyspark(sys.path)
     threadless = threadless_settings(os.environ)
     preload(PRELOAD + PRELOAD_THREADLESS if threadless else PRELOAD)

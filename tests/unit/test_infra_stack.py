@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -168,10 +169,21 @@ def test_a_back_off_that_cannot_work_is_refused(kwargs):
 
 @pytest.mark.parametrize(
     "code, text",
-    [(-9, "killed by SIGKILL"), (1, "exited with code 1"), (0, "exited with code 0"), (None, "status unknown")],
+    [
+        (-9, "killed by SIGKILL"),
+        (1, "exited with code 1"),
+        (0, "exited with code 0"),
+        (None, "status unknown"),
+        # spark-submit's JVM when its driver is SIGKILLed; a JVM after its own shutdown on SIGTERM
+        (137, "exited with code 137 (128 + SIGKILL: it, or the process it ran, got SIGKILL)"),
+        (143, "exited with code 143 (128 + SIGTERM: it, or the process it ran, got SIGTERM)"),
+        (255, "exited with code 255"),
+    ],
 )
 def test_an_exit_is_said_in_words(code, text):
     assert text in stack.describe_exit(code)
+    if code == 255:  # 128 + 127: no signal has that number
+        assert stack.describe_exit(code) == text
 
 
 class FakeService:
@@ -288,6 +300,8 @@ def test_a_log_quoted_on_the_terminal_cannot_drive_it(supervised):
     assert "\x1b" not in out.getvalue() and "evil \\x1b[2J\\x07 line" in out.getvalue()
 
 
+#: 2025-01-01T00:00:00Z, the wall clock of the logs below
+WALL = datetime(2025, 1, 1, tzinfo=UTC).timestamp()
 OWN_ERROR = (
     'ts=2025-01-01T00:00:01.000Z level=error logger=streaming.sink msg="redis: batch 7 not written '
     "(ConnectionError('Connection refused')); the next write replaces everything\""
@@ -305,43 +319,109 @@ DYING_QUERY = "\n".join([
 ])  # fmt: skip
 
 
+#: what the job logs when it raises a critical alert: at error level, but what it saw, not what went wrong with it
+ALERT = (
+    'ts=2025-01-01T00:00:02.000Z level=error logger=streaming.alerts msg="ALERT OPEN CRITICAL GROUP_WITHOUT_MASTER '
+    'cluster=DefaultCluster broker=broker-a: no master"'
+)
+
+
 def test_the_job_s_last_error_is_its_own_line_not_spark_s_trace():
     ours_warning = "ts=2025-01-01T00:00:00.000Z level=warning logger=streaming.progress msg=slow"
-    assert stack.own_last_error("\n".join([OWN_ERROR, ours_warning, DYING_QUERY])) == OWN_ERROR
-    assert stack.own_last_error("\n".join([ours_warning, DYING_QUERY])) is None
+    assert stack.own_last_error("\n".join([OWN_ERROR, ours_warning, DYING_QUERY]), WALL) == OWN_ERROR
+    assert stack.own_last_error("\n".join([ours_warning, DYING_QUERY]), WALL) is None
     exit_line = "error: the streaming query failed 6 times within 600 s; last: boom"
-    assert stack.own_last_error("\n".join([OWN_ERROR, exit_line, DYING_QUERY])) == exit_line
+    assert stack.own_last_error("\n".join([OWN_ERROR, exit_line, DYING_QUERY]), WALL) == exit_line
     long = OWN_ERROR + " exc=" + "x" * 5000
-    assert stack.own_last_error(long) == long[:600] + " ..."
+    assert stack.own_last_error(long, WALL) == long[:600] + " ..."
 
 
-def job_dies(tmp_path: Path, code: int, last_words: str) -> tuple[str, StreamingJob]:
-    """What the supervisor says when the job dies with ``code`` after writing ``last_words``."""
+def test_an_alert_is_not_the_job_s_error():
+    assert stack.own_last_error("\n".join([ALERT, DYING_QUERY]), WALL) is None
+    assert stack.own_last_error("\n".join([OWN_ERROR, ALERT, DYING_QUERY]), WALL) == OWN_ERROR
+    other = ALERT.replace("logger=streaming.alerts", "logger=streaming.alertsink")
+    assert stack.own_last_error(other, WALL) == other  # only the alerts logger itself, by name
+
+
+def test_only_an_error_logged_at_or_after_since_counts_and_the_exit_message_always():
+    assert stack.own_last_error(OWN_ERROR, WALL + 1) == OWN_ERROR
+    assert stack.own_last_error(OWN_ERROR, WALL + 1.001) is None
+    older = OWN_ERROR.replace("00:00:01.000Z", "00:00:00.500Z")
+    assert stack.own_last_error("\n".join([OWN_ERROR, older]), WALL + 1) == OWN_ERROR  # the last in time, not in place
+    unreadable = OWN_ERROR.replace("2025-01-01T00:00:01.000Z", "yesterday")
+    assert stack.own_last_error(unreadable, 0) is None  # no time to judge it by: not a last word
+    exit_line = "error: the streaming query failed 6 times within 600 s; last: boom"
+    assert stack.own_last_error("\n".join([OWN_ERROR, exit_line]), WALL + 3600) == exit_line
+
+
+def job_dies(tmp_path: Path, code: int, last_words: str, *, alive_at: float = WALL + 2) -> tuple[str, StreamingJob]:
+    """What the supervisor says when the job, last seen alive at ``alive_at`` (wall clock), dies with ``code``
+    after writing ``last_words``."""
     j = job(tmp_path, "python")
     out = io.StringIO()
     fake = FakeService("streaming", tmp_path, 33)
     j.running_pid, j.exit_code = fake.running_pid, fake.exit_code  # type: ignore[method-assign]
-    sup = stack.Supervisor([j], clock=Clock(), out=out, end_session=lambda sid, grace: None)
+    wall = Clock()
+    wall.now = alive_at
+    sup = stack.Supervisor([j], clock=Clock(), out=out, end_session=lambda sid, grace: None, wall_clock=wall)
     fake.die(code, last_words)
+    wall.now += 1.0  # the next poll
     sup.check()
     return out.getvalue(), j
 
 
-def test_the_job_is_restarted_from_its_checkpoint_naming_the_signal_and_its_own_last_error(tmp_path):
-    said, j = job_dies(tmp_path, -9, f"{OWN_ERROR}\n{DYING_QUERY}\n")  # the trace runs far past a log tail
+def test_the_job_is_restarted_from_its_checkpoint_naming_the_signal_and_the_error_it_logged_as_it_died(tmp_path):
+    said, j = job_dies(tmp_path, -9, f"{OWN_ERROR}\n{ALERT}\n{DYING_QUERY}\n")  # the trace runs far past a log tail
     assert said.startswith(
-        "streaming (pid 33) killed by SIGKILL after 0 s; the rest keeps running; "
-        f"restarting it from its checkpoint in 1 s (death 1); the last error it logged (log {j.log_file}.1):\n"
+        "streaming (pid 33) killed by SIGKILL after 0 s; the rest keeps running; restarting it from its "
+        f"checkpoint in 1 s (death 1); the error it logged in its last seconds (log {j.log_file}.1):\n"
     ), said
     assert said.splitlines()[1:] == ["  | " + OWN_ERROR]
+
+
+def test_a_job_killed_minutes_after_its_last_error_or_alert_is_said_killed_and_nothing_it_logged_is_quoted(tmp_path):
+    # the job raised an alert and logged an error, lived on for two and a half minutes, then got kill -9
+    said, j = job_dies(tmp_path, -9, f"{OWN_ERROR}\n{ALERT}\n{DYING_QUERY}\n", alive_at=WALL + 150)
+    assert said == (
+        "streaming (pid 33) killed by SIGKILL after 0 s; the rest keeps running; restarting it from its "
+        f"checkpoint in 1 s (death 1); it logged no error of its own in its last seconds (log {j.log_file}.1)\n"
+    )
+
+
+def test_an_alert_raised_as_the_job_died_is_not_said_to_be_its_error(tmp_path):
+    said, _ = job_dies(tmp_path, 1, f"{ALERT}\n{DYING_QUERY}\n")
+    assert "ALERT" not in said and "it logged no error of its own in its last seconds" in said, said
 
 
 def test_a_job_that_logged_no_error_of_its_own_is_said_to_have_none_rather_than_spark_s_trace(tmp_path):
     said, j = job_dies(tmp_path, 1, DYING_QUERY)
     assert said == (
         "streaming (pid 33) exited with code 1 after 0 s; the rest keeps running; restarting it from its "
-        f"checkpoint in 1 s (death 1); it logged no error of its own (log {j.log_file}.1)\n"
+        f"checkpoint in 1 s (death 1); it logged no error of its own in its last seconds (log {j.log_file}.1)\n"
     )
+
+
+def test_a_job_that_gave_up_is_said_to_exit_with_its_code_and_its_exit_message(tmp_path):
+    exit_line = "error: the streaming query failed 6 times within 600 s; last: boom"
+    said, _ = job_dies(tmp_path, 1, f"{OWN_ERROR}\n{exit_line}\n", alive_at=WALL + 600)
+    assert said.startswith("streaming (pid 33) exited with code 1 after 0 s;") and said.splitlines()[1:] == [
+        "  | " + exit_line
+    ], said
+
+
+def test_the_job_s_last_seconds_follow_the_supervisor_s_last_sight_of_it_alive(tmp_path):
+    j = job(tmp_path, "python")
+    fake = FakeService("streaming", tmp_path, 33)
+    j.running_pid, j.exit_code = fake.running_pid, fake.exit_code  # type: ignore[method-assign]
+    wall, out = Clock(), io.StringIO()
+    wall.now = WALL - 600
+    sup = stack.Supervisor([j], clock=Clock(), out=out, end_session=lambda sid, grace: None, wall_clock=wall)
+    wall.now = WALL + 3  # seen alive at every poll, the last one 2 s after the error
+    sup.check()
+    fake.die(-15, OWN_ERROR + "\n")
+    wall.now += 1.0
+    sup.check()
+    assert out.getvalue().splitlines()[1:] == ["  | " + OWN_ERROR], out.getvalue()
 
 
 def test_each_node_and_the_job_get_a_metrics_port_and_the_banner_prints_their_urls(tmp_path):
