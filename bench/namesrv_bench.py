@@ -1,4 +1,4 @@
-"""Our node against Apache RocketMQ's NameServers 4.9.7 and 5.3.3, in the same run, with the same load.
+"""Our node against Apache RocketMQ's NameServers 4.9.7 and 5.5.0, in the same run, with the same load.
 
 Each workload runs with ``tools/rmq-loadgen`` against three servers started fresh for it, in an order
 that rotates from run to run: our node and Apache's NameServers from the jars of the pinned JVM
@@ -36,7 +36,7 @@ from tests.support.loadgen import ECHO, LOADGEN, LoadgenError, hold_brokers, run
 from tests.support.rocketmq import ROCKETMQ_4, ROCKETMQ_5, Release, start_java_namesrv  # noqa: E402
 
 OURS = "ours"
-#: what the issue asks of ours over Java's, per CPU-second (route, heartbeat, register) and in RSS
+#: what we aim for over Java's, per CPU-second (route, heartbeat, register) and in RSS
 GOALS = {"route": 3.0, "heartbeat": 4.0, "register": 1.5}
 RSS_GOAL = 0.5
 RELEASES = {"4": ROCKETMQ_4, "5": ROCKETMQ_5}
@@ -276,7 +276,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds of unmeasured load, for every server")
     parser.add_argument("--duration", type=float, default=8.0)
     parser.add_argument("--only", help="run only workloads whose name contains this text")
-    parser.add_argument("--java", default="4,5", help="Java NameServers to compare with: 4 (4.9.7), 5 (5.3.3), none")
+    parser.add_argument("--java", default="4,5", help="Java NameServers to compare with: 4 (4.9.7), 5 (5.5.0), none")
     parser.add_argument("--java-heap", default="256m", help="the Java NameServer's -Xms and -Xmx")
     parser.add_argument("--register-brokers", type=int, default=100)
     parser.add_argument("--register-topics", type=int, default=1000, help="topics per registration")

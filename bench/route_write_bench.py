@@ -1,4 +1,4 @@
-"""The job's route model and its full Redis write, measured apart from Spark (issue 13, item 3).
+"""The job's route model and its full Redis write, measured apart from Spark.
 
 Theory of operation
 -------------------

@@ -1,4 +1,4 @@
-"""Every attack of issue 9 at once against one node, for minutes, while well-formed clients work.
+"""Every hostile-peer attack at once against one node, for minutes, while well-formed clients work.
 
 A node runs in its own process (``namesrv start``); each attack runs in its own process on its own
 connection (``tests/support/attacks.py``: zip-bomb registrations, 100,000-topic registrations,
@@ -14,6 +14,7 @@ latency percentiles, what was refused or lost, what each attacker got, and the n
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import tempfile
@@ -93,9 +94,10 @@ def main() -> int:
 
     lat = probe.latencies
     lines = [
-        f"# Soak: every issue-9 attack at once for {args.minutes:g} min",
+        f"# Soak: every attack at once for {args.minutes:g} min",
         "",
-        f"Command: `{command}` (machine: 2 shared cores, load from other users; figures are noisy)",
+        f"Command: `{command}` (machine: {os.cpu_count()} cores, 1-minute load average "
+        f"{os.getloadavg()[0]:.1f} at the end; figures are noisy)",
         "",
         "| | value |",
         "|---|---|",

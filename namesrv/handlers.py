@@ -386,9 +386,10 @@ def get_kvlist_by_namespace(node: HandlerContext, request: RemotingCommand, chan
 # --- brokers --------------------------------------------------------------------------------
 
 
-#: a registration body this large is checked, inflated, parsed and applied on the worker thread:
-#: 100,000 topics take about a second of CPU, which on the loop would stall every other client.  The
-#: route tables have their own lock; route answers served from the cache meanwhile need no lock.
+#: a registration body this large is checked, inflated, parsed and applied on the worker thread: the
+#: work grows with the broker's topics, and a large broker's would stall every other client on the
+#: loop.  The route tables have their own lock; route answers served from the cache meanwhile need no
+#: lock.
 OFF_LOOP_BODY_BYTES = 64 * 1024
 #: ... unless it is the topic table its broker registered last (the common case: every 30 s) and at
 #: most this large: then nothing is parsed and the rows are mostly known to be written, which costs the
@@ -673,9 +674,11 @@ BODY_LIMITS: dict[int, int] = {int(RequestCode.UPDATE_NAMESRV_CONFIG): config_mo
 #: request the node accepts can have is PUT_KV_CONFIG's (a value of MAX_VALUE_CHARS, a namespace and
 #: a key of MAX_NAME_CHARS): 108 KiB even with every character written as a 6-byte \uXXXX escape.
 #: RocketMQ's own peers send far less (TopicValidator stops topics at 127 characters, Validators
-#: groups at 255).  Java parses a header of up to 16 MiB; here a 1 MB topic name cost 3.5 ms of the
-#: loop to read, parse and look up, during which no one else was served; 128 KiB costs 0.2 ms (and
-#: stays below the size from which each buffer is a fresh memory mapping, whose pages fault in anew).
+#: groups at 255).  Java parses a header of up to 16 MiB; here the loop reads, parses and looks up a
+#: header while no one else is served, in a time that grows with its size: a header of 128 KiB keeps
+#: a well-formed client's lookups within their goal under attack, a 1 MB one did not
+#: (docs/internals/testing.md, "Attack latency").  128 KiB also stays below the size from which each
+#: buffer is a fresh memory mapping, whose pages fault in anew.
 MAX_REQUEST_HEADER_BYTES = 128 * 1024
 
 

@@ -215,8 +215,8 @@ class Connection(asyncio.BufferedProtocol):
             # libuv reads a ready socket up to 32 times in a row: a peer streaming a large frame (or a
             # refused body we drop) would take the loop for milliseconds each turn.  One read at a
             # time, then wait for a turn (RemotingServer.read_large_frame_later), from the read that
-            # brought the frame's header: from 256 KiB on only, 20 connections opened at once took
-            # 5 MiB at full speed, just when the attacker's own sending is busiest.
+            # brought the frame's header: pacing from 256 KiB on only let every connection opened at
+            # once read that much at full speed, just when the attacker's own sending is busiest.
             self.throttled = True
             self._update_reading()
             assert self.server.loop is not None  # set before the server accepts a connection
@@ -497,10 +497,11 @@ class RemotingServer:
             self.loop.call_later(-self._large_read_credit / LARGE_FRAME_BYTES_PER_S, self._next_large_read)
 
     def _next_large_read(self) -> None:
-        # one read per turn at most, and no more bytes than the pace allows (see the module notes): 20
-        # connections streaming unfinished frames used to take 20 reads in one turn, 5-8 ms of CPU while
-        # every other client waited.  Those not reading anyway (held back for the budget, waiting for
-        # their answers to be read, closed) do not use up the turn.
+        # one read per turn at most, and no more bytes than the pace allows (see the module notes):
+        # otherwise every connection streaming an unfinished frame reads in the same turn, and every
+        # other client waits for all those reads (bench/RESULTS.md, "Large frames read at a node-wide
+        # pace").  Those not reading anyway (held back for the budget, waiting for their answers to be
+        # read, closed) do not use up the turn.
         self._pace_large_reads()
         if self._large_read_credit <= -_PACE_SLACK_BYTES:  # a read came in since this was scheduled
             self._schedule_large_read()

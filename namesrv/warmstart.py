@@ -1,14 +1,14 @@
 """Warm start: serve the routes the streaming job keeps in Redis until the brokers register.
 
 A name server that restarts empty answers TOPIC_NOT_EXIST for every topic until each broker's next
-registration (apache/rocketmq#9411).  With ``warmStartFromRedis=true`` a node reads, before it
-listens, the route model the job keeps under ``redisKeyPrefix`` in one MULTI/EXEC (so all of it
-comes from one micro-batch; keys and validation are :mod:`namesrv.routes.snapshot`'s) and loads it
-with :meth:`RouteInfoManager.load_provisional`: every live broker is provisional until its own
-registration replaces it, and :func:`drop_unconfirmed`, a task of its own so that it also runs while
-the local expiry scan is off, drops those no registration confirms in time.  Nothing here may stop
-a node from starting: any failure is a warning, the read is bounded by :data:`READ_TIMEOUT_S`, and
-the node then starts empty.  ``docs/warm-start.md`` explains the trade-off.
+registration (https://github.com/apache/rocketmq/issues/9411).  With ``warmStartFromRedis=true`` a node
+reads, before it listens, the route model the job keeps under ``redisKeyPrefix`` in one MULTI/EXEC (so
+all of it comes from one micro-batch; keys and validation are :mod:`namesrv.routes.snapshot`'s) and
+loads it with :meth:`RouteInfoManager.load_provisional`: every live broker is provisional until its own
+registration replaces it, and :func:`drop_unconfirmed`, a task of its own so that it also runs while the
+local expiry scan is off, drops those no registration confirms in time.  Nothing here may stop a node
+from starting: any failure is a warning, the read is bounded by :data:`READ_TIMEOUT_S`, and the node
+then starts empty.  ``docs/warm-start.md`` explains the trade-off.
 """
 
 from __future__ import annotations

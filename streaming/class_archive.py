@@ -8,7 +8,7 @@ record the classes it loads (``-XX:DumpLoadedClassList``), and once the job has 
 for the next start. An archive belongs to one JVM and one set of Spark jars (its name is a hash of
 them, :meth:`ClassArchive.find`); a JVM that finds it does not match runs without it, as with none.
 Only a JVM the job starts itself gets one (not one spark-submit started). The figures:
-bench/STREAMING_RESULTS.md (issue 25).
+bench/STREAMING_RESULTS.md, "back to deciding after a crash".
 """
 
 from __future__ import annotations

@@ -70,8 +70,9 @@ SPARK_DEFAULTS: Mapping[str, str] = {
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
     ),
     # The driver's JVM compiles with C1 only (given to its launcher: streaming.session.launch_settings). C2's
-    # compiler threads took a large share of the CPU a start costs on two cores, delaying the first decision
-    # after a restart, and steady batches were hardly slower without it (bench/STREAMING_RESULTS.md, issue 25).
+    # compiler threads compete for the CPU with the start's own work, which delays the first decision after a
+    # restart on a machine of few cores, and steady batches were hardly slower without it
+    # (bench/STREAMING_RESULTS.md, "the driver's JIT (C1 only against C2)").
     # Setting this key replaces the option: keep -XX:TieredStopAtLevel=1 among your own (-Xshare:off there
     # also turns off the class-data-sharing archive, streaming.class_archive).
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",

@@ -1,4 +1,4 @@
-"""The attacks of issue 9, each scaled to run in seconds: nothing a peer sends can wedge the KV store or
+"""Hostile peers' attacks, each scaled to run in seconds: nothing a peer sends can wedge the KV store or
 the configuration, fill the node's memory, or end in a traceback.
 
 Frames are written by hand here where the attack needs bytes our own client would never send (a lone
@@ -273,6 +273,7 @@ def test_a_real_11_mib_registration_is_read_at_the_node_wide_pace_and_registers_
             # never faster than the pace (less the first read, one read's worth of credit and the slack)...
             unpaced = 2 * server_mod._READ_BYTES + server_mod._PACE_SLACK_BYTES
             assert took >= (size - unpaced) / server_mod.LARGE_FRAME_BYTES_PER_S, attempt
-            assert took < 5, f"{attempt}: {took:.2f} s"  # ...and prompt (0.4-0.7 s measured; 0.06-0.3 s unpaced)
+            # ...and prompt: the pace's own time and the registration's work, with room for a loaded machine
+            assert took < 5, f"{attempt}: {took:.2f} s"
         with NameServerClient(n.addr) as client:
             assert len(client.topic_list()) == 40_001  # and the cluster's own topic

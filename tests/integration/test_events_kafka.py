@@ -305,7 +305,7 @@ def test_malformed_and_unknown_actions_are_counted_and_skipped(kafka, tmp_path):
 
 
 def test_poison_actions_are_refused_and_only_the_trusted_monitor_is_obeyed(kafka, tmp_path):
-    """Issue 8: lastHeartbeat = 2^64-1, a far-future one, and a monitor nobody runs change nothing."""
+    """Poison actions: lastHeartbeat = 2^64-1, a far-future one, and a monitor nobody runs change nothing."""
     props = kafka_props(kafka, "ns-1", trustedMonitors="test-monitor")
     with running_node(tmp_path, **props) as node, NameServerClient(node.addr) as c:
         consumer_ready(node)

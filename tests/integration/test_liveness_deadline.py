@@ -1,13 +1,13 @@
 """Liveness on the stack as shipped: gone everywhere within seconds of the broker's own deadline.
 
-Kafka, Redis, two real nodes and the Spark job as processes, every setting as ``conf/`` ships it
-except the simulated brokers' own ``heartbeatTimeoutMillis``, which cannot hide how late the system
-acts on it.  A silent broker is gone at both nodes and in Redis within ``EXPIRY_MEDIAN_S`` (median)
-and ``EXPIRY_MAX_S`` (max) of its deadline; a crashed broker is gone in Redis within ``CLOSE_MAX_S``
-of its last close, through one REMOVE (issue 22's targets, loosened only on an overloaded machine:
-see ``bounds_now``).  Events no node should send change nothing, also after a restart, and with the
-job killed the nodes fall back to their own scan until it decides again.  Times are wall-clock
-milliseconds on this one machine, as the nodes stamp events.
+Kafka, Redis, two real nodes and the Spark job as processes, every setting as ``conf/`` ships it except
+the simulated brokers' own ``heartbeatTimeoutMillis``, which cannot hide how late the system acts on
+it.  A silent broker is gone at both nodes and in Redis within ``EXPIRY_MEDIAN_S`` (median) and
+``EXPIRY_MAX_S`` (max) of its deadline; a crashed broker is gone in Redis within ``CLOSE_MAX_S`` of its
+last close, through one REMOVE (the monitor's targets, docs/monitor.md "How fast", loosened only on an
+overloaded machine: see ``bounds_now``).  Events no node should send change nothing, also after a
+restart, and with the job killed the nodes fall back to their own scan until it decides again.  Times are
+wall-clock milliseconds on this one machine, as the nodes stamp events.
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ from tests.support.wait import wait_until
 pytestmark = pytest.mark.timeout(900)
 
 BROKER_TIMEOUT_MS = SHIPPED.broker_timeout_ms
-#: Deadline -> gone at every node and in Redis: issue 22's targets, a 1 s median and a 2 s max. A
+#: Deadline -> gone at every node and in Redis: the monitor's targets, a 1 s median and a 2 s max. A
 #: node's SILENT report (the first tick past the deadline) is decided in the batch that reads it: the
 #: wait for the running batch to end, then one batch, as for a close (docs/internals/testing.md, Timing).
 EXPIRY_MEDIAN_S, EXPIRY_MAX_S = 1.0, 2.0
-#: last close -> gone in Redis: one micro-batch after the last CHANNEL_CLOSED (issue 22: at most 2 s)
+#: last close -> gone in Redis: one micro-batch after the last CHANNEL_CLOSED (the target: at most 2 s)
 CLOSE_MAX_S = 2.0
 #: A miss is measured once more, with fresh brokers, before it fails: a neighbour's burst on this shared
 #: machine seldom lands on both tries, a delay of the system's own shows up in both. Every try is printed.

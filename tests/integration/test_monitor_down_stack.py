@@ -1,4 +1,4 @@
-"""A page when the monitor is gone (issue 25): the whole stack with its job SIGKILLed and kept dead.
+"""A page when the monitor is gone: the whole stack with its job SIGKILLed and kept dead.
 
 Kafka, Redis, two nodes and the Spark job as processes (:class:`~tests.integration.backends.System`),
 with ``make run``'s console, every setting as ``conf/`` ships it except the nodes' paging keys: both

@@ -1,4 +1,4 @@
-"""MONITOR_DOWN with no receiver (issue 30): the whole stack with its job stalled by SIGSTOP.
+"""MONITOR_DOWN with no receiver: the whole stack with its job stalled by SIGSTOP.
 
 Kafka, Redis, two nodes and the Spark job as processes (:class:`~tests.integration.backends.System`),
 with ``make run``'s console, every setting as ``conf/`` ships it: no ``alerts.alertmanagerUrl`` and no

@@ -1,4 +1,4 @@
-"""The monitor decides again soon after its job dies, and soon after the stack starts (issue 25).
+"""The monitor decides again soon after its job dies, and soon after the stack starts.
 
 The stack as ``make run`` starts it (Kafka, Redis, two nodes and the job as processes, every setting
 as ``conf/`` ships it but the simulated brokers' own timeout), with ``make run``'s own supervisor
@@ -31,9 +31,9 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.timeout(900)
 
-#: a SIGKILLed job -> the first decision of the new one (issue 25)
+#: a SIGKILLed job -> the first decision of the new one
 RECOVERY_S = 30.0
-#: the stack's start -> its job's first decision (issue 25: ``make run``'s start, and this suite's)
+#: the stack's start -> its job's first decision (``make run``'s start, and this suite's)
 START_S = 30.0
 #: a miss is measured once more before it fails: a neighbour's burst on this shared machine seldom
 #: lands on both tries, a slow restart of the system's own shows in both. Every try is printed.

@@ -68,7 +68,7 @@ def test_the_lease_holder_removes_a_broker_and_a_restarted_job_honours_it(store,
 # --------------------------------------------------------------------------- the stack, job killed
 
 
-#: a broker's deadline -> gone from the routes in Redis, while no monitor decides (issue 25)
+#: a broker's deadline -> gone from the routes in Redis, while no monitor decides
 FALLBACK_MAX_S = 3.0
 
 

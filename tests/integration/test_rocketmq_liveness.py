@@ -1,4 +1,4 @@
-"""Apache RocketMQ's own 5.3.3 brokers, frozen and killed, under the system as shipped: the job decides.
+"""Apache RocketMQ's own 5.5.0 brokers, frozen and killed, under the system as shipped: the job decides.
 
 What ``test_liveness_deadline.py`` proves with simulated brokers, proved with real ones: Kafka, Redis,
 two nodes and the Spark job as processes with every ``conf/`` value (started once for the module),
@@ -15,7 +15,7 @@ and per test one broker registered with both nodes.
   ``CLOSE_MAX_S`` of the last close a node reported, long before its timeout (120 s: it sends none).
 
 Each removal must be the job's own decision: one EXPIRE, one REMOVE on the actions topic. The bounds
-are issue 23's while the machine is quiet enough to meet them (:func:`tests.support.liveness.bounds_now`).
+hold as they are while the machine is quiet enough to meet them (:func:`tests.support.liveness.bounds_now`).
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ pytestmark = [pytest.mark.rocketmq, pytest.mark.timeout(900)]
 FROZEN_TIMEOUT_MS = 15_000
 #: a 5.x broker sends its timeout (and a heartbeat every second) only while it may act as master
 SENDS_ITS_TIMEOUT = {"enableSlaveActingMaster": "true", "brokerNotActiveTimeoutMillis": str(FROZEN_TIMEOUT_MS)}
-#: issue 23: gone at both nodes and in Redis within 3 s of the deadline (frozen) or of the last close (killed)
+#: gone at both nodes and in Redis within 3 s of the deadline (frozen) or of the last close (killed)
 EXPIRY_MAX_S = CLOSE_MAX_S = 3.0
-#: a broker's JVM shares two cores with Kafka, Spark, the nodes and other people's tests
+#: a broker's JVM shares the machine's cores with Kafka, Spark, the nodes and other people's tests
 BROKER_START_S = 240.0
 
 

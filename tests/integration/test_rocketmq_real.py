@@ -3,8 +3,8 @@
 One world per release, shared by the module's tests so its JVMs start once: two of our nodes (A
 and B, in this process), Apache's NameServer of that release, and one broker of that release
 registered with all of them. The broker is also given a third node with ``aclEnable=true`` and nobody
-whitelisted, which it cannot register with since it signs nothing (the last test). The 4.x world also runs Apache's 5.3.3 NameServer, because 5.3.3 is the
-version our node implements and the spec fixes its answers byte for byte; the 4.9.7 NameServer's
+whitelisted, which it cannot register with since it signs nothing (the last test). The 4.x world also runs Apache's 5.5.0 NameServer, because 5.5.0 is the
+release our node matches byte for byte (the spec's 5.3.3 answers with 5.5.0's version stamp); the 4.9.7 NameServer's
 answers must then equal ours apart from what 5.0 changed (``FIVE_ZERO``). The jars are the pinned
 ones ``make setup`` resolved (:mod:`tests.support.rocketmq`).
 
@@ -83,7 +83,7 @@ class World:
     b: NodeThread
     #: Apache's NameServer of the release
     java: JavaNamesrv
-    #: Apache's 5.3.3 NameServer (the same one in the 5.x world)
+    #: Apache's 5.5.0 NameServer (the same one in the 5.x world)
     java5: JavaNamesrv
     broker: JavaBroker
     probe_classes: Path
@@ -233,7 +233,7 @@ def test_java_producer_through_node_a_and_consumer_through_node_b(world):
 
 # --------------------------------------------------------------------------- the same answers as Java
 
-#: what the 4.9.7 NameServer answers differently from 5.3.3, by design of 5.0: its own version stamp
+#: what the 4.9.7 NameServer answers differently from 5.5.0, by design of 5.0: its own version stamp
 #: in every header, no BrokerData.enableActingMaster (RIP-32), and the FAQ link of TOPIC_NOT_EXIST
 FIVE_ZERO = {
     "remark": ("https://rocketmq.apache.org/docs/bestPractice/06FAQ", "http://rocketmq.apache.org/docs/faq/"),
@@ -263,7 +263,7 @@ def _show(frame: bytes) -> str:
 
 
 def assert_same_answer(world: World, code: int, ext: dict[str, str] | None = None, *, version: int) -> bytes:
-    """Our node's answer equals Apache 5.3.3's byte for byte, and the release's own NameServer's up to FIVE_ZERO."""
+    """Our node's answer equals Apache 5.5.0's byte for byte, and the release's own NameServer's up to FIVE_ZERO."""
     ours = exchange_frame(world.a.addr, code, ext, version=version)
     java5 = exchange_frame(world.java5.addr, code, ext, version=version)
     assert ours == java5, f"code {code} {ext} v{version}\n ours: {_show(ours)}\n java: {_show(java5)}"
@@ -353,7 +353,7 @@ def test_mqadmin_reads_the_same_from_our_node_as_from_java(world):
     assert sorted(ours.split()) == sorted(java.split())
 
 
-# --------------------------------------------------------------------------- a node with ACL on (issue 25)
+# --------------------------------------------------------------------------- a node with ACL on
 
 #: the one WARNING the ACL node gives about a broker it refuses: who, from where, and what to change where
 REFUSED_BROKER = re.compile(
@@ -383,7 +383,7 @@ def broker_log(broker: JavaBroker) -> str:
 
 
 def test_an_acl_node_refuses_the_unsigned_broker_names_it_once_and_takes_it_once_listed(world):
-    """A broker that signs nothing (4.9 cannot; 5.3.3 is given no account here) on a node with
+    """A broker that signs nothing (4.9 cannot; 5.5.0 is given no account here) on a node with
     aclEnable=true and nobody whitelisted: refused with code 16 at
     every registration while its console says "boot success"; the node names it and the fix in one
     WARNING however often it retries, and takes it once its address is listed as that WARNING says."""

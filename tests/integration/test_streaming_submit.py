@@ -5,7 +5,7 @@ exec's the JVM (SparkSubmit), which runs ``streaming/__main__.py`` in a child Py
 test's environment has no activated venv (the venv's bin/ is not on PATH), as under ``make``.  Under
 ``python`` the tree is the other way round (the driver, its JVM below it).  Either way ``stop`` must
 leave no process of the job behind and must let the driver stop the query itself (its SIGTERM handler
-logs "stopping the monitor").  Spark starts in 20-40 s here; each case takes about a minute.
+logs "stopping the monitor").  Each case starts Spark, so each is slow (docs/internals/testing.md, "Timing").
 """
 
 from __future__ import annotations

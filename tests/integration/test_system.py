@@ -315,7 +315,8 @@ def test_a_restarted_node_without_warm_start_answers_topic_not_exist_until_broke
 ):
     addr = system.node_addrs[1]
     up_at = restart_node_held(world, system, 1, warm_start=False)
-    assert route_or_none(addr, LIVE_TOPIC) is None  # the gap of apache/rocketmq#9411
+    # the gap of https://github.com/apache/rocketmq/issues/9411
+    assert route_or_none(addr, LIVE_TOPIC) is None
     assert brokers_at(addr) == {}
     world.fleets.release(addr)
     wait_until(lambda: route_or_none(addr, LIVE_TOPIC) is not None, 10, "the route once brokers register again")

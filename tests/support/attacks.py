@@ -1,4 +1,4 @@
-"""The attacks of issue 9 as frames and threads, and a well-formed client that times its route lookups.
+"""Hostile peers' attacks as frames and threads, and a well-formed client that times its route lookups.
 
 Shared by the conformance tests (bounded counts) and ``bench/soak.py`` (minutes, all at once).
 Every attacker uses one connection, reconnecting when the node closes it, and counts what happened.
@@ -42,7 +42,7 @@ def _attack_topics(topics: int) -> dict[str, TopicConfig]:
     return {f"AttackTopic{i}": TopicConfig(f"AttackTopic{i}", 8, 8) for i in range(topics)}
 
 
-#: what the bombs of issue 25 inflate to (1.2 GB, from a frame of 1.2 MB)
+#: what a gigabyte bomb inflates to (1.2 GB, from a frame of 1.2 MB)
 GIGABYTE_BOMB = 1200 * MiB
 #: past the node's 16 MiB cap from a body of about 32 KB, the size of a small broker's registration
 SMALL_BOMB = 32 * MiB

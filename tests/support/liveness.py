@@ -19,10 +19,10 @@ from streaming.routes import RouteLookup
 from tests.support.wait import wait_until
 
 #: The targets hold while the machine runs at most this many runnable tasks per core (1-minute load
-#: average; the stack itself, Spark's batches every 0.1-1 s among them, keeps it near 1 per core). Past
-#: it every micro-batch slows with the machine (at 10-15 per core a batch took 3-4 s here and so did an
-#: expiry), and the figures are held to LOADED_FACTOR times the targets instead, which still catches a
-#: decision a batch or a scan interval late.
+#: average; the stack itself, Spark's batches among them, keeps it near 1 per core). Past it every
+#: micro-batch slows with the machine, and an expiry with it (docs/internals/testing.md, "Timing"), and
+#: the figures are held to LOADED_FACTOR times the targets instead, which still catches a decision a
+#: batch or a scan interval late.
 QUIET_LOAD_PER_CORE, LOADED_FACTOR = 2.0, 3.0
 
 

@@ -388,7 +388,7 @@ def test_an_action_value_at_its_bound_passes_and_one_past_it_is_refused_both_way
     assert message in str(by_decode.value)
 
 
-def test_the_poison_records_of_issue_8_are_refused_with_a_short_message():
+def test_poison_records_are_refused_with_a_short_message():
     long_max = b'{"v":1,"type":"TICK","node":"n","eventTime":9223372036854775807,"seq":1}'
     with pytest.raises(SchemaError, match=r"event.eventTime: 9223372036854775807 is out of range"):
         decode_event(long_max)

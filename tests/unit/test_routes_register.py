@@ -482,7 +482,9 @@ def test_any_change_to_the_tables_has_a_shared_table_walked_again():
 
     register_shared(MASTER)
     assert mgr.wipe_write_perm_of_broker(DEF_BROKER) == 2
-    register_shared(MASTER)  # the same DataVersion: the wipe stays (issue #313), as with a body of its own
+    # the same DataVersion: the wipe stays, as with a body of its own, as in Java
+    # (https://github.com/apache/rocketmq/issues/313)
+    register_shared(MASTER)
     assert perm_of(mgr, "T") == int(Perm.READ)
     register_shared(MASTER.but(dv=DataVersion(2, 0, 1)))  # a new one: every row is the table's again
     assert perm_of(mgr, "T") == WRITABLE and perm_of(mgr, "baseTopic") == WRITABLE

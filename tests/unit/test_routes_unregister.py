@@ -1,4 +1,5 @@
-"""Unregistration, channel close, expiry and fencing (spec §3.4, §3.5; apache/rocketmq#11043)."""
+"""Unregistration, channel close, expiry and fencing (spec §3.4, §3.5;
+https://github.com/apache/rocketmq/issues/11043)."""
 
 from __future__ import annotations
 

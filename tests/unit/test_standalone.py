@@ -1,6 +1,6 @@
 """The repository stands alone: nothing it builds, runs, tests or benchmarks reads the team's folder beside it.
 
-A clone with nothing beside it must pass ``make setup`` and ``make test`` (issue 14): the golden frames
+A clone with nothing beside it must pass ``make setup`` and ``make test``: the golden frames
 live in ``tests/vectors/`` and the load generator in ``tools/rmq-loadgen/``. Only documentation, and
 the vectors' README (which says where they were captured), may still cite that folder as provenance.
 """
