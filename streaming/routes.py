@@ -37,6 +37,10 @@ __all__ = ["OrderConf", "RedisKeys", "RedisRouteStore", "RouteChanges", "RouteLo
 # --------------------------------------------------------------------------- the store
 
 
+class RemovalsChanged(Exception):
+    """A node wrote a removal to ``P:model:removed`` since the batch read them: honour it, then write again."""
+
+
 @dataclass(frozen=True)
 class StoredState:
     lineage: str | None
@@ -113,16 +117,28 @@ class RedisRouteStore:
         replace: bool = False,
         health: HealthWrites | None = None,
         outbox: Mapping[str, bytes] | None = None,
+        removals: Mapping[BrokerKey, int] | None = None,
     ) -> list[str]:
         """Write one batch atomically; returns the topics announced on the channel.
 
         ``replace`` first deletes everything under the prefix but the alerts' outbox, in the same
         transaction (a new query lineage, or catching up after a failed write; ``changes`` must then
         be full). ``outbox``: resolutions the pager has yet to deliver (:mod:`streaming.paging`).
+        ``removals``: the nodes' removals (:meth:`fallback_removals`) the batch's model honoured; if
+        ``P:model:removed`` holds others by the time of the write, nothing is written and
+        :class:`RemovalsChanged` is raised, so that a batch that was under way while a node removed a
+        broker (the job was stalled, say) never writes that broker back.
         """
+        from redis.exceptions import WatchError
+
         k = self.keys
         now = wall_ms()
         with self.client.pipeline(transaction=True) as pipe:
+            if removals is not None:
+                pipe.watch(k.model_removed)
+                if decode_removals(pipe.hgetall(k.model_removed)) != removals:
+                    raise RemovalsChanged
+                pipe.multi()
             if replace:
                 self._delete_all(pipe)
             changed = queue_route_writes(pipe, k, changes)
@@ -132,7 +148,10 @@ class RedisRouteStore:
             # redis-py asks for a Mapping keyed by its whole union of key types (Mapping is invariant in
             # its key), which no dict[str, ...] is
             pipe.hset(k.meta, mapping=encode_meta(lineage, batch_id, now, watermark))  # type: ignore[arg-type]
-            pipe.execute()
+            try:
+                pipe.execute()
+            except WatchError:
+                raise RemovalsChanged from None
         return changed
 
     def _alert_writes(

@@ -35,6 +35,7 @@ from namesrv.events.schema import (
     wall_ms,
 )
 from namesrv.routes import RouteSettings
+from namesrv.routes.materialised import BrokerKey
 from namesrv.routes.snapshot import SnapshotError
 from streaming.alerts import (
     Alert,
@@ -55,7 +56,7 @@ from streaming.health import HealthBook
 from streaming.liveness import KIND_ACTION, KIND_ALERT, KIND_ROUTE
 from streaming.paging import Pager
 from streaming.publisher import KafkaPublisher
-from streaming.routes import RedisRouteStore, RouteChanges, RouteModel
+from streaming.routes import RedisRouteStore, RemovalsChanged, RouteChanges, RouteModel
 from streaming.status import MonitorStatus
 
 if TYPE_CHECKING:
@@ -144,6 +145,8 @@ class BatchSink:
         self._rewrite = True
         #: the route incidents in the book were reconciled with the route tables as they are now
         self._route_incidents_current = False
+        #: the nodes' removals this batch's model honoured (None: not read), checked again at the write
+        self._removals_read: dict[BrokerKey, int] | None = None
 
     # -- lineage (the starting thread)
 
@@ -236,7 +239,9 @@ class BatchSink:
             removed = self.store.fallback_removals()
         except RedisError as exc:  # the next batch reads them again
             log.error("redis: cannot read the nodes' fallback removals (%r)", exc)
+            self._removals_read = None
             return
+        self._removals_read = removed
         gone = self.model.apply_fallback_removals(removed)
         if gone:
             log.info("brokers a node removed from redis while no monitor decided: %s", gone)
@@ -292,7 +297,7 @@ class BatchSink:
         )
 
     def _write_redis(
-        self, batch_id: int, changes: Any, alerts: list[Alert], outbox: dict[str, bytes] | None = None
+        self, batch_id: int, changes: Any, alerts: list[Alert], outbox: dict[str, bytes] | None = None, tries: int = 3
     ) -> None:
         if self.store is None:
             return
@@ -304,8 +309,22 @@ class BatchSink:
             self.store.commit(
                 self._lineage, batch_id, changes, alert_writes, watermark=self.status.watermark_ms,
                 monitor=self.monitor, replace=self._rewrite, health=self.health.take(full=self._rewrite),
-                outbox=outbox,
+                outbox=outbox, removals=self._removals_read,
             )  # fmt: skip
+        except RemovalsChanged:
+            # a node removed a broker while this batch was under way: take it out, then write everything again
+            self._honour_fallback_removals()
+            self._rewrite = True
+            self.model.forget_written()
+            if tries > 1:
+                log.info("redis: a node removed brokers while batch %d was under way; writing it again", batch_id)
+                self._write_redis(batch_id, self.model.changes(full=True), alerts, outbox, tries - 1)
+            else:
+                log.error(
+                    "redis: batch %d not written (nodes kept removing brokers meanwhile); the next write replaces "
+                    "everything", batch_id,
+                )  # fmt: skip
+            return
         except RedisError as exc:  # a cache outage must not stop the liveness decisions
             self.status.redis_seconds.observe(time.perf_counter() - started)
             self.status.redis_failures += 1

@@ -25,6 +25,7 @@ from concurrent.futures import Executor
 from typing import TYPE_CHECKING, TypeVar
 
 from common import redis_clients
+from common.logs import LogThrottle
 from common.redis_keys import RedisKeys
 from namesrv.events.schema import wall_ms
 from namesrv.liveness.watchdog import MonitorWatchdog
@@ -59,6 +60,8 @@ WRITE_ATTEMPTS = 3
 #: is forgotten; so is the oldest past MAX_PENDING, so a flood of departures cannot fill memory
 PENDING_KEPT_MS = 300_000
 MAX_PENDING = 65_536
+#: taking or losing the lease is a warning at most this often; more often, news at INFO
+LEASE_NEWS_INTERVAL_S = 60.0
 
 _RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0"
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
@@ -161,6 +164,7 @@ class RedisFallback:
         self.departures = Departures()
         self.now_ms = now_ms
         self.holding = False
+        self._lease_news = LogThrottle(LEASE_NEWS_INTERVAL_S)
 
     @classmethod
     def from_config(
@@ -191,7 +195,9 @@ class RedisFallback:
         held = await self._io(self.lease.hold)
         if held != self.holding:
             self.holding = bool(held)
-            log.warning(
+            # one warning per episode: a slow monitor can hand the lease back and forth every few seconds
+            log.log(
+                logging.WARNING if self._lease_news.allow(held) else logging.INFO,
                 "%s the fallback lease: %s removes dead brokers from the routes in Redis while no monitor decides "
                 "them in time",
                 "took" if held else "lost", "this node" if held else "another node",

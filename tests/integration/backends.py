@@ -680,6 +680,46 @@ class System:
         reap(children)
         return pid
 
+    def streaming_signal(self, sig: signal.Signals) -> None:
+        """``sig`` to the job's driver and every process under it (its JVM, its Python workers)."""
+        assert self.streaming is not None
+        pid = self.streaming.status().pid
+        assert pid is not None, "the streaming job is not running"
+        for p in [pid, *(p for p, _ in descendants(pid))]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, sig)
+
+    @contextlib.contextmanager
+    def streaming_frozen(self) -> Iterator[None]:
+        """The job stopped (SIGSTOP) for the block, as a hung driver or a long pause is, and continued after it."""
+        self.streaming_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            self.streaming_signal(signal.SIGCONT)
+
+    @contextlib.contextmanager
+    def streaming_slowed(self, stopped_s: float, running_s: float) -> Iterator[None]:
+        """The job stopped for ``stopped_s`` in every ``stopped_s + running_s`` during the block, as a driver
+        starved of CPU is: its batches take that many times longer, and its event time falls behind."""
+        done = threading.Event()
+
+        def throttle() -> None:
+            while not done.is_set():
+                self.streaming_signal(signal.SIGSTOP)
+                done.wait(stopped_s)
+                self.streaming_signal(signal.SIGCONT)
+                done.wait(running_s)
+
+        thread = threading.Thread(target=throttle, name="streaming-throttle", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join(10)
+            self.streaming_signal(signal.SIGCONT)
+
     def restart_streaming(self, *, kill: bool = True) -> float:
         """SIGKILL (or SIGTERM) the job and start it again from its checkpoint; returns the start-up seconds."""
         if kill:

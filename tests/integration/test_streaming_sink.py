@@ -7,6 +7,7 @@ import logging
 
 from infra.services import free_port
 from namesrv.events.schema import ActionType, Event, EventType, decode_action, encode_event
+from namesrv.routes.materialised import encode_removal
 from streaming.alerts import decode_alert
 from streaming.liveness import KIND_ROUTE
 from streaming.publisher import KafkaPublisher
@@ -111,3 +112,31 @@ def test_the_monitor_waits_for_kafka_at_start_and_can_be_stopped_meanwhile(caplo
         assert KafkaPublisher.connect(f"127.0.0.1:{free_port()}", stopping) is None
     warnings = [r.getMessage() for r in caplog.records if r.name == "streaming.publisher"]
     assert len(warnings) == 1 and "does not answer yet" in warnings[0] and "kafka.bootstrap" in warnings[0]
+
+
+def test_a_removal_a_node_writes_while_a_batch_is_under_way_is_not_written_over(redis_url):
+    # the job read the nodes' removals, then stalled; meanwhile a node removed the broker from Redis. The
+    # batch, which still holds the broker's (older) registration, must not write it back when it resumes.
+    sink, _ = make_sink(redis_url, "s9")
+    sink.set_lineage("q")
+    lookup = RouteLookup(redis_url, prefix="s9")
+    store = sink.store
+    assert store is not None
+    try:
+        sink.process([route_row(register())], 0)
+        publish = sink._publish_actions
+
+        def node_removes_meanwhile(rows, at):
+            publish(rows, at)
+            store.client.hset(store.keys.model_removed, *encode_removal("C", "10.0.0.1:1", T0 + 5_000))
+
+        sink._publish_actions = node_removes_meanwhile  # type: ignore[method-assign]
+        sink.process([route_row(register(t=T0 + 1_000))], 1)
+        assert lookup.get("T") is None
+        assert lookup.status()["batchId"] == "1"  # written, again, with the removal in
+        sink._publish_actions = publish  # type: ignore[method-assign]
+        sink.process([route_row(register(t=T0 + 6_000))], 2)  # the broker back after its removal: written
+        assert lookup.get("T") is not None
+    finally:
+        store.reset()
+        lookup.close()
