@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,8 +40,9 @@ pytestmark = [pytest.mark.rocketmq, pytest.mark.timeout(900)]
 FROZEN_TIMEOUT_MS = 15_000
 #: a 5.x broker sends its timeout (and a heartbeat every second) only while it may act as master
 SENDS_ITS_TIMEOUT = {"enableSlaveActingMaster": "true", "brokerNotActiveTimeoutMillis": str(FROZEN_TIMEOUT_MS)}
-#: gone at both nodes and in Redis within 3 s of the deadline (frozen) or of the last close (killed)
-EXPIRY_MAX_S = CLOSE_MAX_S = 3.0
+#: gone at both nodes and in Redis within 3 s of the deadline (frozen) or of the last close (killed); and,
+#: with the job stalled, gone from Redis within 3 s of leaving the nodes
+EXPIRY_MAX_S = CLOSE_MAX_S = STALLED_REDIS_MAX_S = 3.0
 #: a broker's JVM shares the machine's cores with Kafka, Spark, the nodes and other people's tests
 BROKER_START_S = 240.0
 
@@ -138,3 +140,35 @@ def test_a_killed_broker_is_gone_everywhere_within_seconds_of_its_last_connectio
     assert max(after.values()) <= max_ms, after
     wait_until(lambda: tap.decisions(broker.addr), 10, f"the job's decision on {broker.addr}")
     assert tap.decisions(broker.addr) == ["REMOVE"]
+
+
+def test_with_the_job_stalled_a_killed_broker_leaves_redis_within_seconds_and_stays_out(
+    system: System, lookup: RouteLookup, tmp_path: Path
+):
+    # the driver frozen (SIGSTOP of it and everything under it), as a hung driver or a long pause is: the
+    # nodes drop the broker at its close, and the node that holds the fallback lease takes it out of Redis
+    tap = system.tap
+    with java_broker(ROCKETMQ_5, tmp_path, system.node_addrs, name="stalled", timeout=BROKER_START_S) as broker:
+        everywhere(lookup, broker)
+        with system.streaming_frozen():
+            time.sleep(2)  # schedule: the broker dies 2 s into the stall
+            os.kill(broker.process.pid, signal.SIGKILL)
+            gone = gone_times(system.node_addrs, lookup, [broker.name], 60)[broker.name]
+    left_nodes = max(at for place, at in gone.items() if place != "redis")
+    report(
+        f"killed {ROCKETMQ_5.server_version} broker, job stalled: left the nodes -> gone from Redis",
+        {"redis": gone["redis"] - left_nodes},
+    )
+    (max_ms,) = bounds_now(STALLED_REDIS_MAX_S)
+    assert gone["redis"] - left_nodes <= max_ms, gone
+    # the resumed job neither brings it back nor removes it a second time
+    start, back = system.committed_batch(), []
+
+    def three_batches_later() -> bool:
+        if broker.name in known_in_redis(lookup):
+            back.append(time.time())
+        return system.committed_batch() >= start + 3
+
+    wait_until(three_batches_later, 120, "three more batches written", interval=0.05)
+    assert back == []
+    assert len(tap.decisions(broker.addr)) <= 1
