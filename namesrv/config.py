@@ -609,8 +609,8 @@ class NamesrvConfig:
         "alerts.monitorLagMillis",
         "long",
         _O,
-        "with Kafka, redisUrl and a receiver below: page MONITOR_DOWN once no monitor was heard for this long"
-        " (ms; the job's alerts.monitorLagMillis); read at start-up",
+        "with Kafka and redisUrl: raise MONITOR_DOWN in Redis (and page the receivers below, if any) once no"
+        " monitor was heard for this long (ms; the job's alerts.monitorLagMillis); read at start-up",
         bounds=(1, 86_400_000),
     )
     alerts_alertmanager_url: str = _opt(

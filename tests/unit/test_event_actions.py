@@ -175,6 +175,17 @@ def test_a_monitor_heartbeat_with_a_watermark_in_the_future_does_not_keep_the_lo
     assert not scan.enabled
 
 
+def test_a_monitor_heartbeat_deciding_through_the_future_is_refused_and_one_from_now_is_taken():
+    # a monitor that claims to have decided past the node's clock would keep every overdue broker here
+    _, _, _, applier = skew_setup(skew_ms=0)
+    ahead = Action(ActionType.MONITOR_HEARTBEAT, "monitor-1", NOW_MS, watermark=NOW_MS, decided_through=NOW_MS + 1)
+    assert applier.apply(ahead) is Outcome.AHEAD
+    assert applier.watchdog is not None and applier.watchdog.decided_through() is None
+    now = Action(ActionType.MONITOR_HEARTBEAT, "monitor-1", NOW_MS, watermark=NOW_MS, decided_through=NOW_MS)
+    assert applier.apply(now) is Outcome.HEARD
+    assert applier.watchdog.decided_through() == NOW_MS
+
+
 # --------------------------------------------------------------------------- which monitors are obeyed
 
 
