@@ -711,7 +711,7 @@ def banner(stack: list[ProcessService], node_ports: list[int]) -> str:
 
 #: the pidfile of a running ``up``, in the run dir: ``down`` stops the stack through it first
 UP_PIDFILE = "stack.pid"
-#: how long ``down`` waits for ``up`` to stop everything it runs (the job alone may take 40 s)
+#: how long ``down`` waits for ``up`` to stop everything it runs (the job's graceful stop is the longest)
 UP_STOP_TIMEOUT_S = 180.0
 
 

@@ -3,12 +3,13 @@
 :func:`progress_logger` makes the listener the job adds to its session: for every batch of the
 job's query it logs the input rate, the duration, the watermark and how far event time is behind
 the clock, warns about events refused for being stamped ahead of the clock, and notes the counts
-the heartbeat and the metrics endpoint read. Batches slower than the trigger are told once an
+the heartbeat and the metrics endpoint read, among them how far the monitor has decided
+(``decided_through``), after which it wakes the heartbeat so the nodes hear it at once. Batches slower than the trigger are told once an
 episode (:class:`Lateness`), not once a batch as Spark's own warning was.
 
 The JVM hands each progress over as its JSON in one call (:class:`_ProgressAsJson`) rather than
 through PySpark's own bridge, which builds it one Py4J getter at a time and cost the driver a
-sizeable share of a core on a steady stream (bench/STREAMING_RESULTS.md, issue 13).
+sizeable share of a core on a steady stream (bench/STREAMING_RESULTS.md).
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ class ExpiryScan:
 
     async def run(self, worker: Executor) -> None:
         """The scan of a node: every interval, on ``worker`` (the node's worker thread)."""
-        # Java waits one interval before the first scan (apache/rocketmq PR #9683 fixed a 5 ms slip)
+        # Java waits one interval before the first scan (https://github.com/apache/rocketmq/pull/9683)
         while True:
             await asyncio.sleep(self.interval_ms / 1000)
             if self.enabled:

@@ -4,7 +4,7 @@ UNREGISTER_BROKER, closed connections and the monitor's actions all end here: on
 drained a batch at a time under one acquisition of the route tables' lock, off the event loop
 (removing a large broker would stall every client). Each request carries the sequence number of the
 moment it was decided, so the tables skip it when the broker registered again since: a stale
-unregistration never wipes a fresh registration (apache/rocketmq#11043).
+unregistration never wipes a fresh registration (https://github.com/apache/rocketmq/issues/11043).
 """
 
 from __future__ import annotations

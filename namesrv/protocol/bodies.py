@@ -450,7 +450,7 @@ class ClusterInfo(NamedTuple):
 def encode_cluster_info(
     broker_addr_table: Mapping[str, BrokerData], cluster_addr_table: Mapping[str, Iterable[str]]
 ) -> bytes:
-    """Always the legacy dialect, for every client version (apache/rocketmq#3369 is still open)."""
+    """Always the legacy dialect, for every client version (https://github.com/apache/rocketmq/issues/3369 is still open)."""
     return fastjson.dumps_legacy(
         {
             "brokerAddrTable": {name: b.to_wire() for name, b in broker_addr_table.items()},

@@ -63,7 +63,7 @@ class DataVersion:
 _NO_ATTRIBUTES: dict[str, str] = {}
 
 
-@dataclass(slots=True)  # not frozen: a frozen __init__ costs 3x, and brokers send thousands of these
+@dataclass(slots=True)  # not frozen: a frozen __init__ is several times dearer, and brokers send thousands of these
 class TopicConfig:
     topic_name: str
     read_queue_nums: int = 16

@@ -3,7 +3,7 @@
 Deciding and applying are separate, as in Java: :func:`on_channel_destroy`,
 :func:`build_unregister_request` and :func:`scan_not_active_broker` return
 :class:`UnregisterRequest` values and change nothing; :func:`unregister_brokers` applies a queued
-batch later.  Unlike Java, a decision is fenced (apache/rocketmq#11043): it carries the sequence
+batch later.  Unlike Java, a decision is fenced (https://github.com/apache/rocketmq/issues/11043): it carries the sequence
 number it was decided at and is skipped when the broker registered or heartbeated since.  It is
 also skipped as ``ROLE_CHANGED`` when the address now holds another id in the group, where Java
 would remove a master that re-registered at a slave's address.  ``docs/internals/routes.md`` has

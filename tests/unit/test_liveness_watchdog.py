@@ -7,19 +7,12 @@ import logging
 
 from namesrv.liveness import ExpiryScan, MonitorWatchdog
 from namesrv.routes import RouteInfoManager, RouteSettings
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import Clock
 
 
 def watchdog(silence_ms: int = 30_000) -> tuple[ExpiryScan, MonitorWatchdog, Clock]:
     scan, clock = ExpiryScan(RouteInfoManager(RouteSettings()), 5000), Clock()
-    return scan, MonitorWatchdog(scan, silence_ms, now=clock), clock
+    return scan, MonitorWatchdog(scan, silence_ms, now=clock.seconds, wall_clock_ms=clock), clock
 
 
 def test_the_scan_hands_expiry_over_and_takes_it_back_once_each_way():
@@ -40,7 +33,7 @@ def test_the_first_hand_over_is_news_and_a_hand_back_after_silence_is_a_warning(
         ("INFO", "liveness monitor 'job-1' is alive: local expiry scan off, the monitor decides")
     ]
     caplog.clear()
-    clock.now += 30
+    clock.advance(seconds=30)
     dog.check()
     assert scan.enabled
     dog.heard("job-1")
@@ -55,7 +48,7 @@ def test_the_watchdog_reports_how_long_the_monitor_has_been_silent():
     _, dog, clock = watchdog()
     assert dog.silence_s() is None
     dog.heard("m")
-    clock.now += 4
+    clock.advance(seconds=4)
     assert dog.silence_s() == 4
 
 
@@ -63,17 +56,16 @@ def test_the_watchdog_reports_how_long_the_monitor_has_been_silent():
 
 
 def guarded_node(tmp_path, grace_ms: int = 1500):
-    """A node with a broker (timeout 10 s) registered at wall time 1,000,000 ms, and its watchdog on the same clock."""
+    """A node with a broker (timeout 10 s) registered at 1,000,000 ms, and its watchdog on the same clock."""
     import concurrent.futures
 
     from tests.unit.liveness_support import Channel, make_node, register
 
-    ms = Clock()
-    ms.now = 1_000_000  # the route tables' clock, and the wall clock (the same here)
-    node, _, scan = make_node(tmp_path, ms)
+    clock = Clock(1_000_000)  # the route tables' clock, and the wall clock (the same here)
+    node, _, scan = make_node(tmp_path, clock)
     register(node, Channel(), heartbeatTimeoutMillis="10000")
-    dog = MonitorWatchdog(scan, 30_000, now=lambda: ms.now / 1000, grace_ms=grace_ms, wall_clock_ms=ms)
-    return node, dog, ms, concurrent.futures.ThreadPoolExecutor(1)
+    dog = MonitorWatchdog(scan, 30_000, now=clock.seconds, grace_ms=grace_ms, wall_clock_ms=clock)
+    return node, dog, clock, concurrent.futures.ThreadPoolExecutor(1)
 
 
 def expired(dog: MonitorWatchdog, worker) -> list[str]:
@@ -90,35 +82,35 @@ def expired(dog: MonitorWatchdog, worker) -> list[str]:
 
 
 def test_a_broker_the_monitor_has_not_decided_within_the_grace_is_expired_by_the_node(tmp_path):
-    node, dog, ms, worker = guarded_node(tmp_path)
+    node, dog, clock, worker = guarded_node(tmp_path)
     deadline = 1_000_000 + 10_000
     dog.heard("job-1", decided_through=deadline - 1)  # a monitor heard, but not yet past the deadline
-    ms.now = deadline + 1500
+    clock.ms = deadline + 1500
     assert expired(dog, worker) == []  # within the grace: the monitor's to decide
     dog.heard("job-1", decided_through=deadline - 1)  # still behind the deadline (stalled on a backlog)
-    ms.now = deadline + 1501
+    clock.ms = deadline + 1501
     assert expired(dog, worker) == ["127.0.0.1:10911"]
 
 
 def test_a_broker_the_monitor_passed_and_kept_stays_while_it_keeps_saying_so(tmp_path):
     # another node still hears it: the monitor, which counts every node's heartbeats, kept it
-    node, dog, ms, worker = guarded_node(tmp_path)
+    node, dog, clock, worker = guarded_node(tmp_path)
     deadline = 1_000_000 + 10_000
-    ms.now = deadline + 5_000
+    clock.ms = deadline + 5_000
     dog.heard("job-1", decided_through=deadline + 4_000)
     assert expired(dog, worker) == []
-    ms.now += 1_000
+    clock.advance(1_000)
     assert expired(dog, worker) == []  # heard 1 s ago: its word still holds
-    ms.now += 501
+    clock.advance(501)
     assert expired(dog, worker) == ["127.0.0.1:10911"]  # silent past the grace: stalled, so the node decides
 
 
 def test_without_a_monitor_s_word_a_broker_goes_at_its_deadline_plus_the_grace(tmp_path):
-    node, dog, ms, worker = guarded_node(tmp_path)
+    node, dog, clock, worker = guarded_node(tmp_path)
     dog.heard("old-job")  # a monitor that does not say how far it decided
-    ms.now = 1_000_000 + 10_000 + 1500
+    clock.ms = 1_000_000 + 10_000 + 1500
     assert expired(dog, worker) == []
-    ms.now += 1
+    clock.advance(1)
     assert expired(dog, worker) == ["127.0.0.1:10911"]
 
 
@@ -127,7 +119,7 @@ def test_the_monitor_covers_a_moment_only_while_its_word_is_fresh():
     assert not dog.covers(0) and dog.decided_through() is None
     dog.heard("m", decided_through=5_000)
     assert dog.covers(5_000) and not dog.covers(5_001)
-    clock.now += 1.5
+    clock.advance(seconds=1.5)
     assert dog.covers(5_000)
-    clock.now += 0.001
+    clock.advance(seconds=0.001)
     assert not dog.covers(5_000) and dog.decided_through() is None

@@ -170,7 +170,9 @@ ROCKETMQ_5_5_SYSTEM_TOPIC_SET = (
 )  # fmt: skip
 
 
-@pytest.mark.parametrize("topic", [*ROCKETMQ_5_5_SYSTEM_TOPIC_SET, "DefaultHeartBeatSyncerTopic", "rmq_sys_wheel_timer"])
+@pytest.mark.parametrize(
+    "topic", [*ROCKETMQ_5_5_SYSTEM_TOPIC_SET, "DefaultHeartBeatSyncerTopic", "rmq_sys_wheel_timer"]
+)
 def test_rocketmq_5_5_system_topics_and_the_proxy_heartbeat_topic_are_system(topic):
     assert topic_class(topic, "C", "b") == "system"
 
