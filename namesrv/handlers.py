@@ -522,11 +522,15 @@ def get_routeinfo_by_topic(node: HandlerContext, request: RemotingCommand, chann
     h = decode_header(TopicHeader, request.ext_fields)
     zone = _zone_filter(request)
     standard = zone is None and (request.version >= Version.V4_9_4 or bool(h.accept_standard_json_only))
+    # a client of 5.4.0 or later gets the standard dialect as its release's NameServer writes it (fastjson2)
+    fj2 = standard and request.version >= Version.V5_4_0
     if len(h.topic) <= _TOPIC_MAX_CHARS:
-        body = node.cached(("route", h.topic, standard, zone), lambda: _encode_route(node, h.topic, standard, zone))
+        body = node.cached(
+            ("route", h.topic, standard, zone, fj2), lambda: _encode_route(node, h.topic, standard, zone, fj2)
+        )
         shown = h.topic
     else:  # no broker creates such a topic (RocketMQ's TopicValidator stops at 127): neither keep nor echo it
-        body = _encode_route(node, h.topic, standard, zone)
+        body = _encode_route(node, h.topic, standard, zone, fj2)
         shown = f"{h.topic[:_TOPIC_MAX_CHARS]}... ({len(h.topic)} characters)"
     if not body:
         return request.response(
@@ -547,7 +551,7 @@ def _zone_filter(request: RemotingCommand) -> str | None:
     return zone
 
 
-def _encode_route(node: HandlerContext, topic: str, standard: bool, zone: str | None) -> bytes:
+def _encode_route(node: HandlerContext, topic: str, standard: bool, zone: str | None, fastjson2: bool) -> bytes:
     """The encoded route of a topic, or b"" when there is none (cached like a route)."""
     route = node.routes.pickup_topic_route_data(topic)
     if route is None:
@@ -556,7 +560,7 @@ def _encode_route(node: HandlerContext, topic: str, standard: bool, zone: str | 
         route.order_topic_conf = node.kv.get(ORDER_TOPIC_CONFIG, topic)
     if zone is not None:
         route = _keep_zone(route, zone)
-    return bodies.encode_route(route, standard=standard)
+    return bodies.encode_route(route, standard=standard, fastjson2=fastjson2)
 
 
 def _keep_zone(route: TopicRouteData, zone: str) -> TopicRouteData:

@@ -416,8 +416,11 @@ def encode_data_version(dv: DataVersion) -> bytes:
     return orjson.dumps(dv.to_wire())
 
 
-def encode_route(route: TopicRouteData, *, standard: bool, made: dict[bytes, bytes] | None = None) -> bytes:
-    """A GET_ROUTEINFO_BY_TOPIC answer; ``standard`` for request version >= 401 or acceptStandardJsonOnly.
+def encode_route(
+    route: TopicRouteData, *, standard: bool, made: dict[bytes, bytes] | None = None, fastjson2: bool = False
+) -> bytes:
+    """A GET_ROUTEINFO_BY_TOPIC answer; ``standard`` for request version >= 401 or acceptStandardJsonOnly,
+    written as Apache 5.4.0 and later write it when ``fastjson2`` (request version >= 5.4.0's).
 
     ``made``: answers already encoded, for encoding many routes at once. A route does not name its
     topic, so the topics of a group with the same queue counts share one answer (a full write of
@@ -425,12 +428,19 @@ def encode_route(route: TopicRouteData, *, standard: bool, made: dict[bytes, byt
     form, a sixth of the cost of encoding it: equal renderings are equal routes.
     """
     wire = route.to_wire()
+    write = (
+        (fastjson.dumps_standard_fastjson2 if fastjson2 else fastjson.dumps_standard)
+        if standard
+        else fastjson.dumps_legacy
+    )
     if made is None:
-        return fastjson.dumps_standard(wire) if standard else fastjson.dumps_legacy(wire)
-    key = orjson.dumps(wire, option=orjson.OPT_NON_STR_KEYS) + (b"s" if standard else b"l")
+        return write(wire)
+    key = orjson.dumps(wire, option=orjson.OPT_NON_STR_KEYS) + (
+        b"2" if standard and fastjson2 else b"s" if standard else b"l"
+    )
     answer = made.get(key)
     if answer is None:
-        answer = made[key] = fastjson.dumps_standard(wire) if standard else fastjson.dumps_legacy(wire)
+        answer = made[key] = write(wire)
     return answer
 
 

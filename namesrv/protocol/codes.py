@@ -113,8 +113,15 @@ class Version(IntEnum):
     V4_9_4 = 401
     #: from here compressed registrations carry a static-topic mapping section
     V5_0_0 = 413
-    #: the version this server stamps on its own frames (Apache RocketMQ 5.3.3)
-    CURRENT = 479
+    #: Apache RocketMQ 5.3.3, whose answers the spec's vectors capture (5.5.0's differ only in this stamp)
+    V5_3_3 = 479
+    #: from here Apache writes JSON with fastjson2: standard-dialect routes keep non-ASCII, ``/`` and DEL raw
+    V5_4_0 = 493
+    #: Apache RocketMQ 5.5.0, the newest release the node matches
+    V5_5_0 = 513
+    #: the version this server stamps on its own frames, whatever the request's: Apache's NameServer
+    #: stamps its own release, so ours is the newest release it matches
+    CURRENT = V5_5_0
 
 
 class Perm(IntFlag):

@@ -1,4 +1,4 @@
-"""``bench/namesrv_bench.py`` at a tiny size: our node and Apache's NameServers 4.9.7 and 5.3.3 started in
+"""``bench/namesrv_bench.py`` at a tiny size: our node and Apache's NameServers 4.9.7 and 5.5.0 started in
 the same run, every workload measured against each, the ratios and the RSS table written.
 
 The figures of such a run mean nothing (half a second of warm-up leaves the JVMs' JIT cold); what is
@@ -18,7 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 WORKLOADS = ["route 16x1", "route 16x16", "route 64x4", "heartbeat 16x16", "register 4x1", "register 1x1"]
-SERVERS = ["ours", "Java 4.9.7", "Java 5.3.3"]
+SERVERS = ["ours", "Java 4.9.7", "Java 5.5.0"]
 
 pytestmark = [pytest.mark.rocketmq, pytest.mark.timeout(420)]
 

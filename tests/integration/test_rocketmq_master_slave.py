@@ -1,7 +1,7 @@
-"""A real 5.3.3 master/slave group loses its master: reads go on from the slave, and our node's routes
-equal Apache's 5.3.3 NameServer's at every step.
+"""A real 5.5.0 master/slave group loses its master: reads go on from the slave, and our node's routes
+equal Apache's 5.5.0 NameServer's at every step.
 
-One group, ``broker-a``: a master (brokerId 0) and a slave (brokerId 1) of Apache RocketMQ 5.3.3,
+One group, ``broker-a``: a master (brokerId 0) and a slave (brokerId 1) of Apache RocketMQ 5.5.0,
 registered with one of our nodes and with Apache's NameServer of the same release, both standalone.
 The steps: both members registered, a topic on both, messages produced and copied to the slave; the
 master SIGKILLed (its kernel closes its sockets, so both name servers drop it at once); a consumer
@@ -65,7 +65,7 @@ class Group:
     probe_classes: Path
 
     def namesrvs(self) -> dict[str, str]:
-        return {"node": self.node.addr, "Java 5.3.3": self.java.addr}
+        return {"node": self.node.addr, "Java 5.5.0": self.java.addr}
 
     def mqadmin(self, *args: str) -> str:
         done = mqadmin(ROCKETMQ_5, self.base, *args)
@@ -160,7 +160,7 @@ def test_master_killed_reads_go_on_from_the_slave_and_routes_equal_java_at_each_
     both = {0: master.addr, 1: slave.addr}
 
     # 1. both members registered with both name servers; a topic on both. mqadmin's -c writes it to the
-    # cluster's masters only, and a 5.3.3 slave copies its master's topics once a minute (the first time
+    # cluster's masters only, and a 5.5.0 slave copies its master's topics once a minute (the first time
     # 10 s after its start, maybe before it knew its master), so the slave gets it by address as well
     queues = ("-t", TOPIC, "-r", str(QUEUES), "-w", str(QUEUES))
     out = group.mqadmin("updateTopic", "-n", group.node.addr, "-c", master.cluster, *queues)

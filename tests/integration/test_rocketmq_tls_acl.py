@@ -1,8 +1,8 @@
-"""Apache RocketMQ 5.3.3's own broker, Java client and mqadmin against our node with TLS enforced and
+"""Apache RocketMQ 5.5.0's own broker, Java client and mqadmin against our node with TLS enforced and
 signed requests (ACL 1.0) checked.
 
 One world for the module: our node with ``tls.server.mode=enforcing``, client certificates required
-and verified against the test CA, and ``aclEnable=true``; a 5.3.3 broker that registers over TLS and
+and verified against the test CA, and ``aclEnable=true``; a 5.5.0 broker that registers over TLS and
 signs its registrations with a broker account; certificates made by ``openssl`` at test time
 (:mod:`tests.support.tls`).  The Java side is configured as RocketMQ reads it, with ``-D`` system
 properties, and mqadmin signs with the keys of the ``conf/tools.yml`` under its home;
@@ -42,7 +42,7 @@ TOPIC = "TlsTopic"
 MESSAGES = 20
 QUEUES = 2
 NAMESPACE, KEY = "TlsAclNamespace", "someKey"
-#: RocketMQ 5.3.3's user store in the broker's own RocksDB, under its store directory
+#: RocketMQ 5.5.0's user store in the broker's own RocksDB, under its store directory
 LOCAL_USERS = "org.apache.rocketmq.auth.authentication.provider.LocalAuthenticationMetadataProvider"
 
 
@@ -130,7 +130,7 @@ def world(tmp_path_factory) -> Iterator[World]:
                 cluster="TlsCluster",
                 extra={
                     "innerClientAuthenticationCredentials": signing,
-                    # 5.3.3 also keeps that account as a user of its own, and will not start without a
+                    # 5.5.0 also keeps that account as a user of its own, and will not start without a
                     # store for users (authenticationEnabled stays false: the broker checks nobody)
                     "authenticationMetadataProvider": LOCAL_USERS,
                 },

@@ -1,7 +1,7 @@
 """Apache RocketMQ's own NameServer, broker, mqadmin and Java client, as real peers of the tests.
 
 The jars come from the pinned JVM manifest (``infra/jvm/pom.xml``), resolved by ``make setup`` into
-``build/jvm/<module>/``; a :class:`Release` names the two class paths (5.3.3, or 4.9.7's servers with
+``build/jvm/<module>/``; a :class:`Release` names the two class paths (5.5.0, or 4.9.7's servers with
 4.9.8's clients) one test world uses.  Every JVM is a child process started and stopped by its PID
 (:class:`JavaProcess`) on free loopback ports, with a home directory of its own under the test's
 temporary directory, so everything RocketMQ writes stays there; its logging is configured here.

@@ -11,7 +11,7 @@ from namesrv.protocol.codec import (
     decode_frame,
     encode,
 )
-from namesrv.protocol.codes import FRAME_MAX_LENGTH, Flag, LanguageCode, RequestCode, SerializeType
+from namesrv.protocol.codes import FRAME_MAX_LENGTH, Flag, LanguageCode, RequestCode, SerializeType, Version
 from namesrv.protocol.command import RemotingCommand, request
 from tests.support.frames import assert_truncation_changes_nothing, json_frame
 
@@ -43,13 +43,18 @@ def ext_entry(key: bytes, value: bytes) -> bytes:
 
 
 def test_encode_json_request_is_byte_identical_to_java():
-    cmd = request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}, opaque=1)
+    # the vectors' frames are a 5.3.3 peer's
+    cmd = request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}, opaque=1, version=Version.V5_3_3)
     assert encode(cmd) == V1_JSON_FRAME
 
 
 def test_encode_rocketmq_request_is_byte_identical_to_java():
     cmd = request(
-        RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}, opaque=1, serialize_type=SerializeType.ROCKETMQ
+        RequestCode.GET_ROUTEINFO_BY_TOPIC,
+        {"topic": "TopicTest"},
+        opaque=1,
+        version=Version.V5_3_3,
+        serialize_type=SerializeType.ROCKETMQ,
     )
     assert encode(cmd) == V1_ROCKETMQ_FRAME
 

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from namesrv.protocol.codes import LanguageCode, Perm
-from namesrv.protocol.fastjson import FastjsonError, dumps_legacy, dumps_standard, loads
+from namesrv.protocol.fastjson import FastjsonError, dumps_legacy, dumps_standard, dumps_standard_fastjson2, loads
 
 # ---------------------------------------------------------------------------------------------
 # loads
@@ -215,3 +215,52 @@ def test_standard_writes_byte_for_byte_what_the_stdlib_encoder_writes(value):
     text = json.dumps(prepared, ensure_ascii=True, separators=(",", ":"))
     text = fastjson._LOWER_HEX_ESCAPE.sub(fastjson._upper_hex, text).replace("/", "\\/")
     assert dumps_standard(value) == text.encode("ascii")
+
+
+# ---------------------------------------------------------------------------------------------
+# the standard dialect of 5.4.0 and later (fastjson2's BrowserCompatible)
+
+#: one broker group named each of these: every name as the body of Apache RocketMQ 5.5.0's
+#: ``TopicRouteData.encode(BrowserCompatible, MapSortField)`` (fastjson2) writes it, and as fastjson's
+#: BrowserCompatible (5.3.3 and before) does, escaping non-ASCII, "/" and DEL
+FASTJSON2_NAMES = [
+    ("é ü 主题", "é ü 主题", "\\u00E9 \\u00FC \\u4E3B\\u9898"),
+    ("\U0001f600", "\U0001f600", "\\uD83D\\uDE00"),
+    ("ctl\x01\x1f\x7f", "ctl\\u0001\\u001f\x7f", "ctl\\u0001\\u001F\\u007F"),
+    ('quote"back\\slash/', 'quote\\"back\\\\slash/', 'quote\\"back\\\\slash\\/'),
+    ("line\u2028sep\u2029", "line\u2028sep\u2029", "line\\u2028sep\\u2029"),
+    ("<script>&amp;", "<script>&amp;", "<script>&amp;"),
+]
+
+
+def _one_group_route(name: str) -> dict:
+    return {
+        "brokerDatas": [{"brokerAddrs": {0: name}, "brokerName": name, "cluster": "C", "enableActingMaster": False}],
+        "filterServerTable": {},
+        "queueDatas": [{"brokerName": name, "perm": 6, "readQueueNums": 4, "topicSysFlag": 0, "writeQueueNums": 4}],
+    }
+
+
+def _as_java(written: str) -> bytes:
+    return (
+        f'{{"brokerDatas":[{{"brokerAddrs":{{"0":"{written}"}},"brokerName":"{written}","cluster":"C",'
+        f'"enableActingMaster":false}}],"filterServerTable":{{}},"queueDatas":[{{"brokerName":"{written}",'
+        '"perm":6,"readQueueNums":4,"topicSysFlag":0,"writeQueueNums":4}]}'
+    ).encode()
+
+
+@pytest.mark.parametrize("name, v5_5, v5_3", FASTJSON2_NAMES)
+def test_standard_routes_as_5_5_and_as_5_3_write_them(name, v5_5, v5_3):
+    assert dumps_standard_fastjson2(_one_group_route(name)) == _as_java(v5_5)
+    assert dumps_standard(_one_group_route(name)) == _as_java(v5_3)
+
+
+def test_fastjson2_standard_strings_longs_and_lone_surrogates():
+    big = {"big": 1 << 60, "safe": 9007199254740991, "unsafe": 9007199254740992, "neg": -(1 << 60)}
+    assert dumps_standard_fastjson2(big) == (
+        b'{"big":"1152921504606846976","neg":"-1152921504606846976","safe":9007199254740991,'
+        b'"unsafe":"9007199254740992"}'
+    )
+    assert dumps_standard_fastjson2({"ctl": "\x00\x08\x0b\x1f", "lone": "a\ud800b"}) == (
+        b'{"ctl":"\\u0000\\b\\u000b\\u001f","lone":"a?b"}'
+    )
