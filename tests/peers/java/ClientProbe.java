@@ -17,7 +17,7 @@ import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 
 /**
- * Apache RocketMQ's own Java client (4.9.8 or 5.3.3, whichever jars are on the class path) producing
+ * Apache RocketMQ's own Java client (4.9.8 or 5.5.0, whichever jars are on the class path) producing
  * or consuming through one name server, for tests/integration/test_rocketmq_real.py.
  *
  * <pre>
