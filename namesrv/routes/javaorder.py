@@ -23,6 +23,7 @@ crafted to collide, and then only after removals; docs/protocol.md says so.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -333,6 +334,10 @@ class JavaOrderDict(dict[str, _V]):
         for i, k in zip(added, keys, strict=True):
             log[i] = (k, hashes[k])
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a copy (pickle, copy) carries the log and the emulated table: the same Java order as the original
+        return (_restore, (dict(self), list(self._log), self._java))
+
     def java_order(self) -> list[tuple[int, str]]:
         """(spread hash, key) of every key, in the order Java's map iterates them."""
         self._replay()
@@ -405,3 +410,12 @@ class JavaOrderDict(dict[str, _V]):
             self._log.append((key, _REMOVED))
         super().clear()
         self._replay()
+
+
+def _restore(
+    items: dict[str, Any], log: list[tuple[str, int | None]], java: ConcurrentHashMapKeys
+) -> JavaOrderDict[Any]:
+    d: JavaOrderDict[Any] = JavaOrderDict()
+    super(JavaOrderDict, d).update(items)  # dict's own: these keys are in the log already
+    d._log, d._java = log, copy.deepcopy(java)  # a shallow copy must not share the table either
+    return d

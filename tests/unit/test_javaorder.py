@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 
 import pytest
 
@@ -123,3 +125,17 @@ def test_the_log_is_replayed_once_it_outgrows_the_dict():
         del d["k"]
     assert len(d._log) <= 2 * len(d) + 4096 + 1
     assert d.java_order() == []
+
+
+def test_a_copy_keeps_the_java_order():
+    d: JavaOrderDict[int] = JavaOrderDict()
+    for k in ORDER["key_sets"]["one hash among others, then removed"]:
+        if k[0] == "+":
+            d[k[1:]] = 1
+        else:
+            del d[k[1:]]
+    pickled = pickle.loads(pickle.dumps(d))
+    assert pickled == d and pickled.java_order() == d.java_order() == copy.deepcopy(d).java_order()
+    for copied in (pickled, copy.copy(d)):
+        copied["new"] = 2  # a copy goes on on its own
+        assert "new" not in d and len(copied.java_order()) == len(d.java_order()) + 1
