@@ -5,14 +5,17 @@ Callers say how long they may wait and whether a failed command may be retried; 
 URL into a client, so that what every client shares (scheme, credentials, TLS files, timeouts) is
 decided in one place.  It reads ``redis://``, ``unix://``, ``rediss://`` (TLS files from the query
 or a :class:`RedisTls`, checked before anything connects) and ``redis+cluster://`` (a Redis Cluster,
-made at its first command so that Redis down does not stop a start); the whole URL may be a
-``${env:...}``/``${file:...}`` secret.  :func:`redact_url` is the one way a URL reaches a log, and
-:func:`describe_error` says what to check.  redis-py is imported only when a client is built.
-``docs/internals/redis-clients.md`` has the details.
+seeded by every node the URL names, made at its first command so that Redis down does not stop a
+start, its watched transactions failing over as a single Redis's do: :func:`_cluster_class`); the
+whole URL may be a ``${env:...}``/``${file:...}`` secret.  :func:`redact_url` is the one way a URL
+reaches a log, and :func:`describe_error` says what to check.  redis-py is imported only when a
+client is built.  ``docs/internals/redis-clients.md`` has the details.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import threading
 from dataclasses import dataclass
@@ -77,12 +80,15 @@ def redact_url(url: str) -> str:
     try:
         parts = urlsplit(url)
         password = parts.password
-        port = parts.port
+        seeds = "," in parts.netloc  # a cluster URL naming several nodes: no one port
+        port = None if seeds else parts.port
     except ValueError:
         # unparsable: show no authority at all rather than risk a password
         return "<unparsable Redis URL>"
     netloc = parts.netloc
-    if password is not None:
+    if password is not None and seeds:
+        netloc = f"{parts.username or ''}:{_MASK}@{netloc.rpartition('@')[2]}"
+    elif password is not None:
         host = parts.hostname or ""
         if ":" in host:
             host = f"[{host}]"
@@ -105,15 +111,33 @@ def is_cluster(url: str) -> bool:
     return urlsplit(url.strip()).scheme.lower() in CLUSTER_SCHEMES
 
 
+def _cluster_seeds(url: str) -> list[tuple[str, int]]:
+    """Every node a cluster URL names (``host:port,host:port``), in order; ValueError naming the problem."""
+    hosts = urlsplit(url.strip()).netloc.rpartition("@")[2]
+    seeds = []
+    for item in hosts.split(","):
+        one = urlsplit(f"//{item.strip()}")
+        if not one.hostname:
+            # the URL itself is not quoted: it may hold a password
+            raise ValueError("a Redis Cluster URL names a node, e.g. redis+cluster://host:6379")
+        try:
+            port = one.port
+        except ValueError:
+            raise ValueError(f"a Redis Cluster node's port is a number: {item.strip()[:60]!r}") from None
+        seeds.append((one.hostname, port or 6379))
+    return seeds
+
+
 def _cluster_url(url: str) -> str:
-    """The redis-py URL of a cluster URL; ValueError naming the problem when it cannot be one."""
+    """The redis-py URL of a cluster URL's first node; ValueError naming the problem when it cannot be one."""
     parts = urlsplit(url.strip())
-    if not parts.hostname:
-        # the URL itself is not quoted: it may hold a password
-        raise ValueError("a Redis Cluster URL names a node, e.g. redis+cluster://host:6379")
+    (host, port), *_ = _cluster_seeds(url)
     if parts.path.strip("/") not in ("", "0"):
         raise ValueError(f"a Redis Cluster has database 0 only, not {parts.path.strip('/')[:20]!r}")
-    return urlunsplit(parts._replace(scheme=CLUSTER_SCHEMES[parts.scheme.lower()], path=""))
+    userinfo, at, _hosts = parts.netloc.rpartition("@")
+    first = f"[{host}]" if ":" in host else host
+    netloc = f"{userinfo}{at}{first}:{port}"
+    return urlunsplit(parts._replace(scheme=CLUSTER_SCHEMES[parts.scheme.lower()], netloc=netloc, path=""))
 
 
 def check_url(url: str, *, key: str = "Redis URL", tls: RedisTls | None = None) -> str:
@@ -122,7 +146,8 @@ def check_url(url: str, *, key: str = "Redis URL", tls: RedisTls | None = None) 
     shown = redact_url(resolved)
     try:
         parts = urlsplit(resolved)
-        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+        if "," not in parts.netloc or parts.scheme.lower() not in CLUSTER_SCHEMES:  # seeds: checked below
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number
     except ValueError as exc:
         raise RedisUrlError(f"{key}: {shown} is not a valid URL ({exc})") from None
     if parts.scheme.lower() not in _SCHEMES:
@@ -158,22 +183,68 @@ def check_url(url: str, *, key: str = "Redis URL", tls: RedisTls | None = None) 
     return resolved
 
 
-class _LazyCluster:
-    """A ``RedisCluster`` made at first use (see the module); every attribute is the client's."""
+@functools.cache
+def _cluster_class() -> type[redis.cluster.RedisCluster]:
+    """redis-py's ``RedisCluster`` whose transactions are :class:`_WatchSafeTransaction`s (built at first use)."""
+    from redis.cluster import RedisCluster, TransactionStrategy
+    from redis.exceptions import MovedError, RedisClusterException, WatchError
 
-    def __init__(self, url: str, kwargs: dict[str, Any]) -> None:
-        self._url, self._kwargs = url, kwargs
+    class _WatchSafeTransaction(TransactionStrategy):
+        """A cluster transaction that, like redis-py's ``Pipeline`` on a single Redis, raises ``WatchError`` when
+        the connection that holds its WATCH fails, and that asks the cluster where the slot is after it failed.
+
+        redis-py 8.1's ``TransactionStrategy`` retries a failed command of a transaction on a new connection,
+        to the node its slot map names. Two things go wrong when a master fails over. Its WATCH stayed on the
+        old connection, so the retried reads and EXEC run unwatched: a change a WATCH guards against is
+        overwritten (the job's batch over a node's removal, a node's removal over the job's newer batch).
+        And it refreshes its slot map only every ``reinitialize_steps`` errors counted on the pipeline, which
+        each call makes anew, so a client without retries keeps sending transactions to the dead master.
+        Here a failure while watching raises ``WatchError`` (the caller runs the transaction again from its
+        WATCH, as it does when a watched key changed), and every connection error or MOVED updates the map.
+        """
+
+        def _reinitialize_on_error(self, error: Exception, failure_count: int) -> None:
+            watching = self._watching
+            super()._reinitialize_on_error(error, failure_count)
+            if isinstance(error, MovedError):
+                self._nodes_manager.move_slot(error)
+            elif isinstance(error, self.CONNECTION_ERRORS):
+                with contextlib.suppress(RedisClusterException):  # no node answers: keep the map, raise the error
+                    self._nodes_manager.initialize()
+            if watching:
+                self._watching = False  # the server dropped the watch with the connection
+                raise WatchError(f"A {type(error).__name__} occurred while watching one or more keys") from error
+
+    class WatchSafeCluster(RedisCluster):
+        def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
+            pipe = super().pipeline(transaction, shard_hint)
+            if transaction:
+                pipe._execution_strategy = _WatchSafeTransaction(pipe)
+            return pipe
+
+    return WatchSafeCluster
+
+
+class _LazyCluster:
+    """A ``RedisCluster`` made at first use (see the module), seeded by every node the URL names; every
+    attribute is the client's."""
+
+    def __init__(self, url: str, kwargs: dict[str, Any], seeds: list[tuple[str, int]] | None = None) -> None:
+        self._url, self._kwargs, self._seeds = url, kwargs, seeds or []
         self._client: redis.cluster.RedisCluster | None = None
         self._lock = threading.Lock()
 
     def _made(self) -> redis.cluster.RedisCluster:
         with self._lock:
             if self._client is None:
-                from redis.cluster import RedisCluster
+                from redis.cluster import ClusterNode
                 from redis.exceptions import ConnectionError, RedisClusterException
 
+                # the URL's first node comes from the URL; the others seed too, so that a client made
+                # while one of them is down (a failed-over master) still finds the cluster
+                more = [ClusterNode(host, port) for host, port in self._seeds[1:]]
                 try:
-                    self._client = RedisCluster.from_url(self._url, **self._kwargs)
+                    self._client = _cluster_class().from_url(self._url, startup_nodes=more, **self._kwargs)
                 except RedisClusterException as exc:  # no node answered: an outage, as for a single Redis
                     raise ConnectionError(f"Redis Cluster: {exc}") from exc
             return self._client
@@ -205,7 +276,8 @@ def connect(
     if tls is not None:
         kwargs.update(tls.kwargs())
     if is_cluster(resolved):
-        return cast("redis.cluster.RedisCluster", _LazyCluster(_cluster_url(resolved), kwargs))
+        client = _LazyCluster(_cluster_url(resolved), kwargs, _cluster_seeds(resolved))
+        return cast("redis.cluster.RedisCluster", client)
     return redis.Redis.from_url(resolved, **kwargs)
 
 

@@ -587,7 +587,8 @@ class NamesrvConfig:
         "String",
         _O,
         "Redis holding materialised routes; empty = none. redis://[[user]:password@]host:port/db, rediss://... for"
-        " TLS (?ssl_ca_certs=FILE), redis+cluster://host:port for a Redis Cluster, or ${env:NAME} / ${file:PATH}; shown and logged without its password",
+        " TLS (?ssl_ca_certs=FILE), redis+cluster://host:port[,host:port...] for a Redis Cluster (name several nodes), or ${env:NAME} /"
+        " ${file:PATH}; shown and logged without its password",
     )
     redis_key_prefix: str = _opt(
         "namesrv",

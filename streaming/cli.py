@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--redis",
         default=os.environ.get(REDIS_URL_ENV) or "redis://127.0.0.1:16379/0",
         help=f"Redis URL: redis://[[USER]:PASSWORD@]HOST:PORT/DB, rediss://... for TLS (?ssl_ca_certs=FILE), "
-        "redis+cluster://HOST:PORT for a Redis Cluster, or "
+        "redis+cluster://HOST:PORT[,HOST:PORT...] for a Redis Cluster, or "
         f"${{env:NAME}} / ${{file:PATH}} (default: ${REDIS_URL_ENV}, else the local stack's; a password there stays "
         "off the command line)",
     )

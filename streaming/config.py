@@ -229,7 +229,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("alerts.sendTimeoutMillis", "alerts_send_timeout_millis", _MILLIS, "longest wait for one POST"),
     Option("alerts.generatorUrl", "alerts_generator_url", _URL,
            "generatorURL of the alerts, e.g. the console's address (empty: none)"),
-    Option("redis.url", "redis_url", options.text(expected="redis://host:port/db, redis+cluster://host:port or empty"),
+    Option("redis.url", "redis_url", options.text(expected="redis://host:port/db, redis+cluster://host:port[,host:port...] or empty"),
            "where routes are materialised (empty: no Redis); redis://[[user]:password@]host:port/db, rediss:// for TLS "
            "(?ssl_ca_certs=FILE&ssl_certfile=FILE&ssl_keyfile=FILE), redis+cluster:// for a Redis Cluster, "
            "or ${env:NAME} / ${file:PATH}"),

@@ -31,14 +31,32 @@ from streaming.health import MAX_RESOLVED, BrokerHealth, HealthWrites, NodeHealt
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OrderConf", "RedisKeys", "RedisRouteStore", "RouteChanges", "RouteLookup", "RouteModel", "StoredState"]
+__all__ = [
+    "OrderConf", "RedisKeys", "RedisRouteStore", "RemovalsChanged", "RouteChanges", "RouteLookup", "RouteModel",
+    "StoreChanged", "StoredState", "WritesLost",
+]  # fmt: skip
 
 
 # --------------------------------------------------------------------------- the store
 
 
-class RemovalsChanged(Exception):
+class StoreChanged(Exception):
+    """What Redis holds is not what the batch's differences were computed against: write everything again.
+
+    Raised as is when a watched key changed or the connection holding the WATCH failed (a failover)."""
+
+
+class RemovalsChanged(StoreChanged):
     """A node wrote a removal to ``P:model:removed`` since the batch read them: honour it, then write again."""
+
+
+class WritesLost(StoreChanged):
+    """``P:meta`` does not name the batch this job wrote last: Redis lost writes (a master that failed over
+    before passing them to its replica, a restart without persistence), so differences would leave it behind."""
+
+    def __init__(self, stored: tuple[str | None, int | None]) -> None:
+        super().__init__(f"redis holds batch {stored[1]} of lineage {stored[0]}")
+        self.stored = stored
 
 
 @dataclass(frozen=True)
@@ -118,6 +136,7 @@ class RedisRouteStore:
         health: HealthWrites | None = None,
         outbox: Mapping[str, bytes] | None = None,
         removals: Mapping[BrokerKey, int] | None = None,
+        written: int | None = None,
     ) -> list[str]:
         """Write one batch atomically; returns the topics announced on the channel.
 
@@ -127,18 +146,28 @@ class RedisRouteStore:
         ``removals``: the nodes' removals (:meth:`fallback_removals`) the batch's model honoured; if
         ``P:model:removed`` holds others by the time of the write, nothing is written and
         :class:`RemovalsChanged` is raised, so that a batch that was under way while a node removed a
-        broker (the job was stalled, say) never writes that broker back.
+        broker (the job was stalled, say) never writes that broker back. ``written``: the batch of
+        ``lineage`` this job wrote last, which ``changes`` are the differences from; if ``P:meta`` names
+        another, nothing is written and :class:`WritesLost` is raised. Either check watches what it
+        read, so a change or a failed connection before the EXEC raises :class:`StoreChanged`.
         """
         from redis.exceptions import WatchError
 
         k = self.keys
         now = wall_ms()
         with self.client.pipeline(transaction=True) as pipe:
-            if removals is not None:
-                pipe.watch(k.model_removed)
-                if decode_removals(pipe.hgetall(k.model_removed)) != removals:
-                    raise RemovalsChanged
-                pipe.multi()
+            try:
+                if removals is not None or (written is not None and not replace):
+                    pipe.watch(k.model_removed, k.meta)
+                    if removals is not None and decode_removals(pipe.hgetall(k.model_removed)) != removals:
+                        raise RemovalsChanged
+                    if written is not None and not replace:
+                        stored = _stored_batch(pipe.hmget(k.meta, "lineage", "batchId"))
+                        if stored != (lineage, written):
+                            raise WritesLost(stored)
+                    pipe.multi()
+            except WatchError:  # the connection holding the WATCH failed
+                raise StoreChanged from None
             if replace:
                 self._delete_all(pipe)
             changed = queue_route_writes(pipe, k, changes)
@@ -151,7 +180,7 @@ class RedisRouteStore:
             try:
                 pipe.execute()
             except WatchError:
-                raise RemovalsChanged from None
+                raise StoreChanged from None
         return changed
 
     def _alert_writes(
@@ -184,6 +213,15 @@ class RedisRouteStore:
         with self.client.pipeline(transaction=True) as pipe:
             self._alert_writes(pipe, alerts, monitor, wall_ms(), outbox)
             pipe.execute()
+
+
+def _stored_batch(reply: list[Any]) -> tuple[str | None, int | None]:
+    """(lineage, batchId) from ``HMGET P:meta lineage batchId``; None for what is missing or unreadable."""
+    lineage, batch = (None if v is None else _text(v) for v in reply)
+    try:
+        return lineage, None if batch is None else int(batch)
+    except ValueError:
+        return lineage, None
 
 
 # --------------------------------------------------------------------------- the reader

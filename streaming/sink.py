@@ -56,7 +56,7 @@ from streaming.health import HealthBook
 from streaming.liveness import KIND_ACTION, KIND_ALERT, KIND_ROUTE
 from streaming.paging import Pager
 from streaming.publisher import KafkaPublisher
-from streaming.routes import RedisRouteStore, RemovalsChanged, RouteChanges, RouteModel
+from streaming.routes import RedisRouteStore, RemovalsChanged, RouteChanges, RouteModel, StoreChanged, WritesLost
 from streaming.status import MonitorStatus
 
 if TYPE_CHECKING:
@@ -309,21 +309,32 @@ class BatchSink:
             self.store.commit(
                 self._lineage, batch_id, changes, alert_writes, watermark=self.status.watermark_ms,
                 monitor=self.monitor, replace=self._rewrite, health=self.health.take(full=self._rewrite),
-                outbox=outbox, removals=self._removals_read,
+                outbox=outbox, removals=self._removals_read, written=self._stored_batch,
             )  # fmt: skip
-        except RemovalsChanged:
-            # a node removed a broker while this batch was under way: take it out, then write everything again
+        except StoreChanged as changed:
+            # Redis is not what this batch's differences were computed against (a node removed a broker while
+            # the batch was under way, a failover lost writes or broke the WATCH): write everything again
             self._honour_fallback_removals()
             self._rewrite = True
             self.model.forget_written()
+            if isinstance(changed, WritesLost):
+                log.warning(
+                    "redis: %s, not batch %d that this job wrote last (a failover or a restart lost writes); "
+                    "writing everything again", changed, self._stored_batch,
+                )  # fmt: skip
             if tries > 1:
-                log.info("redis: a node removed brokers while batch %d was under way; writing it again", batch_id)
+                if isinstance(changed, RemovalsChanged):
+                    log.info("redis: a node removed brokers while batch %d was under way; writing it again", batch_id)
+                elif not isinstance(changed, WritesLost):
+                    log.info(
+                        "redis: what batch %d watched changed or its connection failed; writing it again", batch_id
+                    )
                 self._write_redis(batch_id, self.model.changes(full=True), alerts, outbox, tries - 1)
             else:
                 log.error(
-                    "redis: batch %d not written (nodes kept removing brokers meanwhile); the next write replaces "
-                    "everything", batch_id,
-                )  # fmt: skip
+                    "redis: batch %d not written (what it watched kept changing); the next write replaces everything",
+                    batch_id,
+                )
             return
         except RedisError as exc:  # a cache outage must not stop the liveness decisions
             self.status.redis_seconds.observe(time.perf_counter() - started)

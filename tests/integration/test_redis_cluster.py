@@ -6,6 +6,12 @@ Redis: the job's batch sink and store (one MULTI/EXEC per batch, its change anno
 restart carrying on from the stored model), :class:`RouteLookup` and its ``watch``, ``namesrv
 routes``, and a node's warm start. Every key of a prefix carries the prefix as a hash tag, so all
 of them share one slot, which is what lets the transaction hold.
+
+The clients themselves across a failover, on a second cluster whose masters each have a replica: a
+transaction whose WATCH was on a connection that failed is a WatchError, never an unwatched EXEC; a
+client without retries finds the promoted replica; a client made after the failover finds the cluster
+through the other nodes its URL names. The whole system across a failover is
+``tests/integration/test_redis_failover.py``.
 """
 
 from __future__ import annotations
@@ -36,6 +42,12 @@ pytestmark = pytest.mark.timeout(180)
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
     with redis_cluster(tmp_path_factory.mktemp("redis-cluster")) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def replicated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    with redis_cluster(tmp_path_factory.mktemp("redis-cluster-replicated"), replicas=1) as c:
         yield c
 
 
@@ -162,3 +174,74 @@ def test_an_unreachable_cluster_is_a_redis_error_at_the_first_command(tmp_path: 
     with pytest.raises(ConnectionError):
         client.get("x")
     client.close()
+
+
+def test_a_transaction_whose_watched_connection_fails_raises_watch_error_and_writes_nothing(cluster: RedisCluster):
+    # A master that dies under a WATCH takes the watch with it. redis-py's cluster transaction would run the
+    # rest on a new connection, unwatched, and its EXEC would write over the change the WATCH guarded against.
+    import redis
+    from redis.exceptions import WatchError
+
+    key = "{watched}:k"
+    client, other = redis_clients.connect(cluster.url), redis_clients.connect(cluster.url)
+    master = redis.Redis.from_url(f"redis://127.0.0.1:{cluster.owner(key)}/0")
+    try:
+        client.set(key, "read")
+        with client.pipeline(transaction=True) as pipe:
+            pipe.watch(key)
+            master.client_kill_filter(_type="normal", skipme=True)  # every client connection, the watched one too
+            other.set(key, "changed meanwhile")
+            with pytest.raises(WatchError):
+                pipe.get(key)
+                pipe.multi()
+                pipe.set(key, "written over")
+                pipe.execute()
+        assert client.get(key) == b"changed meanwhile"
+        with client.pipeline(transaction=True) as pipe:  # the caller's next try, from its WATCH, goes through
+            pipe.watch(key)
+            pipe.multi()
+            pipe.set(key, "written")
+            pipe.execute()
+        assert client.get(key) == b"written"
+    finally:
+        for c in (client, other, master):
+            c.close()
+
+
+def test_clients_follow_a_failover_of_the_master_that_holds_the_prefix(replicated: RedisCluster):
+    from redis.exceptions import RedisError
+
+    c = replicated
+    key = "{namesrv}:meta"
+    master = c.owner(key)
+    assert len(c.replicas_of(master)) == 1
+    # a client without retries that only ever runs transactions (a node's warm start reads so)
+    tx = redis_clients.connect(c.url, timeout_s=2, retries=False)
+    tx.hset(key, "batchId", "7")
+
+    def read() -> list:
+        with tx.pipeline(transaction=True) as pipe:
+            pipe.hget(key, "batchId")
+            return pipe.execute()
+
+    assert read() == [b"7"]
+    c.kill(master)
+    promoted, took = c.promoted(master, key)
+    print(f"\nfailover of {master} to {promoted}: {took:.1f} s (cluster-node-timeout {c.node_timeout_ms} ms)")
+    outcomes = []
+    for _ in range(3):  # the first may still go to the dead master; it then asks where the slot is now
+        try:
+            outcomes.append(read())
+        except RedisError as exc:
+            outcomes.append(type(exc).__name__)
+    assert outcomes[1:] == [[b"7"], [b"7"]], outcomes
+    tx.close()
+
+    # a client made now, by a URL whose first node is the dead master, finds the cluster through the others
+    seeds = ",".join(f"127.0.0.1:{p}" for p in [master, *(p for p in c.ports if p != master)])
+    late = redis_clients.connect(f"redis+cluster://{seeds}/0", timeout_s=2, retries=False)
+    assert late.hget(key, "batchId") == b"7"
+    late.close()
+
+    c.restart(master)  # back, as a replica of the master that replaced it
+    assert c.owner(key) == promoted and c.replicas_of(promoted) == [master]

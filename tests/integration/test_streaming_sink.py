@@ -140,3 +140,33 @@ def test_a_removal_a_node_writes_while_a_batch_is_under_way_is_not_written_over(
     finally:
         store.reset()
         lookup.close()
+
+
+def test_a_batch_redis_lost_after_acknowledging_it_is_written_again_with_the_next(redis_url, caplog):
+    # A master that fails over before passing its last write to its replica, or a Redis restarted without
+    # persistence between two batches, acknowledged a batch it no longer holds. The next batch's differences
+    # alone would leave that batch's changes out for good: the job sees P:meta behind and writes everything.
+    sink, _ = make_sink(redis_url, "s10")
+    sink.set_lineage("q")
+    lookup = RouteLookup(redis_url, prefix="s10")
+    store = sink.store
+    assert store is not None
+    try:
+        sink.process([route_row(register())], 0)
+        before = {key: store.client.dump(key) for key in store.client.scan_iter(match="s10:*")}
+        sink.process([route_row(register(addr="10.0.0.2:1", name="b", seq=2))], 1)
+        both = lookup.get_raw("T")
+        assert {q.broker_name for q in lookup.get("T").queue_datas} == {"a", "b"}
+        # the failover: the new master holds what the old one had passed on before batch 1
+        store.client.delete(*store.client.scan_iter(match="s10:*"))
+        for key, value in before.items():
+            store.client.restore(key, 0, value)
+        assert lookup.status()["batchId"] == "0"
+        with caplog.at_level(logging.WARNING, logger="streaming.sink"):
+            sink.process([], 2)
+        assert lookup.get_raw("T") == both == sink.model.route("T")
+        assert lookup.status()["batchId"] == "2"
+        assert "not batch 1 that this job wrote last" in caplog.text
+    finally:
+        store.reset()
+        lookup.close()

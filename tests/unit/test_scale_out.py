@@ -107,7 +107,24 @@ def test_a_cluster_is_chosen_by_the_url_scheme():
     assert redis_clients._cluster_url("rediss+cluster://h:7000") == "rediss://h:7000"
 
 
-@pytest.mark.parametrize("url", ["redis+cluster://h:7000/2", "redis+cluster:///0"])
+def test_a_cluster_url_may_name_several_nodes_and_each_seeds_the_client():
+    # a client made while the one node a URL named is down (a master that failed over) would find no cluster
+    url = "redis+cluster://u:secret@h1:7000, h2:7001,[::1]:7002/0"
+    assert redis_clients.check_url(url) == url
+    assert redis_clients._cluster_seeds(url) == [("h1", 7000), ("h2", 7001), ("::1", 7002)]
+    assert redis_clients._cluster_url(url) == "redis://u:secret@h1:7000"
+    assert redis_clients.redact_url(url) == "redis+cluster://u:***@h1:7000, h2:7001,[::1]:7002/0"
+    assert redis_clients._cluster_seeds("rediss+cluster://h1,h2:7001") == [("h1", 6379), ("h2", 7001)]
+    assert redis_clients._cluster_url("redis+cluster://[::1]:7002,h2:7001") == "redis://[::1]:7002"
+    client = redis_clients.connect(url)
+    assert client._seeds == [("h1", 7000), ("h2", 7001), ("::1", 7002)]  # type: ignore[attr-defined]
+    client.close()
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["redis+cluster://h:7000/2", "redis+cluster:///0", "redis+cluster://h:7000,h2:x/0", "redis+cluster://h:7000,/0"],
+)
 def test_a_cluster_url_that_cannot_work_is_refused_without_echoing_credentials(url):
     with pytest.raises(ValueError) as raised:
         redis_clients.check_url(url.replace("//", "//user:secret@", 1))
