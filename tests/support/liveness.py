@@ -41,12 +41,18 @@ def known_in_redis(lookup: RouteLookup) -> set[str]:
 
 
 def gone_times(
-    node_addrs: Sequence[str], lookup: RouteLookup, brokers: Iterable[str], timeout: float
+    node_addrs: Sequence[str],
+    lookup: RouteLookup,
+    brokers: Iterable[str],
+    timeout: float,
+    unanswered: tuple[type[BaseException], ...] = (),
 ) -> dict[str, dict[str, int]]:
     """Per broker name, the wall time (ms) each place (``node-1``.., ``redis``) first stopped knowing it.
 
     One round asks each node once (on a connection kept open) and Redis once, every 25 ms, and
-    stamps each answer when it arrives, so the figures are not the polling's own cost.
+    stamps each answer when it arrives, so the figures are not the polling's own cost. A place whose
+    question raises one of ``unanswered`` (Redis failing over, say) is asked again next round: not
+    answering is not forgetting.
     """
     gone: dict[str, dict[str, int]] = {name: {} for name in brokers}
     clients = {f"node-{i + 1}": NameServerClient(addr, timeout=3.0) for i, addr in enumerate(node_addrs)}
@@ -58,7 +64,11 @@ def gone_times(
 
     def all_gone() -> bool:
         for place in (*clients, "redis"):
-            known, now = known_at(place), wall_ms()
+            try:
+                known = known_at(place)
+            except unanswered:
+                continue
+            now = wall_ms()
             for name in gone:
                 if name not in known:
                     gone[name].setdefault(place, now)
