@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import redis.cluster
 
 __all__ = [
-    "CLUSTER_SCHEMES", "Client", "RedisTls", "RedisUrlError", "check_url", "connect", "describe_error",
+    "CLUSTER_SCHEMES", "Client", "RedisTls", "RedisUrlError", "check_url", "connect", "describe_error", "failures",
     "is_cluster", "redact_url",
 ]  # fmt: skip
 
@@ -279,6 +279,14 @@ def connect(
         client = _LazyCluster(_cluster_url(resolved), kwargs, _cluster_seeds(resolved))
         return cast("redis.cluster.RedisCluster", client)
     return redis.Redis.from_url(resolved, **kwargs)
+
+
+def failures() -> tuple[type[Exception], ...]:
+    """What a command raises when Redis fails: redis-py's errors, and the cluster client's own when no node of a
+    Redis Cluster answers (``RedisClusterException`` is no ``RedisError``), and the socket's."""
+    import redis.exceptions
+
+    return (redis.exceptions.RedisError, redis.exceptions.RedisClusterException, OSError)
 
 
 def answers(url: str, *, timeout_s: float = 1.0) -> bool:

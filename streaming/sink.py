@@ -21,8 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
-
+from common import redis_clients
 from namesrv.events.schema import (
     MAX_REASON_CHARS,
     Action,
@@ -63,6 +62,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
+
+#: a Redis outage, a failover, or a cluster none of whose nodes answers: the decisions go on without Redis
+REDIS_FAILURES = redis_clients.failures()
 
 #: what Spark's StreamExecution recognises as a stop interrupting a foreachBatch call
 _INTERRUPTED = (
@@ -156,7 +158,7 @@ class BatchSink:
             if self.store is not None:
                 try:
                     stored = self.store.load(self.route_settings, order_message_enable=self.cfg.order_message_enable)
-                except RedisError as exc:  # Redis down must not stop the liveness decisions
+                except REDIS_FAILURES as exc:  # Redis down must not stop the liveness decisions
                     log.error("redis: cannot load the route model (%r); starting from an empty one", exc)
                 except SnapshotError as exc:  # nor does a model this job cannot read: it is rewritten
                     log.error(
@@ -237,7 +239,7 @@ class BatchSink:
             return
         try:
             removed = self.store.fallback_removals()
-        except RedisError as exc:  # the next batch reads them again
+        except REDIS_FAILURES as exc:  # the next batch reads them again
             log.error("redis: cannot read the nodes' fallback removals (%r)", exc)
             self._removals_read = None
             return
@@ -336,7 +338,7 @@ class BatchSink:
                     batch_id,
                 )
             return
-        except RedisError as exc:  # a cache outage must not stop the liveness decisions
+        except REDIS_FAILURES as exc:  # a cache outage must not stop the liveness decisions
             self.status.redis_seconds.observe(time.perf_counter() - started)
             self.status.redis_failures += 1
             log.error("redis: batch %d not written (%r); the next write replaces everything", batch_id, exc)
@@ -398,7 +400,7 @@ class BatchSink:
                     self.store.write_alerts(
                         changed, monitor=self.monitor, outbox=self.pager.outbox_entries(notices) if self.pager else None
                     )
-                except RedisError as exc:  # see _write_redis
+                except REDIS_FAILURES as exc:  # see _write_redis
                     log.error("redis: alerts not written (%r)", exc)
             if self.pager is not None:
                 self.pager.submit(notices)

@@ -143,14 +143,13 @@ class MonitorDownPager:
         )
 
     async def run(self) -> None:
-        from redis.exceptions import RedisError  # imported by nodes that have Redis only
-
+        failed: tuple[type[Exception], ...] = (*redis_clients.failures(), ValueError)  # ValueError: a notice not ours
         try:
             while True:
                 await asyncio.sleep(PERIOD_S)
                 try:
                     await asyncio.to_thread(self.step)
-                except (RedisError, OSError, ValueError) as exc:  # ValueError: a stored notice not ours to read
+                except failed as exc:
                     log.warning("MONITOR_DOWN: redis failed (%r); trying again in %.0f s", exc, PERIOD_S)
         finally:
             self.client.close()

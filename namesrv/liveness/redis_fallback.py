@@ -209,23 +209,19 @@ class RedisFallback:
 
     def close(self) -> None:
         """Give the lease back if held (the next node takes over at once) and close the connection."""
-        from redis.exceptions import RedisError
-
         try:
             if self.holding:
                 self.lease.release()
-        except (RedisError, OSError):
+        except redis_clients.failures():
             pass  # the lease runs out by itself
         finally:
             self.client.close()
 
     async def _io(self, call: Callable[[], _T]) -> _T | None:
         """``call`` on a thread (redis-py blocks); None, and a warning, when Redis failed."""
-        from redis.exceptions import RedisError  # imported by nodes that have Redis only
-
         try:
             return await asyncio.to_thread(call)
-        except (RedisError, OSError) as exc:
+        except redis_clients.failures() as exc:
             log.warning("fallback writer: redis failed (%r); trying again in %.2f s", exc, PERIOD_S)
             return None
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException
 
 from streaming.metrics import MonitorCollector
 from streaming.progress import _ProgressAsJson, progress_logger
@@ -23,15 +25,16 @@ def value(samples: dict[str, dict[tuple, float]], name: str, **labels: str) -> f
 
 
 class FakeStore:
-    """What the sink asks of its Redis store; ``fail`` makes the next commit raise."""
+    """What the sink asks of its Redis store; ``fail`` makes the next commit raise ``failure``."""
 
-    def __init__(self) -> None:
+    def __init__(self, failure: Exception | None = None) -> None:
         self.fail = False
+        self.failure = failure or RedisConnectionError("down")
         self.client = SimpleNamespace(close=lambda: None)
 
     def commit(self, *args, **kwargs) -> None:
         if self.fail:
-            raise RedisConnectionError("down")
+            raise self.failure
 
     def fallback_removals(self) -> dict:
         return {}
@@ -74,10 +77,16 @@ def test_the_monitor_heartbeat_counts_as_an_action_published():
     assert value(got, P + "last_batch_age_seconds") == 0.5
 
 
-def test_redis_writes_are_timed_and_failures_counted():
+@pytest.mark.parametrize(
+    "failure",
+    [RedisConnectionError("down"), RedisClusterException("Redis Cluster cannot be connected")],
+    ids=["redis down", "no cluster node answers"],
+)
+def test_redis_writes_are_timed_and_failures_counted(failure):
+    # a Redis Cluster none of whose nodes answers raises no RedisError: still a failure counted, not a crash
     sink, _ = make_sink(None, "m3")
     sink.set_lineage("q")
-    store = sink.store = FakeStore()  # type: ignore[assignment]
+    store = sink.store = FakeStore(failure)  # type: ignore[assignment]
     sink.process([route_row(register())], 0)
     store.fail = True
     sink.process([route_row(register(t=T0 + 1, seq=2))], 1)
