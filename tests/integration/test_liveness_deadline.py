@@ -12,6 +12,7 @@ wall-clock milliseconds on this one machine, as the nodes stamp events.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from collections.abc import Iterator
@@ -87,10 +88,9 @@ class Stack:
         self.lookup.close()
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    run_dir = tmp_path_factory.mktemp("deadline")
-    system = System(ProcessInfra(run_dir), run_dir, timing=SHIPPED)
+@contextlib.contextmanager
+def running(system: System) -> Iterator[Stack]:
+    """``system`` started, with simulated brokers to add; everything stopped afterwards."""
     system.start()
     s = Stack(system)
     try:
@@ -98,6 +98,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     finally:
         s.close()
         system.stop()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    run_dir = tmp_path_factory.mktemp("deadline")
+    with running(System(ProcessInfra(run_dir), run_dir, timing=SHIPPED)) as s:
+        yield s
 
 
 def report(label: str, latencies_ms: list[int]) -> None:

@@ -14,17 +14,15 @@ to three times them on a loaded one (:func:`tests.support.liveness.bounds_now`).
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from namesrv.events.schema import wall_ms
 from tests.integration.backends import EVENTS, SHIPPED, SUMMARY, ProcessInfra, System
-from tests.integration.test_liveness_deadline import Stack
-from tests.support.liveness import bounds_now, gone_times, known_in_redis, last_heard_ms
+from tests.integration.test_liveness_deadline import Stack, running
+from tests.support.liveness import Gone, Watch, bounds_now, last_heard_ms
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(1200)
@@ -35,93 +33,24 @@ NODES_AFTER_DEADLINE_S, REDIS_AFTER_NODES_S = 2.0, 3.0
 NODES = ("node-1", "node-2")
 
 
-class Watch:
-    """Polls every node and Redis: when a broker that should stay is missing, when one that left comes back."""
-
-    def __init__(self, stack: Stack, keep: set[str]) -> None:
-        self.stack, self.keep = stack, keep
-        self.fleet = ""
-        #: broker name -> places it was missing from, with the wall time
-        self.missing: list[tuple[int, str, str]] = []
-        #: broker name -> wall times it was seen in Redis after it had left it
-        self.back: list[tuple[int, str]] = []
-        self._left_redis: set[str] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="watch", daemon=True)
-        self._thread.start()
-
-    def left_redis(self, name: str) -> None:
-        """From now on ``name`` must never be in Redis again."""
-        self._left_redis.add(name)
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.1):
-            with contextlib.suppress(OSError):
-                for name in self.keep:
-                    for place, here in self.stack.places(name).items():
-                        if not here:
-                            self.missing.append((wall_ms(), name, place))
-                in_redis = known_in_redis(self.stack.lookup)
-                self.back += [(wall_ms(), n) for n in self._left_redis & in_redis]
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def check(self) -> None:
-        assert self.missing == [], f"live brokers missing: {self.missing[:10]}"
-        assert self.back == [], f"brokers back in Redis after they left it: {self.back[:10]}"
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     run_dir = tmp_path_factory.mktemp("monitor-states")
-    system = System(ProcessInfra(run_dir), run_dir, timing=SHIPPED)
-    system.start()
-    s = Stack(system)
-    try:
+    with running(System(ProcessInfra(run_dir), run_dir, timing=SHIPPED)) as s:
         yield s
-    finally:
-        s.close()
-        system.stop()
 
 
 @pytest.fixture
 def watch(stack: Stack) -> Iterator[Watch]:
-    """A broker that keeps talking throughout the test (its fleet is ``watch.fleet``), watched with the rest."""
-    fleet = f"keep{len(stack.fleets.fleets)}"
-    survivor, _ = stack.add(fleet)
-    w = Watch(stack, {survivor})
-    w.fleet = fleet
-    try:
+    """A broker that keeps talking throughout the test, watched with the rest."""
+    survivor, _ = stack.add(f"keep{len(stack.fleets.fleets)}")
+    with Watch(stack.system.node_addrs, stack.system.redis_url, {survivor}) as w:
         yield w
-    finally:
-        w.close()
 
 
-class Gone:
-    """:func:`gone_times` of a broker, measured from now on in a thread, while the test goes on."""
-
-    def __init__(self, stack: Stack, fleet: str, timeout: float) -> None:
-        self.name, self.addr = stack.fleets.broker(fleet)
-        self._times: dict[str, int] = {}
-        self._error: BaseException | None = None
-
-        def measure() -> None:
-            try:
-                self._times = gone_times(stack.system.node_addrs, stack.lookup, [self.name], timeout)[self.name]
-            except BaseException as exc:  # noqa: BLE001 - handed to the test in times()
-                self._error = exc
-
-        self._thread = threading.Thread(target=measure, name=f"gone-{fleet}", daemon=True)
-        self._thread.start()
-
-    def times(self) -> dict[str, int]:
-        """Per place, the wall time (ms) it first stopped knowing the broker; waits for every place."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._times
+def gone(stack: Stack, fleet: str, timeout: float) -> Gone:
+    """When each place stops knowing ``fleet``'s broker, measured from now on."""
+    return Gone(stack.system.node_addrs, stack.system.redis_url, stack.fleets.broker(fleet), timeout)
 
 
 def report(label: str, figures: dict[str, int]) -> None:
@@ -132,10 +61,10 @@ def report(label: str, figures: dict[str, int]) -> None:
 
 def crash_and_check(stack: Stack, watch: Watch, fleet: str, label: str) -> None:
     """Crash ``fleet``'s broker: gone at both nodes, then from Redis within the bound of leaving them."""
-    gone = Gone(stack, fleet, 60)
+    gone_at = gone(stack, fleet, 60)
     stack.fleets.crash(fleet)
-    times = gone.times()
-    watch.left_redis(gone.name)
+    times = gone_at.times()
+    watch.left_redis(gone_at.name)
     redis_after = times["redis"] - max(times[n] for n in NODES)
     report(f"{label}: crashed broker, left the nodes -> gone from Redis", {"redis": redis_after})
     (bound,) = bounds_now(REDIS_AFTER_NODES_S)
@@ -144,17 +73,17 @@ def crash_and_check(stack: Stack, watch: Watch, fleet: str, label: str) -> None:
 
 def silence(stack: Stack, fleet: str) -> Gone:
     """Silence ``fleet``'s broker; measure from now when each place forgets it."""
-    gone = Gone(stack, fleet, BROKER_TIMEOUT_MS / 1000 + 60)
+    gone_at = gone(stack, fleet, BROKER_TIMEOUT_MS / 1000 + 60)
     stack.fleets.silence(fleet)
-    return gone
+    return gone_at
 
 
-def check_silent(stack: Stack, watch: Watch, gone: Gone, label: str) -> None:
+def check_silent(stack: Stack, watch: Watch, gone_at: Gone, label: str) -> None:
     """A silenced broker: gone at both nodes within the bound of its deadline, then from Redis within its bound."""
-    times = gone.times()
-    watch.left_redis(gone.name)
+    times = gone_at.times()
+    watch.left_redis(gone_at.name)
     wait_until(lambda: stack.system.tap.reached(EVENTS), 30, "the tap at the end of the events topic")
-    deadline = last_heard_ms(stack.system.tap.events(), gone.addr) + BROKER_TIMEOUT_MS
+    deadline = last_heard_ms(stack.system.tap.events(), gone_at.addr) + BROKER_TIMEOUT_MS
     left_nodes = max(times[n] for n in NODES)
     figures = {**{n: times[n] - deadline for n in NODES}, "redis after the nodes": times["redis"] - left_nodes}
     report(f"{label}: silent broker, deadline -> gone", figures)
@@ -184,7 +113,7 @@ def test_a_stalled_monitor_leaves_no_dead_broker_at_the_nodes_or_in_redis(stack:
         time.sleep(2)
         crash_and_check(stack, watch, "stallcrash", "monitor stalled")
         check_silent(stack, watch, quiet, "monitor stalled")
-        late = Gone(stack, "stalllate", 30)
+        late = gone(stack, "stalllate", 30)
         stack.fleets.crash("stalllate")
         time.sleep(0.3)  # schedule: the monitor resumes just after this crash
     late.times()

@@ -24,7 +24,6 @@ import contextlib
 import json
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -32,14 +31,13 @@ from pathlib import Path
 
 import pytest
 
-from common import redis_clients
 from infra.services import ServiceError, free_port
 from namesrv.client import NameServerClient
 from namesrv.events.schema import wall_ms
 from streaming.routes import RouteLookup
 from tests.integration.backends import EVENTS, SHIPPED, SUMMARY, ProcessInfra, System, route_or_none
-from tests.integration.test_liveness_deadline import Stack
-from tests.support.liveness import bounds_now, gone_times, known_in_redis, last_heard_ms
+from tests.integration.test_liveness_deadline import Stack, running
+from tests.support.liveness import Gone, Watch, bounds_now, last_heard_ms
 from tests.support.node import REPO
 from tests.support.redis_cluster import RedisCluster
 from tests.support.wait import wait_until
@@ -105,96 +103,6 @@ class ClusterSystem(System):
             lookup.close()
 
 
-def quick_lookup(url: str) -> RouteLookup:
-    """A reader that answers or fails within a second (no retries): measuring, not waiting out a failover."""
-    return RouteLookup(url, PREFIX, client=redis_clients.connect(url, timeout_s=1.0, retries=False))
-
-
-class Watch:
-    """Polls every node and Redis: when a broker that should stay is missing, when one that left comes back, and
-    when Redis did not answer."""
-
-    def __init__(self, stack: Stack, keep: str) -> None:
-        self.stack, self.keep = stack, keep
-        self.lookup = quick_lookup(stack.system.redis_url)
-        self.missing: list[tuple[int, str]] = []
-        self.back: list[tuple[int, str]] = []
-        self.unanswered: list[int] = []
-        self._left: set[str] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="watch", daemon=True)
-        self._thread.start()
-
-    def left_redis(self, name: str) -> None:
-        self._left.add(name)
-
-    def _run(self) -> None:
-        import redis
-
-        clients = [NameServerClient(a, timeout=2.0) for a in self.stack.system.node_addrs]
-        while not self._stop.wait(0.1):
-            for place, client in zip(NODES, clients, strict=True):
-                with contextlib.suppress(OSError):
-                    if self.keep not in {n for n, b in client.cluster_info()[0].items() if b.broker_addrs}:
-                        self.missing.append((wall_ms(), place))
-            try:
-                known = known_in_redis(self.lookup)
-            except redis.RedisError:
-                self.unanswered.append(wall_ms())
-                continue
-            if self.keep not in known:
-                self.missing.append((wall_ms(), "redis"))
-            self.back += [(wall_ms(), n) for n in self._left & known]
-        for client in clients:
-            client.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self.lookup.close()
-
-    def __enter__(self) -> Watch:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def check(self) -> None:
-        assert self.missing == [], f"the live broker {self.keep} missing: {self.missing[:10]}"
-        assert self.back == [], f"brokers back in Redis after they left it: {self.back[:10]}"
-
-
-class Gone:
-    """When each place stopped knowing a broker, measured in a thread from now on (Redis may not answer)."""
-
-    def __init__(self, stack: Stack, fleet: str, timeout: float) -> None:
-        import redis
-
-        self.name, self.addr = stack.fleets.broker(fleet)
-        self._times: dict[str, int] = {}
-        self._error: BaseException | None = None
-        lookup = quick_lookup(stack.system.redis_url)
-
-        def measure() -> None:
-            try:
-                self._times = gone_times(
-                    stack.system.node_addrs, lookup, [self.name], timeout, unanswered=(redis.RedisError,)
-                )[self.name]
-            except BaseException as exc:  # noqa: BLE001 - handed to the test in times()
-                self._error = exc
-            finally:
-                lookup.close()
-
-        self._thread = threading.Thread(target=measure, name=f"gone-{fleet}", daemon=True)
-        self._thread.start()
-
-    def times(self) -> dict[str, int]:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._times
-
-
 def report(label: str, figures: dict[str, float], unit: str = "ms") -> None:
     line = f"{label}: " + ", ".join(f"{k} {v:.0f} {unit}".rstrip() for k, v in figures.items())
     SUMMARY.append(line)
@@ -204,14 +112,8 @@ def report(label: str, figures: dict[str, float], unit: str = "ms") -> None:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     run_dir = tmp_path_factory.mktemp("redis-failover")
-    system = ClusterSystem(RedisClusterInfra(run_dir), run_dir, timing=SHIPPED)
-    system.start()
-    s = Stack(system)
-    try:
+    with running(ClusterSystem(RedisClusterInfra(run_dir), run_dir, timing=SHIPPED)) as s:
         yield s
-    finally:
-        s.close()
-        system.stop()
 
 
 def cluster_of(stack: Stack) -> RedisCluster:
@@ -303,7 +205,7 @@ def test_a_killed_master_fails_over_and_no_promise_breaks(stack: Stack):
     survivor, _ = stack.add("keep")
     for fleet in ("crash", "quiet"):
         stack.add(fleet)
-    with Watch(stack, survivor) as watch:
+    with Watch(system.node_addrs, system.redis_url, {survivor}) as watch:
         master = cluster.owner(META)
         assert system.redis_url.startswith(f"redis+cluster://127.0.0.1:{master},")  # the dead one seeds first
         replica = cluster.replicas_of(master)
@@ -312,13 +214,15 @@ def test_a_killed_master_fails_over_and_no_promise_breaks(stack: Stack):
         with console(system.redis_url) as state:
             wait_until(lambda: (console_state(state) or {}).get("redis", {}).get("ok"), 30, "the console to read Redis")
             batch_at_kill = system.committed_batch()
-            quiet = Gone(stack, "quiet", BROKER_TIMEOUT_MS / 1000 + 60)
+            quiet = Gone(
+                system.node_addrs, system.redis_url, stack.fleets.broker("quiet"), BROKER_TIMEOUT_MS / 1000 + 60
+            )
             stack.fleets.silence("quiet")
             time.sleep(BROKER_TIMEOUT_MS / 1000 - 1.5)  # schedule: its deadline falls a second or so into the failover
             wall_kill = wall_ms()
             cluster.kill(master)
             time.sleep(1.0)  # schedule: the crash comes a second into the failover
-            crash = Gone(stack, "crash", 60)
+            crash = Gone(system.node_addrs, system.redis_url, stack.fleets.broker("crash"), 60)
             stack.fleets.crash("crash")
             promoted, failover_s = cluster.promoted(master, META)
             t_promoted = time.monotonic()
@@ -411,20 +315,20 @@ def test_the_nodes_fallback_writer_follows_a_failover_while_the_job_is_stalled(s
     survivor, _ = stack.add("keep2")
     for fleet in ("during", "after"):
         stack.add(fleet)
-    with Watch(stack, survivor) as watch:
+    with Watch(system.node_addrs, system.redis_url, {survivor}) as watch:
         master = cluster.owner(META)
         (fault_bound, redis_bound) = bounds_now(FAULT_BOUND_S, REDIS_AFTER_NODES_S)
         with system.streaming_frozen():
             cluster.kill(master)
             time.sleep(1.0)  # schedule: the crash comes a second into the failover
-            during = Gone(stack, "during", 60)
+            during = Gone(system.node_addrs, system.redis_url, stack.fleets.broker("during"), 60)
             stack.fleets.crash("during")
             promoted, failover_s = cluster.promoted(master, META)
             report("redis failover, job stalled: master killed -> replica promoted", {"failover": failover_s * 1000})
             times = during.times()
             watch.left_redis(during.name)
             left = max(times[n] for n in NODES)
-            after = Gone(stack, "after", 60)
+            after = Gone(system.node_addrs, system.redis_url, stack.fleets.broker("after"), 60)
             stack.fleets.crash("after")
             later = after.times()
             watch.left_redis(after.name)

@@ -5,14 +5,20 @@ job's cluster entry in Redis, every 25 ms, and stamps the first answer that no l
 broker with the wall clock the nodes stamp their events with. The figures therefore compare with
 event times read from the events topic (:func:`last_heard_ms`: a broker's last proof of life as the
 system saw it). :func:`bounds_now` holds the figures to their targets while the machine is quiet
-enough to meet them and to ``LOADED_FACTOR`` times them past that.
+enough to meet them and to ``LOADED_FACTOR`` times them past that. :class:`Gone` runs
+:func:`gone_times` in a thread, so a test can measure across a fault it is still causing, and
+:class:`Watch` polls the same places throughout a test for what must never happen: a live broker
+missing, or a broker that left Redis back in it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 from collections.abc import Iterable, Sequence
 
+from common import redis_clients
 from namesrv.client import NameServerClient
 from namesrv.events.schema import Event, wall_ms
 from streaming.routes import RouteLookup
@@ -89,3 +95,97 @@ def last_heard_ms(events: Iterable[Event], broker_addr: str) -> int:
     times = [e.event_time for e in events if e.broker_addr == broker_addr and str(e.type) in ("REGISTER", "HEARTBEAT")]
     assert times, f"no event of {broker_addr} on the events topic"
     return max(times)
+
+
+def quick_lookup(redis_url: str, prefix: str = "namesrv") -> RouteLookup:
+    """A reader that answers or fails within a second (no retries): measuring, not waiting out a failover."""
+    return RouteLookup(redis_url, prefix, client=redis_clients.connect(redis_url, timeout_s=1.0, retries=False))
+
+
+class Gone:
+    """:func:`gone_times` of one broker, measured in a thread from now on while the test goes on (Redis may
+    not answer meanwhile: asked again)."""
+
+    def __init__(self, node_addrs: Sequence[str], redis_url: str, broker: tuple[str, str], timeout: float) -> None:
+        """``broker``: its name and address."""
+        name = broker[0]
+        self.name, self.addr = broker
+        self._times: dict[str, int] = {}
+        self._error: BaseException | None = None
+        lookup = quick_lookup(redis_url)
+
+        def measure() -> None:
+            try:
+                self._times = gone_times(node_addrs, lookup, [name], timeout, unanswered=redis_clients.failures())[name]
+            except BaseException as exc:  # noqa: BLE001 - handed to the test in times()
+                self._error = exc
+            finally:
+                lookup.close()
+
+        self._thread = threading.Thread(target=measure, name=f"gone-{name}", daemon=True)
+        self._thread.start()
+
+    def times(self) -> dict[str, int]:
+        """Per place, the wall time (ms) it first stopped knowing the broker; waits for every place."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._times
+
+
+class Watch:
+    """Every 100 ms, every node and Redis: when a broker in ``keep`` is missing, when one that left Redis is
+    back in it, and when Redis did not answer."""
+
+    def __init__(self, node_addrs: Sequence[str], redis_url: str, keep: Iterable[str]) -> None:
+        self.node_addrs, self.keep = list(node_addrs), set(keep)
+        self.lookup = quick_lookup(redis_url)
+        #: (wall ms, broker, place) of each time a kept broker was missing
+        self.missing: list[tuple[int, str, str]] = []
+        #: (wall ms, broker) of each time a broker that left Redis was back in it
+        self.back: list[tuple[int, str]] = []
+        #: wall ms of each look Redis did not answer
+        self.unanswered: list[int] = []
+        self._left: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="watch", daemon=True)
+        self._thread.start()
+
+    def left_redis(self, name: str) -> None:
+        """From now on ``name`` must never be in Redis again."""
+        self._left.add(name)
+
+    def _run(self) -> None:
+        failures = redis_clients.failures()
+        clients = {f"node-{i + 1}": NameServerClient(a, timeout=2.0) for i, a in enumerate(self.node_addrs)}
+        try:
+            while not self._stop.wait(0.1):
+                for place, client in clients.items():
+                    with contextlib.suppress(OSError):
+                        known = {n for n, b in client.cluster_info()[0].items() if b.broker_addrs}
+                        self.missing += [(wall_ms(), n, place) for n in self.keep - known]
+                try:
+                    in_redis = known_in_redis(self.lookup)
+                except failures:
+                    self.unanswered.append(wall_ms())
+                    continue
+                self.missing += [(wall_ms(), n, "redis") for n in self.keep - in_redis]
+                self.back += [(wall_ms(), n) for n in self._left & in_redis]
+        finally:
+            for client in clients.values():
+                client.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.lookup.close()
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def check(self) -> None:
+        assert self.missing == [], f"live brokers missing: {self.missing[:10]}"
+        assert self.back == [], f"brokers back in Redis after they left it: {self.back[:10]}"
