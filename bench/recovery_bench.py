@@ -10,9 +10,21 @@ JVM, the Spark session, Kafka and Redis, the query's start, the early micro-batc
 nodes hand expiry back; with the CPU seconds the job's processes had spent by then. The same for the
 suite's cold start, and for ``make run``'s own (``python -m infra.stack up``, from outside only).
 Each table carries the 1-minute load; ``-D key=value`` sets the job's settings for an A/B run
-(``spark.driver.extraJavaOptions`` included); ``--out`` appends the tables to a file.
+(``spark.driver.extraJavaOptions`` included); ``--out`` appends the tables to a file, after a summary:
+the date, the machine's cores, the load average at the start and the end of the run, and every kill's
+kill -> first decision with their median and maximum.
 
-    .venv/bin/python bench/recovery_bench.py [--kills 2] [-D KEY=VALUE] [--out bench/STREAMING_RESULTS.md]
+``--rocketmq`` registers real brokers for the kills: an Apache RocketMQ 5.x master and slave (one group,
+``broker-a``), the release and the JVMs the suite runs (``tests/support/rocketmq.py``: ``ROCKETMQ_5``,
+``start_broker``), started against both nodes once the stack is up and killed when the bench ends.
+
+A job under ``make run`` builds its class-data-sharing archive in its first run (``streaming.class_archive``),
+and ``make run`` restarts a job that ran ``RestartPolicy.stable_after`` (60 s) after 1 s, one that dies
+sooner after twice the last wait. ``--archive`` waits for the archive before the first kill and
+``--settle-s 65`` lets every job run past that, so each kill is a restart as ``make run`` does one once
+it has been up a while; without them the restarts are a first run's, or a crash loop's.
+
+    .venv/bin/python bench/recovery_bench.py [--kills 2] [--rocketmq] [--archive] [-D KEY=VALUE] [--out FILE]
 """
 
 from __future__ import annotations
@@ -22,6 +34,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import sys
 import tempfile
 import threading
@@ -200,6 +213,64 @@ def probe_main(argv: list[str]) -> int:
 
 def load_1m() -> float:
     return os.getloadavg()[0]
+
+
+def load_avg() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+#: a broker's JVM shares the cores with Kafka, Spark, the nodes and other people's tests (as the suite allows)
+BROKER_START_S = 240.0
+
+
+def start_rocketmq(base: Path, namesrv_addrs: list[str], brokers: list[Any]) -> str:
+    """A real RocketMQ 5.x master and slave registered with every node, appended to ``brokers`` as each
+    starts (so the caller stops whatever started); what they are, for the report."""
+    from tests.support.rocketmq import ROCKETMQ_5, start_broker
+
+    for broker_id in (0, 1):  # the slave after its master, as the suite starts a group
+        brokers.append(start_broker(ROCKETMQ_5, base, namesrv_addrs, broker_id=broker_id, timeout=BROKER_START_S))
+    master, slave = brokers
+    return (
+        f"Apache RocketMQ {ROCKETMQ_5.server_version} master {master.addr} and slave {slave.addr} "
+        f"(group {master.name}, the suite's JVM options), registered with both nodes"
+    )
+
+
+def check_brokers(brokers: list[Any]) -> None:
+    """Every real broker still runs and is registered with every node it was given."""
+    from tests.support.rocketmq import registered
+
+    for b in brokers:
+        b.process.check_alive()
+        missing = [a for a in b.namesrv_addrs if not registered(a, b.name, b.broker_id, b.addr)]
+        assert not missing, f"broker {b.name}/{b.broker_id} at {b.addr} not registered with {missing}"
+
+
+def wait_for_archive(timeout: float = 420.0) -> str:
+    """Wait until the job has built the driver JVM's class-data-sharing archive; what became of it."""
+    from streaming.class_archive import BUILD_AFTER_S, ClassArchive
+
+    archive = ClassArchive.find()
+    if archive is None:
+        return "no class-data-sharing archive (no JVM, no folder for it, or building it failed before)"
+    if not archive.path.is_file():
+        print(f"waiting for the job's class-data-sharing archive ({BUILD_AFTER_S:.0f} s into its run)", flush=True)
+        wait_for(archive.path.is_file, timeout, f"the class-data-sharing archive {archive.path}")
+    return f"the driver JVM's class-data-sharing archive {archive.path.name} built before the first kill"
+
+
+def summary(runs: list[Run]) -> list[str]:
+    """Every kill's kill -> first decision (the new job's first MONITOR_HEARTBEAT), their median and max."""
+    took = [r.heartbeat_on_topic - r.t0 for r in runs if r.death is not None and r.heartbeat_on_topic is not None]
+    if not took:
+        return []
+    each = ", ".join(fmt_s(t) for t in took)
+    loads = ", ".join(f"{r.load_at_start:.1f}" for r in runs if r.death is not None)
+    return [
+        f"kill -> first decision, {len(took)} kills: {each} s; median {fmt_s(statistics.median(took))} s, "
+        f"max {fmt_s(max(took))} s (1-minute load at each kill: {loads})"
+    ]
 
 
 @dataclass
@@ -475,6 +546,10 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="append the tables to this file")
     parser.add_argument("--keep", type=Path, help="run in this directory and keep it (logs, probe records)")
     parser.add_argument("--skip-make-run", action="store_true", help="leave out the start of `make run` itself")
+    parser.add_argument("--archive", action="store_true",
+                        help="before the first kill, wait for the job's class-data-sharing archive")  # fmt: skip
+    parser.add_argument("--rocketmq", action="store_true",
+                        help="register a real Apache RocketMQ 5.x master and slave (the suite's) for the kills")  # fmt: skip
     parser.add_argument("-D", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a setting of the job (e.g. kafka.maxOffsetsPerTrigger=1000), for A/B runs")  # fmt: skip
     args = parser.parse_args()
@@ -485,6 +560,10 @@ def main() -> int:
     overrides = parse_overrides(args.overrides)
     delay_ms = load_config(REPO / "conf" / "streaming.properties", overrides).watermark_delay_millis
     runs: list[Run] = []
+    started_at, load_start = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), load_avg()
+    brokers: list[Any] = []  # the real ones (--rocketmq)
+    real_brokers = archive = ""
+    print(f"{os.cpu_count()} cores; load average (1/5/15 min) at the start: {load_start}", flush=True)
     with tempfile.TemporaryDirectory(prefix="recovery-bench-") as tmp_name:
         tmp = args.keep or Path(tmp_name)
         if not args.skip_make_run:
@@ -507,10 +586,17 @@ def main() -> int:
             print("\n".join(legs_table(cold)), flush=True)
             for i in range(args.brokers):
                 fleets.add(f"rb{i}", system.node_addrs, system.timing, addr_base=f"127.0.0.1:{43000 + 10 * i}")
+            if args.rocketmq:
+                real_brokers = start_rocketmq(tmp / "rocketmq", system.node_addrs, brokers)
+                print(real_brokers, flush=True)
             assert system.streaming is not None
             supervising = Supervising(system.streaming)
+            if args.archive:
+                archive = wait_for_archive()
+                print(archive, flush=True)
             for k in range(1, args.kills + 1):
                 time.sleep(args.settle_s)  # the job runs steadily, the brokers heartbeat
+                check_brokers(brokers)
                 pid = system.streaming_pid
                 assert pid is not None
                 run = Run(f"restart {k}: SIGKILL, `make run`'s supervisor restarts it", wall_ms(), load_1m(),
@@ -521,16 +607,28 @@ def main() -> int:
                 observe(system, run, probe_file)
                 runs.append(run)
                 print("\n".join(legs_table(run)), flush=True)
+            check_brokers(brokers)  # registered throughout
+            load_end = load_avg()
         finally:
             signal.signal(signal.SIGTERM, previous)
             if supervising is not None:
                 supervising.stop()
+            for broker in reversed(brokers):
+                broker.stop()
             fleets.stop()
             system.stop()
+    head = (
+        f"{started_at}, {os.cpu_count()} cores; load average (1/5/15 min) at the start -> end: "
+        f"{load_start} -> {load_end}; brokers: {args.brokers} simulated"
+        + "".join(f"; {note}" for note in (real_brokers, archive) if note)
+    )
+    lines = [head, "", *summary(runs)]
+    print("\n".join(lines), flush=True)
     if args.out:
-        command = "python bench/recovery_bench.py " + " ".join(sys.argv[1:])
+        command = ".venv/bin/python bench/recovery_bench.py " + " ".join(sys.argv[1:])
+        tables = "\n".join(line for run in runs for line in legs_table(run))
         with args.out.open("a") as f:
-            f.write(f"\nCommand: `{command}`\n\n" + "\n".join(line for run in runs for line in legs_table(run)) + "\n")
+            f.write(f"\nCommand: `{command}` ({head})\n\n" + "\n".join(lines[2:]) + "\n\n" + tables + "\n")
     return 0
 
 
