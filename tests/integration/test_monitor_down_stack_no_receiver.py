@@ -15,14 +15,9 @@ load-aware bounds (:func:`tests.support.liveness.bounds_now`).
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 import signal
 import threading
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -33,7 +28,8 @@ from namesrv.client import NameServerClient
 from namesrv.events.schema import wall_ms
 from streaming import cli
 from streaming.routes import RouteLookup
-from tests.integration.backends import ACTIONS, SHIPPED, ProcessInfra, System, descendants, report
+from tests.integration.backends import ACTIONS, SHIPPED, ProcessInfra, System, report
+from tests.integration.test_monitor_down_stack import console_alerts, monitor_down
 from tests.support.liveness import bounds_now
 from tests.support.node import free_port
 from tests.support.recovery import first_heartbeat
@@ -97,34 +93,6 @@ class RedisWatch:
         self.lookup.close()
 
 
-def stall(system: System) -> list[int]:
-    """SIGSTOP the job: its driver and every process below it (the JVM, its Python workers)."""
-    pid = system.streaming_pid
-    assert pid is not None, "the streaming job is not running"
-    frozen = [pid] + [child for child, _ in descendants(pid)]
-    for p in frozen:
-        os.kill(p, signal.SIGSTOP)
-    return frozen
-
-
-def resume(frozen: list[int]) -> None:
-    for p in reversed(frozen):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p, signal.SIGCONT)
-
-
-def console_alerts(console: ConsoleService) -> dict[str, list[dict[str, Any]]]:
-    """The console's alerts (its ``/api/state``, what the page shows); empty lists before its first read."""
-    with urllib.request.urlopen(console.url + "api/state", timeout=5) as answer:
-        doc = json.load(answer)
-    alerts = doc.get("alerts") or {}
-    return {"open": alerts.get("open", []), "resolved": alerts.get("resolved", [])}
-
-
-def monitor_down(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [a for a in alerts if a["kind"] == "MONITOR_DOWN"]
-
-
 def routes_alerts(redis_url: str, capsys: pytest.CaptureFixture[str]) -> str:
     """What ``namesrv-monitor routes alerts`` prints."""
     capsys.readouterr()
@@ -140,7 +108,7 @@ def test_with_no_receiver_a_stalled_job_shows_monitor_down_in_redis_and_it_is_re
     system = LaggingSystem(ProcessInfra(run_dir), run_dir, timing=SHIPPED)
     console = ConsoleService(port=free_port(), run_dir=run_dir / "console", redis_url=system.redis_url)
     watch: RedisWatch | None = None
-    frozen: list[int] = []
+    frozen = False
     try:
         system.start()  # returns once the job committed a batch and sent a MONITOR_HEARTBEAT
         console.start()
@@ -160,7 +128,8 @@ def test_with_no_receiver_a_stalled_job_shows_monitor_down_in_redis_and_it_is_re
         assert watch.first(True) is None  # nothing while it decides
 
         # -- the job frozen, and kept so
-        frozen = stall(system)
+        system.streaming_signal(signal.SIGSTOP)  # the driver and everything under it
+        frozen = True
         stalled = wall_ms()  # after the freeze: whatever the job decided by then, the nodes may have heard
         opened_at = wait_until(lambda: watch.first(True, stalled), LAG_MS / 1000 + 60, "MONITOR_DOWN in Redis",
                                state=lambda: watch.seen[-3:])  # fmt: skip
@@ -190,8 +159,8 @@ def test_with_no_receiver_a_stalled_job_shows_monitor_down_in_redis_and_it_is_re
         assert not [a for a in system.tap.actions() if a.decided_at > stalled], "nothing decided while frozen"
         heard_before = len(system.tap.seen(ACTIONS))
         resumed = wall_ms()
-        resume(frozen)
-        frozen = []
+        system.streaming_signal(signal.SIGCONT)
+        frozen = False
         back = wait_until(lambda: len(system.tap.seen(ACTIONS)) > heard_before, 120, "an action of the job going on")
         back_at = wall_ms()  # within the tap's poll of the first action read again; a node reads it as fast
         resolved_at = wait_until(lambda: watch.first(False, opened_at), 60, "MONITOR_DOWN resolved in Redis",
@@ -228,7 +197,8 @@ def test_with_no_receiver_a_stalled_job_shows_monitor_down_in_redis_and_it_is_re
             ("MONITOR_DOWN", "RESOLVED")
         ]
     finally:
-        resume(frozen)  # a frozen job would not take the SIGTERM that stops it
+        if frozen:  # a frozen job would not take the SIGTERM that stops it
+            system.streaming_signal(signal.SIGCONT)
         if watch is not None:
             watch.stop()
         console.stop()
