@@ -26,8 +26,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -327,12 +328,14 @@ def ensure_topics(
     topics: Sequence[TopicSpec],
     *,
     replication_factor: int = 1,
+    configs: Mapping[str, str] | None = None,
     timeout: float = 10.0,
     security: kafka_clients.KafkaSecurity | None = None,
 ) -> list[str]:
     """Create the topics that are missing on a Kafka cluster; return the names created.
 
-    An existing topic is left as it is, with a warning when its partition count differs.
+    ``configs`` are topic settings given at creation (e.g. ``min.insync.replicas``). An existing topic
+    is left as it is, with a warning when its partition count or replication factor differs.
     Uses kafka-python 3.x's dict form of ``create_topics`` (NewTopic is deprecated there).
     """
     from kafka.errors import TopicAlreadyExistsError
@@ -342,9 +345,10 @@ def ensure_topics(
         return []
     ms = int(timeout * 1000)
     created: list[str] = []
+    settings = {"replication_factor": replication_factor, "configs": dict(configs or {})}
     with kafka_admin(bootstrap_servers, timeout, security) as admin:
         response = admin.create_topics(
-            {name: {"num_partitions": n, "replication_factor": replication_factor} for name, n in wanted.items()},
+            {name: {"num_partitions": n, **settings} for name, n in wanted.items()},
             timeout_ms=ms,
             raise_errors=False,
         )
@@ -360,13 +364,16 @@ def ensure_topics(
         admin.wait_for_topics(list(wanted), timeout_ms=ms)
         for info in admin.describe_topics(list(wanted)):
             have, want = len(info["partitions"]), wanted[info["name"]]
-            if have != want:
+            replicas = {len(p["replica_nodes"]) for p in info["partitions"]}
+            if have != want or replicas != {replication_factor}:
                 log.warning(
-                    "kafka: topic %s has %d partitions, configured %d; delete it (locally: "
+                    "kafka: topic %s has %d partitions of %s replicas, configured %d of %d; delete it (locally: "
                     "stop and remove kafka.dataDir) to recreate it",
                     info["name"],
                     have,
+                    "/".join(map(str, sorted(replicas))),
                     want,
+                    replication_factor,
                 )
     if created:
         log.info("kafka: created topics %s on %s", ", ".join(created), bootstrap_servers)
@@ -708,7 +715,9 @@ class KafkaService(ProcessService):
     ``listener`` is the client listener's security protocol; ``broker_properties`` are added to (and
     win over) the generated server.properties, for SASL and TLS settings; ``format_args`` go to
     ``kafka-storage format`` (e.g. ``--add-scram``). ``security`` is what our own probe and topic
-    creation present.
+    creation present. Alone it is node 1 and its own controller quorum; as one node of a
+    :class:`KafkaCluster` it gets its ``node_id``, the quorum's ``voters`` (node id, controller
+    address) and the cluster's ``cluster_id``.
     """
 
     name = "kafka"
@@ -730,9 +739,17 @@ class KafkaService(ProcessService):
         broker_properties: Mapping[str, str] | None = None,
         format_args: Sequence[str] = (),
         security: kafka_clients.KafkaSecurity | None = None,
+        node_id: int = 1,
+        voters: Sequence[tuple[int, str]] = (),
+        cluster_id: str | None = None,
+        name: str = "kafka",
     ) -> None:
         super().__init__(port=port, run_dir=run_dir, host=host, start_timeout=start_timeout)
+        self.name = name
+        self.node_id = node_id
+        self.cluster_id = cluster_id
         self.controller_port = controller_port if controller_port is not None else free_port(host)
+        self.voters = tuple(voters) or ((node_id, f"{host}:{self.controller_port}"),)
         self.data_dir = Path(data_dir) if data_dir is not None else self.run_dir / f"kafka-{port}"
         self.topics = tuple(topics)
         self.heap = heap
@@ -789,8 +806,8 @@ class KafkaService(ProcessService):
         client, controller = f"{self.host}:{self.port}", f"{self.host}:{self.controller_port}"
         props = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@{controller}",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": ",".join(f"{node}@{address}" for node, address in self.voters),
             "controller.listener.names": "CONTROLLER",
             "listeners": f"{self.listener}://{client},CONTROLLER://{controller}",
             "advertised.listeners": f"{self.listener}://{client}",
@@ -832,7 +849,7 @@ class KafkaService(ProcessService):
         self.data_dir.mkdir(parents=True, exist_ok=True)
         command = self._java(
             "kafka.tools.StorageTool", "format", "--ignore-formatted",
-            "-t", kafka_cluster_id(), "-c", str(self.config_file), *self.format_args,
+            "-t", self.cluster_id or kafka_cluster_id(), "-c", str(self.config_file), *self.format_args,
         )  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
         if done.returncode != 0:
@@ -878,6 +895,146 @@ class KafkaService(ProcessService):
         extra["controller"] = f"{self.host}:{self.controller_port}"
         extra["data_dir"] = str(self.data_dir)
         return extra
+
+
+def replicated_properties(replicas: int, min_insync: int) -> dict[str, str]:
+    """What each node of a replicated cluster adds to one node's server.properties (docs/deploy.md says why).
+
+    Every topic, ours and Kafka's own, gets ``replicas`` copies, of which ``min_insync`` must hold a
+    record before an ``acks=all`` producer is told it is written; a replica that fell out of sync never
+    becomes leader (the default, stated): Kafka's documentation, "Availability and Durability Guarantees".
+    """
+    return {
+        "default.replication.factor": str(replicas),
+        "min.insync.replicas": str(min_insync),
+        "unclean.leader.election.enable": "false",
+        "offsets.topic.replication.factor": str(replicas),
+        "transaction.state.log.replication.factor": str(replicas),
+        "transaction.state.log.min.isr": str(min_insync),
+        "share.coordinator.state.topic.replication.factor": str(replicas),
+        "share.coordinator.state.topic.min.isr": str(min_insync),
+    }
+
+
+def existing_cluster_id(data_dirs: Iterable[Path]) -> str | None:
+    """The ``cluster.id`` a formatted KRaft data directory of these holds, if any (meta.properties)."""
+    for data_dir in data_dirs:
+        with contextlib.suppress(OSError, ValueError):
+            found = parse_properties((data_dir / "meta.properties").read_text(encoding="utf-8")).get("cluster.id")
+            if found:
+                return found
+    return None
+
+
+class KafkaCluster:
+    """N Apache Kafka KRaft nodes on loopback ports, each a broker and one of the N controllers, our topics
+    on every node: the replicated layout of docs/deploy.md ("Kafka replicated").
+
+    Node i (from 1) is a :class:`KafkaService` named ``kafka-i`` on client port ``ports[i-1]`` and
+    controller port ``controller_ports[i-1]``, its data in ``<data_dir>-i``. Topics get N replicas and
+    ``min.insync.replicas`` N - 1 (3 and 2 for three nodes), so one node may be down without a write
+    failing or an acknowledged one being lost. The nodes start together, since a broker answers only once
+    a majority of the controllers runs, and share one cluster id: the one their data directories already
+    hold, else a fresh one.
+    """
+
+    def __init__(
+        self,
+        *,
+        ports: Sequence[int],
+        controller_ports: Sequence[int],
+        run_dir: Path,
+        data_dir: Path,
+        topics: Sequence[TopicSpec] = (),
+        heap: str = "512m",
+        host: str = LOOPBACK,
+        start_timeout: float = 90.0,
+    ) -> None:
+        if not ports or len(ports) != len(controller_ports):
+            raise ValueError(f"one controller port per node: {list(ports)} and {list(controller_ports)}")
+        if len({*ports, *controller_ports}) != 2 * len(ports):
+            raise ConfigError(
+                f"kafka: the nodes' ports {list(ports)} and controller ports {list(controller_ports)} overlap"
+            )
+        self.run_dir = Path(run_dir)
+        self.host = host
+        self.heap = heap
+        self.start_timeout = start_timeout
+        self.topics = tuple(topics)
+        self.replicas = len(ports)
+        self.min_insync = max(1, self.replicas - 1)
+        self._ports = tuple(zip(ports, controller_ports, strict=True))
+        self.voters = tuple((i, f"{host}:{c}") for i, (_, c) in enumerate(self._ports, 1))
+        self.data_dirs = [Path(f"{data_dir}-{i}") for i in range(1, self.replicas + 1)]
+        self.cluster_id = existing_cluster_id(self.data_dirs) or kafka_cluster_id()
+        self.nodes = [self.node(i, self.run_dir) for i in range(1, self.replicas + 1)]
+
+    @classmethod
+    def from_config(cls, config: ServicesConfig, nodes: int) -> KafkaCluster:
+        """``nodes`` nodes on ``kafka.port`` and ``kafka.controllerPort`` + 0, 2, 4 ... (19092/19093, 19094/19095, ...)."""
+        ports = [config.kafka_port + 2 * i for i in range(nodes)]
+        controllers = [config.kafka_controller_port + 2 * i for i in range(nodes)]
+        if max(ports + controllers) > 65535:
+            raise ConfigError(f"{_SOURCE}: {nodes} Kafka nodes need ports up to {max(ports + controllers)}, past 65535")
+        return cls(
+            ports=ports, controller_ports=controllers, run_dir=config.run_dir, data_dir=config.kafka_data_dir,
+            topics=config.kafka_topics, heap=config.kafka_heap,
+        )  # fmt: skip
+
+    def node(self, i: int, run_dir: Path) -> KafkaService:
+        """Node ``i`` (from 1) as a service logging in ``run_dir``: a restarted node can log apart from its last run."""
+        port, controller_port = self._ports[i - 1]
+        return KafkaService(
+            port=port, controller_port=controller_port, run_dir=run_dir, data_dir=self.data_dirs[i - 1],
+            host=self.host, heap=self.heap, start_timeout=self.start_timeout, node_id=i, voters=self.voters,
+            cluster_id=self.cluster_id, name=f"kafka-{i}",
+            broker_properties=replicated_properties(self.replicas, self.min_insync),
+        )  # fmt: skip
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(node.address for node in self.nodes)
+
+    def _each(self, action: Callable[[KafkaService], object]) -> None:
+        """``action`` on every node at once; the first error, once all are done."""
+        errors: list[BaseException] = []
+
+        def run(node: KafkaService) -> None:
+            try:
+                action(node)
+            except BaseException as exc:  # noqa: BLE001 - handed on below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(n,), name=f"{n.name}-control") for n in self.nodes]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
+
+    def start(self) -> list[ServiceStatus]:
+        """Start every node (reusing ours that run), then create the missing topics on N replicas."""
+        try:
+            self._each(lambda node: node.start())
+        except BaseException:
+            self.stop()
+            raise
+        self.ensure_topics(self.topics)
+        return self.status()
+
+    def ensure_topics(self, topics: Sequence[TopicSpec], timeout: float = 30.0) -> list[str]:
+        return ensure_topics(
+            self.bootstrap_servers, topics, replication_factor=self.replicas,
+            configs={"min.insync.replicas": str(self.min_insync)}, timeout=timeout,
+        )  # fmt: skip
+
+    def stop(self) -> None:
+        """Stop every node at once: the last of them stopping alone would wait for a controller majority that is gone."""
+        self._each(lambda node: node.stop())
+
+    def status(self) -> list[ServiceStatus]:
+        return [node.status() for node in self.nodes]
 
 
 @dataclass(frozen=True)
@@ -1003,15 +1160,19 @@ class RedisService(ProcessService):
 
 # --------------------------------------------------------------------------- command line
 
-Service = KafkaService | RedisService
+Service = KafkaService | KafkaCluster | RedisService
 
 
-def services_from_config(config: ServicesConfig, only: Iterable[str] | None = None) -> list[Service]:
-    """The services named in ``only`` (default: all), Kafka first."""
+def services_from_config(
+    config: ServicesConfig, only: Iterable[str] | None = None, kafka_nodes: int = 1
+) -> list[Service]:
+    """The services named in ``only`` (default: all), Kafka first: one node, or a cluster of ``kafka_nodes``."""
     chosen = set(only) if only else {"kafka", "redis"}
     services: list[Service] = []
     if "kafka" in chosen:
-        services.append(KafkaService.from_config(config))
+        services.append(
+            KafkaService.from_config(config) if kafka_nodes == 1 else KafkaCluster.from_config(config, kafka_nodes)
+        )
     if "redis" in chosen:
         services.append(RedisService.from_config(config))
     return services
@@ -1025,6 +1186,11 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("action", choices=("start", "stop", "status", "topics"))
     parser.add_argument("--only", choices=("kafka", "redis"), help="act on one service only")
+    parser.add_argument(
+        "--kafka-nodes", type=int, default=1, choices=range(1, 10), metavar="N",
+        help="start|stop|status: Kafka as N KRaft nodes on kafka.port and kafka.controllerPort + 0, 2, 4 ..., "
+        "topics on N replicas (default 1: one node)",
+    )  # fmt: skip
     parser.add_argument("--redis-backend", choices=[b.value for b in RedisBackend])
     parser.add_argument(
         "-c", "--config", type=Path, default=None,
@@ -1035,6 +1201,10 @@ def _build_parser() -> argparse.ArgumentParser:
         help="topics: the Kafka to create them on (default: the local broker of kafka.port)",
     )  # fmt: skip
     parser.add_argument("--replication-factor", type=int, default=1, help="topics: default 1")
+    parser.add_argument(
+        "--min-insync-replicas", type=int, default=None, metavar="N",
+        help="topics: the topics' min.insync.replicas (default: the brokers' own)",
+    )  # fmt: skip
     parser.add_argument(
         "--wait", type=float, default=0.0, metavar="SECONDS",
         help="topics: keep retrying this long while the broker is not reachable yet",
@@ -1050,7 +1220,10 @@ def _create_topics_cli(config: ServicesConfig, args: argparse.Namespace) -> str:
     deadline = time.monotonic() + args.wait
     while True:
         try:
-            created = ensure_topics(bootstrap, config.kafka_topics, replication_factor=args.replication_factor)
+            created = ensure_topics(
+                bootstrap, config.kafka_topics, replication_factor=args.replication_factor,
+                configs={} if args.min_insync_replicas is None else {"min.insync.replicas": str(args.min_insync_replicas)},
+            )  # fmt: skip
             break
         except KafkaError as exc:
             if time.monotonic() >= deadline:
@@ -1081,7 +1254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.action == "topics":
             print(_create_topics_cli(config, args), flush=True)
             return 0
-        services = services_from_config(config, [args.only] if args.only else None)
+        services = services_from_config(config, [args.only] if args.only else None, args.kafka_nodes)
     except (ConfigError, ServiceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1
@@ -1100,9 +1273,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             failed = True
             continue
-        print(status.line(), flush=True)
-        if args.action == "status" and not status.running:
-            failed = True
+        for each in status if isinstance(status, list) else [status]:  # a cluster: one line per node
+            print(each.line(), flush=True)
+            if args.action == "status" and not each.running:
+                failed = True
     if failed:
         # LSB's "not running" for status; a plain failure otherwise.
         return 3 if args.action == "status" else 1

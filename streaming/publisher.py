@@ -31,6 +31,12 @@ log = logging.getLogger(__name__)
 BOOTSTRAP_ATTEMPT_MS = 5_000
 #: names the publisher's connections, so that a broker's refusal of them is kept (common.kafka_clients)
 CLIENT_ID = "namesrv-monitor"
+#: how long a request may go unanswered before it is sent again: a leader that stops answering (a frozen
+#: process, a hung host) keeps our connection open, and kafka-python's 30 s default held every action and
+#: MONITOR_HEARTBEAT (and the batch flushing them) that long behind it, though Kafka moves the leadership
+#: after broker.session.timeout.ms (9 s); idempotence makes the resend harmless
+#: (tests/integration/test_kafka_replicated.py, the actions' leader frozen)
+REQUEST_TIMEOUT_MS = 5_000
 
 
 class KafkaLoginRefused(ConfigError):
@@ -70,11 +76,15 @@ class KafkaPublisher:
                 return kafka_clients.producer(
                     bootstrap_servers,
                     key="kafka.bootstrap",
+                    timeout_ms=REQUEST_TIMEOUT_MS,
                     security=security,
                     client_id=CLIENT_ID,
-                    acks=1,
+                    # an action or alert flushed is one Kafka keeps while one replica is lost (acks=all), and
+                    # a retry across a leader change neither repeats nor reorders it (idempotence), as the
+                    # nodes' events: namesrv.events.publisher.kafka_producer says why each
+                    acks="all",
+                    enable_idempotence=True,
                     linger_ms=2,
-                    enable_idempotence=False,
                     bootstrap_timeout_ms=BOOTSTRAP_ATTEMPT_MS,
                 )
             except KafkaError:

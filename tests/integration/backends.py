@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ from typing import Any, Protocol
 from common import kafka_clients
 from infra.services import (
     DEFAULT_TOPICS,
+    KafkaCluster,
     KafkaService,
     RedisService,
     ServiceError,
@@ -211,6 +213,145 @@ class ProcessInfra:
 
     def describe(self) -> str:
         return f"processes: Apache Kafka {self.kafka_bootstrap} (log {self.kafka.log_file}), redis {self.redis_url}"
+
+
+#: which node leads what at the start (a partition's first replica leads it): the actions and alerts on node 1,
+#: the events partitions on nodes 2 and 3, so a test can fail the actions' leader or the events' leaders alone
+REPLICATED_LAYOUT = {
+    EVENTS: {0: [2, 3, 1], 1: [3, 2, 1], 2: [2, 1, 3], 3: [3, 1, 2]},
+    ACTIONS: {0: [1, 2, 3]},
+    ALERTS: {0: [1, 3, 2]},
+}
+
+
+class ReplicatedInfra:
+    """Apache Kafka as three KRaft nodes and redis-server as local processes on free loopback ports.
+
+    The replicated layout of docs/deploy.md (:class:`infra.services.KafkaCluster`: every node a broker and
+    a controller, the topics on three replicas with ``min.insync.replicas`` 2), its leaders placed as
+    :data:`REPLICATED_LAYOUT` says. A test kills, restarts and freezes its Kafka nodes one at a time, by
+    node id (1..3); each run of a node logs in a directory of its own, so the log of the run that was
+    killed stays.
+    """
+
+    name = "replicated"
+
+    def __init__(self, run_dir: Path, kafka_nodes: int = 3) -> None:
+        self.run_dir = run_dir
+        self.cluster = KafkaCluster(
+            ports=[free_port() for _ in range(kafka_nodes)],
+            controller_ports=[free_port() for _ in range(kafka_nodes)],
+            run_dir=run_dir / "kafka",
+            data_dir=run_dir / "kafka-data",
+        )
+        self.redis = RedisService(port=free_port(), run_dir=run_dir / "redis")
+        self._runs = dict.fromkeys(range(1, kafka_nodes + 1), 1)
+        #: node ids killed or frozen now: our own admin requests go to the others
+        self._faulty: set[int] = set()
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return self.cluster.bootstrap_servers
+
+    @property
+    def redis_url(self) -> str:
+        return self.redis.url
+
+    def start(self) -> None:
+        self.cluster.start()
+        with kafka_admin(self.kafka_bootstrap, 30) as admin:
+            min_insync = {"min.insync.replicas": str(self.cluster.min_insync)}
+            admin.create_topics(
+                {t: {"assignments": a, "configs": min_insync} for t, a in REPLICATED_LAYOUT.items()},
+                timeout_ms=30_000,
+            )
+            admin.wait_for_topics(list(REPLICATED_LAYOUT), timeout_ms=30_000)
+        self.redis.start()
+
+    def stop(self) -> None:
+        for stop in (self.cluster.stop, self.redis.stop):
+            with contextlib.suppress(ServiceError):
+                stop()
+
+    def stop_kafka(self) -> None:
+        self.cluster.stop()
+
+    def start_kafka(self) -> None:
+        self.cluster.start()
+
+    def describe(self) -> str:
+        logs = ", ".join(str(n.log_file) for n in self.cluster.nodes)
+        return f"replicated: Apache Kafka {self.kafka_bootstrap} (logs {logs}), redis {self.redis_url}"
+
+    # -- one node at a time
+
+    def kafka_node(self, node_id: int) -> KafkaService:
+        return self.cluster.nodes[node_id - 1]
+
+    def _describe(self, topics: list[str], timeout: float = 20.0) -> list[dict[str, Any]]:
+        """The topics' metadata, asked of a node that is neither killed nor frozen. An admin client sends a
+        request to one node, which may be the faulty one while the metadata still names it, and does not
+        try another: ask again."""
+        from kafka.errors import KafkaError
+
+        healthy = ",".join(n.address for i, n in enumerate(self.cluster.nodes, 1) if i not in self._faulty)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with kafka_admin(healthy) as admin:
+                    return list(admin.describe_topics(topics))
+            except KafkaError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def leaders(self, topic: str) -> dict[int, int]:
+        """partition -> the node id leading it now (-1: none), as the cluster's metadata says."""
+        (info,) = self._describe([topic])
+        return {p["partition_index"]: p["leader_id"] for p in info["partitions"]}
+
+    def in_sync(self, topics: tuple[str, ...] = (EVENTS, ACTIONS)) -> bool:
+        """Every partition of ``topics`` has every replica in sync (a restarted node has caught up)."""
+        infos = self._describe(list(topics))
+        return all(len(p["isr_nodes"]) == len(p["replica_nodes"]) for i in infos for p in i["partitions"])
+
+    def kafka_pid(self, node_id: int) -> int:
+        pid = self.kafka_node(node_id).running_pid()
+        assert pid is not None, f"kafka node {node_id} is not running"
+        return pid
+
+    def kill_kafka_node(self, node_id: int) -> None:
+        """SIGKILL one Kafka node (no controlled shutdown: its partitions wait for the controller to fence it)."""
+        node, pid = self.kafka_node(node_id), self.kafka_pid(node_id)
+        self._faulty.add(node_id)
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: node.running_pid() is None, 10, f"kafka node {node_id} (pid {pid}) to die")
+
+    def restart_kafka_node(self, node_id: int) -> None:
+        """Start a node that was killed again, on its data directory, logging apart from its last run."""
+        self._runs[node_id] += 1
+        node = self.cluster.node(node_id, self.run_dir / f"kafka-{node_id}-run{self._runs[node_id]}")
+        self.cluster.nodes[node_id - 1] = node
+        node.start()
+        self._faulty.discard(node_id)
+
+    def heal(self) -> None:
+        """Start again every Kafka node a test killed and left down."""
+        for node_id in sorted(self._faulty):
+            if self.kafka_node(node_id).running_pid() is None:
+                self.restart_kafka_node(node_id)
+
+    @contextlib.contextmanager
+    def kafka_node_frozen(self, node_id: int) -> Iterator[None]:
+        """One Kafka node stopped (SIGSTOP) for the block, as a long GC pause or a hung host is, then continued."""
+        pid = self.kafka_pid(node_id)
+        self._faulty.add(node_id)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(pid, signal.SIGCONT)
+            self._faulty.discard(node_id)
 
 
 # --------------------------------------------------------------------------- infra: containers
@@ -482,6 +623,7 @@ class System:
         timing: Timing | None = None,
         nodes: int = 2,
         streaming_set: dict[str, str] | None = None,
+        node_metrics: bool = False,
     ) -> None:
         self.infra = infra
         #: extra ``-D key=value`` for the job (e.g. kafka.maxOffsetsPerTrigger=10000), after ours
@@ -489,6 +631,8 @@ class System:
         self.run_dir = run_dir
         self.timing = timing or Timing()
         self.node_ports = [free_port() for _ in range(nodes)]
+        #: each node's Prometheus endpoint (:meth:`node_metrics`), when asked for
+        self.metrics_ports = [free_port() for _ in range(nodes)] if node_metrics else []
         self.checkpoint_dir = run_dir / "checkpoint"
         self.nodes: list[NodeService | None] = [None] * nodes
         self.streaming: StreamingJob | None = None
@@ -575,6 +719,7 @@ class System:
             **_set("monitorSilenceFallbackMillis", t.monitor_fallback_ms),
             "kvConfigPath": str(data / "kvConfig.json"),
             "configStorePath": str(data / "namesrv.properties"),
+            **({"metricsPort": str(self.metrics_ports[i])} if self.metrics_ports else {}),
         }
 
     def start_node(self, i: int, *, warm_start: bool = False) -> float:
@@ -595,6 +740,19 @@ class System:
         if node is not None:
             with contextlib.suppress(ServiceError):
                 node.stop()
+
+    def node_metrics(self, i: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+        """Node ``i``'s Prometheus metrics: sample name -> {sorted label items: value} (``node_metrics=True``)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        assert self.metrics_ports, "System(node_metrics=True) gives the nodes a metrics endpoint"
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_ports[i]}/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+        out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+        return out
 
     def node_log(self, i: int) -> str:
         node = self.nodes[i]

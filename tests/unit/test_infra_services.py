@@ -21,6 +21,7 @@ from infra import services
 from infra.services import (
     BinaryNotFoundError,
     ConfigError,
+    KafkaCluster,
     KafkaService,
     PortInUseError,
     RedisBackend,
@@ -35,6 +36,7 @@ from infra.services import (
     load_config,
     main,
     parse_topics,
+    services_from_config,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -156,6 +158,62 @@ def test_defaults_a_data_dir_and_controller_port_of_its_own(tmp_path: Path) -> N
     assert kafka.data_dir == tmp_path / "kafka-20001"
     assert kafka.controller_port not in (0, 20001)
     assert kafka.backend == "apache-kafka"
+
+
+def test_a_cluster_makes_n_kraft_nodes_that_share_a_quorum_a_cluster_id_and_three_replicas(tmp_path: Path) -> None:
+    cluster = KafkaCluster(
+        ports=[20001, 20003, 20005], controller_ports=[20002, 20004, 20006], run_dir=tmp_path, data_dir=tmp_path / "k"
+    )
+    assert cluster.bootstrap_servers == "127.0.0.1:20001,127.0.0.1:20003,127.0.0.1:20005"
+    assert [(n.name, n.node_id, n.data_dir) for n in cluster.nodes] == [
+        (f"kafka-{i}", i, tmp_path / f"k-{i}") for i in (1, 2, 3)
+    ]
+    assert len({n.pidfile for n in cluster.nodes} | {n.log_file for n in cluster.nodes}) == 6
+    props = [n.server_properties() for n in cluster.nodes]
+    voters = "1@127.0.0.1:20002,2@127.0.0.1:20004,3@127.0.0.1:20006"
+    assert {p["controller.quorum.voters"] for p in props} == {voters}
+    assert [p["node.id"] for p in props] == ["1", "2", "3"]
+    assert props[1]["listeners"] == "PLAINTEXT://127.0.0.1:20003,CONTROLLER://127.0.0.1:20004"
+    for p in props:
+        # every topic, Kafka's own too, on three replicas, two of them in sync for a write to count
+        assert p["default.replication.factor"] == p["offsets.topic.replication.factor"] == "3"
+        assert p["transaction.state.log.replication.factor"] == "3"
+        assert p["min.insync.replicas"] == p["transaction.state.log.min.isr"] == "2"
+        assert p["unclean.leader.election.enable"] == "false"
+    assert len({n.cluster_id for n in cluster.nodes}) == 1 and cluster.nodes[0].cluster_id
+    # a restarted node logs apart from its last run, as the same node
+    again = cluster.node(2, tmp_path / "run2")
+    assert (again.name, again.server_properties(), again.log_file.parent) == ("kafka-2", props[1], tmp_path / "run2")
+
+
+def test_a_cluster_keeps_the_cluster_id_its_data_already_has(tmp_path: Path) -> None:
+    (tmp_path / "k-2").mkdir()
+    (tmp_path / "k-2" / "meta.properties").write_text("version=1\ncluster.id=AAAAAAAAAAAAAAAAAAAAAA\nnode.id=2\n")
+    cluster = KafkaCluster(
+        ports=[20001, 20003], controller_ports=[20002, 20004], run_dir=tmp_path, data_dir=tmp_path / "k"
+    )
+    assert {n.cluster_id for n in cluster.nodes} == {"AAAAAAAAAAAAAAAAAAAAAA"}
+    # two nodes: topics on both, one of them in sync enough
+    assert cluster.nodes[0].server_properties()["min.insync.replicas"] == "1"
+
+
+def test_a_cluster_from_the_config_takes_every_other_port_and_refuses_overlaps(tmp_path: Path) -> None:
+    cluster = KafkaCluster.from_config(config_from_properties({}, base_dir=tmp_path), 3)
+    assert [(n.port, n.controller_port) for n in cluster.nodes] == [(19092, 19093), (19094, 19095), (19096, 19097)]
+    assert [n.data_dir for n in cluster.nodes] == [tmp_path / "run" / f"kafka-{i}" for i in (1, 2, 3)]
+    overlapping = config_from_properties({"kafka.port": "20000", "kafka.controllerPort": "20002"}, base_dir=tmp_path)
+    with pytest.raises(ConfigError, match="overlap"):
+        KafkaCluster.from_config(overlapping, 3)
+    with pytest.raises(ConfigError, match="past 65535"):
+        KafkaCluster.from_config(config_from_properties({"kafka.port": "65534"}, base_dir=tmp_path), 3)
+
+
+def test_one_node_is_the_default_everywhere(tmp_path: Path) -> None:
+    config = config_from_properties({}, base_dir=tmp_path)
+    (kafka, _redis) = services_from_config(config)
+    assert isinstance(kafka, KafkaService) and kafka.name == "kafka" and kafka.data_dir == config.kafka_data_dir
+    (cluster,) = services_from_config(config, ["kafka"], kafka_nodes=3)
+    assert isinstance(cluster, KafkaCluster) and len(cluster.nodes) == 3
 
 
 @pytest.fixture
