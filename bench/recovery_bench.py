@@ -1,28 +1,20 @@
 """How long the liveness monitor is away after its job dies, and where the time goes: kill -> first decision, in legs.
 
-The stack as the suite starts it (:class:`tests.integration.backends.System`: Kafka, Redis, two nodes
-and the job as processes, every setting as ``conf/`` ships it) with a few simulated brokers. The job
-is SIGKILLed and ``make run``'s own supervisor restarts it (:class:`tests.support.recovery.Supervising`).
-The job runs under a probe (this script in ``streaming`` mode: the job's own ``main`` with timers
-around its steps, written to a file), so the legs come from inside it: interpreter and imports, the
-JVM, the Spark session, Kafka and Redis, the query's start, the early micro-batches (Spark's own
-``durationMs``, records read, how far event time is behind) and the first MONITOR_HEARTBEAT, where the
-nodes hand expiry back; with the CPU seconds the job's processes had spent by then. The same for the
-suite's cold start, and for ``make run``'s own (``python -m infra.stack up``, from outside only).
-Each table carries the 1-minute load; ``-D key=value`` sets the job's settings for an A/B run
-(``spark.driver.extraJavaOptions`` included); ``--out`` appends the tables to a file, after a summary:
-the date, the machine's cores, the load average at the start and the end of the run, and every kill's
-kill -> first decision with their median and maximum.
+The stack as the suite starts it (:class:`tests.integration.backends.System`, every setting as
+``conf/`` ships it) with a few simulated brokers, or a real RocketMQ master and slave (``--rocketmq``,
+the suite's ``ROCKETMQ_5``). The job is SIGKILLed and ``make run``'s own supervisor restarts it
+(:class:`tests.support.recovery.Supervising`). The job runs under a probe (this script in ``streaming``
+mode: its own ``main`` with timers around its steps), so the legs come from inside it: imports, the
+JVM, the Spark session, Kafka and Redis, the query's start, the early micro-batches and the first
+MONITOR_HEARTBEAT; with the CPU seconds spent by then. The same for the suite's cold start and for
+``make run``'s own. Each table carries the 1-minute load; ``-D key=value`` sets the job's settings for
+an A/B run; ``--out`` appends the tables to a file after a summary (date, cores, load, every kill's
+kill -> first decision, median and maximum).
 
-``--rocketmq`` registers real brokers for the kills: an Apache RocketMQ 5.x master and slave (one group,
-``broker-a``), the release and the JVMs the suite runs (``tests/support/rocketmq.py``: ``ROCKETMQ_5``,
-``start_broker``), started against both nodes once the stack is up and killed when the bench ends.
-
-A job under ``make run`` builds its class-data-sharing archive in its first run (``streaming.class_archive``),
-and ``make run`` restarts a job that ran ``RestartPolicy.stable_after`` (60 s) after 1 s, one that dies
-sooner after twice the last wait. ``--archive`` waits for the archive before the first kill and
-``--settle-s 65`` lets every job run past that, so each kill is a restart as ``make run`` does one once
-it has been up a while; without them the restarts are a first run's, or a crash loop's.
+A job builds its class-data-sharing archive in its first run, and ``make run`` restarts a job that
+ran 60 s after 1 s, one that dies sooner after twice the last wait: ``--archive`` (wait for the
+archive) and ``--settle-s 65`` make each kill a restart of a job that has been up a while; without
+them the restarts are a first run's, or a crash loop's.
 
     .venv/bin/python bench/recovery_bench.py [--kills 2] [--rocketmq] [--archive] [-D KEY=VALUE] [--out FILE]
 """
