@@ -193,8 +193,10 @@ class RedisFallback:
                 self.holding = False
             return
         held = await self._io(self.lease.hold)
+        if held is None:
+            return  # Redis failed (said by _io): the next look tries again
         if held != self.holding:
-            self.holding = bool(held)
+            self.holding = held
             # one warning per episode: a slow monitor can hand the lease back and forth every few seconds
             log.log(
                 logging.WARNING if self._lease_news.allow(held) else logging.INFO,

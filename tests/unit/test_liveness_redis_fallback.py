@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
 
-from namesrv.liveness import Departures, RedisLease
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from common.redis_keys import RedisKeys
+from namesrv.liveness import Departures, ExpiryScan, MonitorWatchdog, RedisFallback, RedisLease
+from namesrv.routes import RouteInfoManager, RouteSettings
 from namesrv.routes.materialised import RouteModel, decode_removals, encode_removal, removal_changes
 from namesrv.routes.snapshot import decode_model, encode_meta
+from tests.support.clock import Clock
 from tests.support.route_events import A0, A1, B0, CLUSTER, T0
 
 GONE = (CLUSTER, B0.broker_addr)
@@ -50,6 +57,34 @@ def test_a_departure_nobody_wrote_is_forgotten_after_a_while_and_a_flood_is_boun
     assert len(d.pending) == 2 and ("c", "x") in d.pending  # the oldest went first
     d.settle(lambda seen_at: False, seen_before=15)
     assert d.pending == {("c", "x"): 20}
+
+
+class RedisDown:
+    """A client every command of which fails, as one of a Redis that is down."""
+
+    def eval(self, *args: object) -> object:
+        raise RedisConnectionError("Connection refused")
+
+    def set(self, *args: object, **kwargs: object) -> object:
+        raise RedisConnectionError("Connection refused")
+
+
+def test_a_departure_waits_out_a_redis_failure_and_the_writer_claims_no_change_of_lease(caplog):
+    caplog.set_level(logging.INFO, logger="namesrv.liveness")
+    clock, routes = Clock(), RouteInfoManager(RouteSettings())
+    monitor = MonitorWatchdog(ExpiryScan(routes, 5000), 30_000, now=clock.seconds, wall_clock_ms=clock)
+    writer = RedisFallback(RedisDown(), RedisKeys("p"), "node-1", routes, monitor, RouteSettings(), now_ms=clock)  # type: ignore[arg-type]
+    gone = ("c", "a")
+    asyncio.run(writer.look({gone}, set()))  # the baseline
+    clock.advance(250)
+    seen_at = clock.ms
+    asyncio.run(writer.look(set(), set()))  # it left the tables; no monitor covers it
+    clock.advance(monitor.grace_ms)
+    asyncio.run(writer.look(set(), set()))  # due: the lease cannot be taken
+    assert not writer.holding and writer.departures.pending == {gone: seen_at}  # kept for the next look
+    said = [r.getMessage() for r in caplog.records]
+    assert not [m for m in said if "fallback lease" in m], said  # no lease was taken or lost
+    assert [m for m in said if m.startswith("fallback writer: redis failed")], said
 
 
 # --------------------------------------------------------------------------- the lease
