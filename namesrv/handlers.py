@@ -148,48 +148,22 @@ class HandlerContext:
         topic name, which a client chooses), oldest out first; an entry larger than a quarter of that
         is built every time.
         """
-        body = self._cached_body(key)
-        if body is None:
-            body = build()
-            self._keep(key, body)
-        return body
-
-    def cached_answer(
-        self, request: RemotingCommand, key: Any, build: Callable[[], bytes], *, off_loop: bool
-    ) -> RemotingCommand | Pending:
-        """The answer with :meth:`cached`'s body; one not cached yet is built on the worker thread when
-        ``off_loop`` (a topic list of a large table: its Java order costs a walk of every topic), and
-        kept if nothing changed meanwhile."""
-        body = self._cached_body(key)
-        if body is not None:
-            return request.response(body=body)
-        if not off_loop:
-            return request.response(body=self.cached(key, build))
-        generation = self.answer_generation()
-
-        def finish(built: bytes) -> RemotingCommand:
-            if self._cached_body(key) is None and self.answer_generation() == generation:
-                self._keep(key, built)
-            return request.response(body=built)
-
-        return Pending.off_loop(self.worker, request, build, finish)
-
-    def _cached_body(self, key: Any) -> bytes | None:
         generation = self.answer_generation()
         if generation != self._cache_key:
             self._cache.clear()
             self._cache_bytes = 0
             self._cache_key = generation
-        return self._cache.get(key)
-
-    def _keep(self, key: Any, body: bytes) -> None:
-        cost = _cache_cost(key, body)
-        if cost <= CACHE_MAX_BYTES // 4:
-            while self._cache_bytes + cost > CACHE_MAX_BYTES:
-                old_key = next(iter(self._cache))
-                self._cache_bytes -= _cache_cost(old_key, self._cache.pop(old_key))
-            self._cache[key] = body
-            self._cache_bytes += cost
+        body = self._cache.get(key)
+        if body is None:
+            body = build()
+            cost = _cache_cost(key, body)
+            if cost <= CACHE_MAX_BYTES // 4:
+                while self._cache_bytes + cost > CACHE_MAX_BYTES:
+                    old_key = next(iter(self._cache))
+                    self._cache_bytes -= _cache_cost(old_key, self._cache.pop(old_key))
+                self._cache[key] = body
+                self._cache_bytes += cost
+        return body
 
 
 #: bytes of encoded answers (and their keys) the node keeps; route answers are a few KiB each
@@ -655,21 +629,11 @@ def register_topic_in_namesrv(node: HandlerContext, request: RemotingCommand, ch
 # --- topic lists ----------------------------------------------------------------------------
 
 
-#: topics beyond which a topic list not cached yet is built off the loop: Apache's order
-#: (namesrv/routes/javaorder.py) costs some microseconds a topic
-OFF_LOOP_TOPICS = 20_000
-
-
-def _large(node: HandlerContext) -> bool:
-    return node.routes.topic_count() > OFF_LOOP_TOPICS
-
-
 def _topic_list_handler(code: RequestCode, list_topics: Callable[[RouteInfoManager], list[str]], switch: str) -> None:
-    def handler(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
+    def handler(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
         if not getattr(node.config, switch):
             return request.response(ResponseCode.SYSTEM_ERROR, "disable")
-        build = lambda: bodies.encode_topic_list(list_topics(node.routes))  # noqa: E731
-        return node.cached_answer(request, code, build, off_loop=_large(node))
+        return request.response(body=node.cached(code, lambda: bodies.encode_topic_list(list_topics(node.routes))))
 
     handler.__name__ = code.name.lower()
     handles(code)(handler)
@@ -690,12 +654,11 @@ _topic_list_handler(
 
 
 @handles(RequestCode.GET_TOPICS_BY_CLUSTER)
-def get_topics_by_cluster(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
+def get_topics_by_cluster(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     if not node.config.enable_topic_list:
         return request.response(ResponseCode.SYSTEM_ERROR, "disable")
     h = decode_header(ClusterHeader, request.ext_fields)
-    build = lambda: bodies.encode_topic_list(node.routes.get_topics_by_cluster(h.cluster))  # noqa: E731
-    return node.cached_answer(request, (RequestCode.GET_TOPICS_BY_CLUSTER, h.cluster), build, off_loop=_large(node))
+    return request.response(body=bodies.encode_topic_list(node.routes.get_topics_by_cluster(h.cluster)))
 
 
 @handles(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS)

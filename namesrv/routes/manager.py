@@ -200,18 +200,8 @@ class RouteInfoManager:
             return queries.get_broker_member_group(self._tables, cluster_name, broker_name)
 
     def get_all_topic_list(self) -> list[str]:
-        """Every topic, in the order Apache's NameServer lists them (GET_ALL_TOPIC_LIST_FROM_NAMESERVER)."""
         with self._lock:
             return queries.get_all_topic_list(self._tables)
-
-    def topic_count(self) -> int:
-        with self._lock:
-            return len(self._tables.topic_queue_table)
-
-    def topic_names(self) -> list[str]:
-        """Every topic, in no order a client sees: cheaper than :meth:`get_all_topic_list`."""
-        with self._lock:
-            return list(self._tables.topic_queue_table)
 
     def get_topics_by_cluster(self, cluster_name: str) -> list[str]:
         with self._lock:

@@ -242,7 +242,7 @@ class RouteModel:
         return bodies.encode_cluster_info(*self.manager.get_all_cluster_info())
 
     def topics(self) -> list[str]:
-        return self.manager.topic_names()
+        return self.manager.get_all_topic_list()
 
     def _brokers_snapshot(self) -> bytes:
         return self.manager.encode_model_brokers(self._order_confs, self.order_message_enable)
@@ -254,7 +254,7 @@ class RouteModel:
         m = self.manager
         groups = self._touched_groups
         if full:
-            candidates = set(m.topic_names()) | set(self._entries)
+            candidates = set(m.get_all_topic_list()) | set(self._entries)
         else:
             candidates = set(self._touched_topics)
             if groups:
@@ -328,7 +328,7 @@ class RouteModel:
         model._order_confs = dict(snap.order_topic_conf)
         model.order_message_enable = snap.order_message_enable
         # what the store holds is what was last written
-        rows = m.topic_queues(m.topic_names())
+        rows = m.topic_queues(m.get_all_topic_list())
         model._entries = {t: encode_topic_entry(q) for t, q in rows.items()}
         model._entry_groups = {t: frozenset(q) for t, q in rows.items()}
         encoded: dict[bytes, bytes] = {}

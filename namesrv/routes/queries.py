@@ -10,15 +10,6 @@ from collections.abc import Callable, Hashable, Iterable
 
 from namesrv.protocol.codes import MASTER_ID, SYNC_BROKER_MEMBER_GROUP_PREFIX, Perm, TopicSysFlag
 from namesrv.protocol.types import BrokerData, QueueData, TopicRouteData
-from namesrv.routes.javaorder import (
-    ConcurrentHashMapKeys,
-    concurrent_hash_map_table_size,
-    hash_set_order,
-    hashed,
-    java_string_hash,
-    key_set_order,
-    spread,
-)
 from namesrv.routes.model import BrokerAddrInfo, RouteCounts, RouteHealth
 from namesrv.routes.tables import RouteTables, groups_listing
 
@@ -94,77 +85,37 @@ def get_broker_member_group(t: RouteTables, cluster_name: str, broker_name: str)
     return BrokerData(cluster_name, broker_name, dict(bd.broker_addrs) if bd is not None else {})
 
 
-# The topic lists come in the order Apache's NameServer (5.x) writes them: a fresh Java key set filled
-# while walking its tables in their own Java order (namesrv/routes/javaorder.py, docs/protocol.md).
-#: the capacities RouteInfoManager gives its clusterAddrTable and brokerAddrTable
-_CLUSTER_TABLE, _GROUP_TABLE = concurrent_hash_map_table_size(32), concurrent_hash_map_table_size(128)
-
-
 def get_all_topic_list(t: RouteTables) -> list[str]:
-    return t.topic_queue_table.java_key_set_order()
+    return list(t.topic_queue_table)
 
 
 def get_topics_by_cluster(t: RouteTables, cluster_name: str) -> list[str]:
     names = t.cluster_addr_table.get(cluster_name)
     if not names:
         return []
-    # Java walks the whole topic table once per group of the cluster (in its HashSet's order) and adds
-    # each topic that group serves: a topic of several groups is added again, which can matter
-    rank = {name: i for i, name in enumerate(_cluster_groups_in_java_order(t, names))}
-    tqt = t.topic_queue_table
-    adds = sorted(
-        (rank[name], i, h, topic)
-        for i, (h, topic) in enumerate(tqt.java_order())
-        for name in tqt[topic]
-        if name in rank
-    )
-    return key_set_order((h, topic) for _, _, h, topic in adds)
-
-
-def _cluster_groups_in_java_order(t: RouteTables, names: set[str]) -> list[str]:
-    """A cluster's group names as its ``HashSet`` iterates them, taken as added in the group table's order."""
-    added = [name for name in t.broker_addr_table if name in names]
-    added += sorted(names.difference(added))
-    return hash_set_order(added)
+    return [topic for topic, qmap in t.topic_queue_table.items() if not names.isdisjoint(qmap)]
 
 
 def get_system_topic_list(t: RouteTables) -> tuple[list[str], str | None]:
     """Cluster and broker names (brokers create topics named after them), and one broker address."""
-    topics: list[tuple[int, str]] = []
-    for cluster in _java_order(t.cluster_addr_table, _CLUSTER_TABLE):
-        topics.append((spread(java_string_hash(cluster)), cluster))
-        topics.extend(hashed(_cluster_groups_in_java_order(t, t.cluster_addr_table[cluster])))
+    topics: dict[str, None] = {}
+    for cluster, names in t.cluster_addr_table.items():
+        topics[cluster] = None
+        topics.update(dict.fromkeys(names))
     addr = None
-    for name in _java_order(t.broker_addr_table, _GROUP_TABLE):
-        addrs = t.broker_addr_table[name].broker_addrs
-        if addrs:
+    for bd in t.broker_addr_table.values():
+        if bd.broker_addrs:
             # Java's HashMap<Long> iterates small ids in ascending order
-            addr = addrs[min(addrs)]
+            addr = bd.broker_addrs[min(bd.broker_addrs)]
             break
-    return key_set_order(topics), addr
-
-
-def _java_order(table: Iterable[str], initial_table: int) -> list[str]:
-    """The keys of one of the small route tables as Java's ConcurrentHashMap holds them, taken as put in
-    the dict's order (they never outgrow their first table in practice; docs/protocol.md)."""
-    keys = ConcurrentHashMapKeys(initial_table)
-    for k in table:
-        keys.put(k)
-    return keys.keys()
+    return list(topics), addr
 
 
 def _topics_by_first_flag(t: RouteTables, test: Callable[[int], bool]) -> list[str]:
-    # Java looks at the first QueueData of the topic's HashMap (by broker name) only
-    tqt = t.topic_queue_table
-    found = []
-    for h, topic in tqt.java_order():
-        qmap = tqt[topic]
-        if not qmap:
-            continue
-        first = next(iter(qmap)) if len(qmap) == 1 else hash_set_order(qmap)[0]
-        if test(qmap[first].topic_sys_flag):
-            found.append((h, topic))
-    return key_set_order(found)
+    # Java looks at the first QueueData only (HashMap order; ours is insertion order)
+    return [
+        topic for topic, qmap in t.topic_queue_table.items() if qmap and test(next(iter(qmap.values())).topic_sys_flag)
+    ]
 
 
 def get_unit_topics(t: RouteTables) -> list[str]:

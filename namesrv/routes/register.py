@@ -210,15 +210,10 @@ def _apply_group_topics(
         changed = drop_rows_missing_from(t, name, body.topic_config_table)
         dv_changed = True
     is_prime_slave = reg.broker_id != MASTER_ID
-    # Java adds a registration's new topics in the order of the topic map it decoded from the body
-    t.topic_queue_table.begin_batch()
-    try:
-        rows_changed, rows_from = _apply_topic_configs(
-            t, settings, name, body, rewrite_all=register_first or dv_changed,
-            wipe_write=is_prime_slave and bd.enable_acting_master,
-        )  # fmt: skip
-    finally:
-        t.topic_queue_table.end_batch(lambda: body.topic_config_table)
+    rows_changed, rows_from = _apply_topic_configs(
+        t, settings, name, body, rewrite_all=register_first or dv_changed,
+        wipe_write=is_prime_slave and bd.enable_acting_master,
+    )  # fmt: skip
     return changed or rows_changed, dv_changed, rows_from
 
 

@@ -19,14 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from namesrv.protocol.types import BrokerData, QueueData
-from namesrv.routes.javaorder import JavaOrderDict
 from namesrv.routes.model import BrokerAddrInfo, BrokerLiveInfo, ProvisionalStats
 
 
 @dataclass(slots=True, eq=False)
 class RouteTables:
-    #: a dict that also keeps the order Java's ConcurrentHashMap(1024) would list its topics in
-    topic_queue_table: JavaOrderDict[dict[str, QueueData]] = field(default_factory=JavaOrderDict)
+    topic_queue_table: dict[str, dict[str, QueueData]] = field(default_factory=dict)
     broker_addr_table: dict[str, BrokerData] = field(default_factory=dict)
     cluster_addr_table: dict[str, set[str]] = field(default_factory=dict)
     broker_live_table: dict[BrokerAddrInfo, BrokerLiveInfo] = field(default_factory=dict)
@@ -50,10 +48,6 @@ class RouteTables:
     #: ``version``), so a re-registration of that same table has no row to check
     rows_from: dict[str, tuple[int, bool]] = field(default_factory=dict)
     rows_version: int = -1
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.topic_queue_table, JavaOrderDict):  # a plain dict given to the constructor
-            self.topic_queue_table = JavaOrderDict(self.topic_queue_table)
 
     def changed(self) -> None:
         self.version += 1
