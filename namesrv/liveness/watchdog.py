@@ -1,6 +1,6 @@
 """Who decides expiry for this node: the streaming monitor while it keeps up, the node itself otherwise.
 
-Two questions, two answers, one clock of "monitor heard":
+Two questions, both answered from what the monitor last said:
 
 * **Which scan runs.** Every action the node accepts from the monitor (MONITOR_HEARTBEAT included)
   proves it alive: :meth:`MonitorWatchdog.heard` then hands expiry to the monitor, and
