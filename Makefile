@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 CONF ?= conf/namesrv.properties
 PYTEST_ARGS ?=
 
-.PHONY: setup run run-node lint test test-unit bench stop clean
+.PHONY: setup run run-node run-ha lint test test-unit bench chaos stop clean
 
 setup: $(STAMP)
 	@bash infra/install.sh
@@ -25,6 +25,11 @@ $(STAMP): pyproject.toml
 # Kafka, Redis, two name-server nodes (9876, 9877) and the Spark job, in the foreground; Ctrl-C stops all.
 run: setup
 	@$(BIN)/python -m infra.stack up
+
+# the replicated topology of docs/deploy.md: three Kafka nodes, Redis Cluster with replicas, a Spark cluster,
+# three nodes, Apache RocketMQ's controller-mode brokers; Ctrl-C or `make stop` stops all
+run-ha: setup
+	@$(BIN)/python -m infra.stack up --topology ha --rocketmq
 
 # one node alone, as Apache RocketMQ's NameServer runs
 run-node: setup
@@ -47,6 +52,11 @@ test-unit: setup
 bench: setup
 	$(BIN)/python bench/namesrv_bench.py --runs 3
 	$(BIN)/python bench/streaming_bench.py
+
+# the replicated topology under the seeded fault schedule, one fault at a time; writes bench/CHAOS_RESULTS.md
+CHAOS_SEED ?= 1
+chaos: setup
+	$(BIN)/python bench/chaos.py --rocketmq --seed $(CHAOS_SEED)
 
 stop:
 	@$(BIN)/python -m infra.stack down

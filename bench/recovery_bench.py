@@ -326,7 +326,7 @@ def scan_on_times(text: str, since: int) -> list[int]:
 
 
 def probed_job_class(probe_file: Path) -> type:
-    from infra.stack import StreamingJob
+    from infra.apps import StreamingJob
 
     class ProbedJob(StreamingJob):
         """The job under the probe: this script in ``streaming`` mode (the word also tells the stack it is the job)."""

@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.integration.backends and tests.support.loadgen: the suite's stack and load
 
 from common import redis_clients  # noqa: E402
-from infra.stack import StreamingJob  # noqa: E402
+from infra.apps import StreamingJob  # noqa: E402
 from namesrv import procfs  # noqa: E402
 from namesrv.client import NameServerClient  # noqa: E402
 from namesrv.protocol.codes import RequestCode, ResponseCode  # noqa: E402

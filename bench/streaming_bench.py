@@ -866,7 +866,7 @@ def fallback_logged(system) -> list[int]:
 
 
 def bench_live(tmp: Path, s: Settings) -> Live:
-    from infra.stack import NodeService
+    from infra.apps import NodeService
     from streaming.routes import RouteLookup
     from tests.integration.backends import FleetRunner, ProcessInfra, System, Timing
 

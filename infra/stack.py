@@ -20,7 +20,6 @@ import contextlib
 import logging
 import os
 import re
-import shutil
 import signal
 import sys
 import threading
@@ -28,14 +27,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import TextIO
 
-from common.options import ConfigError
+from infra.apps import (  # the stack's apps; re-exported, where callers have found them
+    LAUNCHER_ENV,
+    REPO,
+    ConsoleService,
+    Launcher,
+    NodeService,
+    StreamingJob,
+    _end_dead_session,
+)
 from infra.services import (
     LOOPBACK,
-    BinaryNotFoundError,
     KafkaService,
     ProcessService,
     RedisService,
@@ -43,324 +48,12 @@ from infra.services import (
     _log_tail,
     _read_pidfile,
     _write_pidfile,
-    jvm_jars,
     load_config,
-    package_file,
     pid_alive,
 )
 from namesrv import procfs
-from streaming.config import StreamingConfig
-from streaming.config import load_config as load_streaming_config
-from streaming.session import launch_settings
 
 log = logging.getLogger("infra.stack")
-REPO = Path(__file__).resolve().parents[1]
-
-
-class NodeService(ProcessService):
-    """The stack's handle on one node's process: ``namesrv start`` with the repository's configuration."""
-
-    port_key = "listenPort"
-    backend_key = "namesrv"
-
-    def __init__(self, *, port: int, run_dir: Path, conf: Path, properties: dict[str, str]) -> None:
-        super().__init__(port=port, run_dir=run_dir, start_timeout=30.0)
-        self.name = f"namesrv-{port}"
-        self.conf = conf
-        self.properties = properties
-
-    @property
-    def backend(self) -> str:
-        return "namesrv"
-
-    def _binary(self) -> Path:
-        return Path(sys.executable)
-
-    def _known_binaries(self) -> list[Path]:
-        return [Path(sys.executable)]
-
-    def _command(self, binary: Path) -> list[str]:
-        sets = [arg for key, value in self.properties.items() for arg in ("--set", f"{key}={value}")]
-        return [str(binary), "-m", "namesrv", "start", "-c", str(self.conf), *sets]
-
-    def _probe(self, timeout: float) -> bool:
-        from namesrv.client import NameServerClient
-
-        try:
-            with NameServerClient(self.address, timeout=timeout) as client:
-                client.cluster_info()
-            return True
-        except OSError:
-            return False
-
-
-class ConsoleService(ProcessService):
-    """The live cluster-health page, ``namesrv-monitor console``, reading the job's Redis."""
-
-    port_key = "--console-port"
-    backend_key = "namesrv-monitor console"
-
-    def __init__(self, *, port: int, run_dir: Path, redis_url: str, prefix: str = "namesrv", host: str = LOOPBACK):
-        super().__init__(port=port, run_dir=run_dir, host=host, start_timeout=20.0)
-        self.name = "console"
-        self.redis_url = redis_url
-        self.prefix = prefix
-
-    @property
-    def backend(self) -> str:
-        return "namesrv-monitor console"
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.address}/"
-
-    def _binary(self) -> Path:
-        return Path(sys.executable)
-
-    def _known_binaries(self) -> list[Path]:
-        return [Path(sys.executable)]
-
-    def _command(self, binary: Path) -> list[str]:
-        return [str(binary), "-m", "streaming.cli", "console", "--redis", self.redis_url, "--prefix", self.prefix,
-                "--host", self.host, "--port", str(self.port)]  # fmt: skip
-
-    def _probe(self, timeout: float) -> bool:
-        import urllib.request
-
-        try:
-            with urllib.request.urlopen(self.url + "api/state", timeout=timeout) as answer:
-                return bool(answer.status == 200)
-        except OSError:
-            return False
-
-
-class Launcher(StrEnum):
-    PYTHON = "python"
-    SPARK_SUBMIT = "spark-submit"
-
-
-#: picks the launcher of ``up`` when --streaming-launcher is not given (so ``make run`` can choose)
-LAUNCHER_ENV = "STREAMING_LAUNCHER"
-
-
-class StreamingJob(ProcessService):
-    """The Spark liveness monitor in local mode: ``python -m streaming`` or ``spark-submit streaming/__main__.py``.
-
-    Under ``python``, the tracked PID is the driver and the JVM is its child.  Under ``spark-submit``
-    the script exec's the JVM (SparkSubmit), which runs ``__main__.py`` in a child Python, the driver;
-    the tracked PID is the JVM's.  ``stop`` SIGTERMs the driver: it stops the query and the session as
-    under ``python``, and the JVM exits with its code (a SIGTERM to the JVM does the same: the job has
-    the JVM pass its signals to the driver, ``streaming.session.forward_jvm_signals``).  Either way, whatever is still in the job's session afterwards (the
-    JVM under ``python``, PySpark's worker daemons) is killed: the job was started as the leader of a
-    session of its own, so that session holds exactly what it left behind.  ``stop`` recognises both
-    launchers whichever one this object was built with, so ``down`` stops what ``up`` started.
-    """
-
-    name = "streaming"
-    port_key = "(none)"
-    backend_key = "spark.master"
-
-    def __init__(
-        self, *, run_dir: Path, conf: Path, overrides: dict[str, str], launcher: Launcher | str = Launcher.PYTHON
-    ) -> None:
-        # its one listening port is its metrics endpoint (`address`), not a service of its own:
-        # 0 keeps ProcessService's port checks out of the way
-        super().__init__(port=0, run_dir=run_dir, start_timeout=10.0)
-        self.conf = conf
-        self.overrides = overrides
-        try:
-            self.launcher = Launcher(launcher)
-        except ValueError:
-            raise ServiceError(
-                f"streaming launcher {launcher!r}: use one of " f"{' | '.join(m.value for m in Launcher)}"
-            ) from None
-
-    @property
-    def backend(self) -> str:
-        return "local"
-
-    def _binary(self) -> Path:
-        if self.launcher is Launcher.PYTHON:
-            return Path(sys.executable)
-        # the interpreter's own (a venv's bin/), else the copy inside the pyspark package
-        beside = Path(sys.executable).with_name("spark-submit")
-        found = beside if beside.is_file() else package_file("pyspark", "bin/spark-submit")
-        if found is None:
-            raise BinaryNotFoundError(
-                f"spark-submit is neither beside {sys.executable} nor in a pyspark package; "
-                "run: pip install -e '.[streaming]'"
-            )
-        return found
-
-    def _known_binaries(self) -> list[Path]:
-        # Both launchers, so `down` stops what `up` started.  spark-submit is env (its shebang), then
-        # bash, then spark-class (env, bash again), then java: the PID is any of them while it starts.
-        java = str(Path(os.environ["JAVA_HOME"], "bin", "java")) if os.environ.get("JAVA_HOME") else None
-        found = [java or shutil.which("java"), shutil.which("bash"), shutil.which("env")]
-        return [Path(sys.executable), *(Path(p) for p in found if p)]
-
-    def _script(self) -> Path:
-        script = package_file("streaming", "__main__.py")
-        if script is None:
-            raise ServiceError(
-                "the streaming package is not importable here; run from the repository or "
-                "pip install -e '.[streaming]'"
-            )
-        return script
-
-    def _command(self, binary: Path) -> list[str]:
-        sets = [arg for key, value in self.overrides.items() for arg in ("-D", f"{key}={value}")]
-        if self.launcher is Launcher.PYTHON:
-            return [str(binary), "-m", "streaming", "-c", str(self.conf), *sets]
-        # no --master: the job's spark.master (conf, -D) is applied by the session builder and wins
-        return [str(binary), *self._launch_args(), str(self._script()), "-c", str(self.conf), *sets]
-
-    def _config(self) -> StreamingConfig | None:
-        """The job's configuration as it will read it (conf and overrides); None if it cannot, which it then says."""
-        try:
-            return load_streaming_config(self.conf, self.overrides)
-        except ConfigError:
-            return None
-
-    def _launch_args(self) -> list[str]:
-        """spark-submit starts the driver's JVM, so it gets what the job would give its own launcher: the
-        Kafka connector's jars (the job's ``spark.jars``, else those ``make setup`` resolved) and its JVM options."""
-        cfg = self._config()
-        settings = {} if cfg is None else launch_settings(cfg)
-        args = ["--jars", settings.get("spark.jars", f"{jvm_jars('spark-kafka')}/*.jar")]
-        options = settings.get("spark.driver.extraJavaOptions")
-        return [*args, "--driver-java-options", options] if options else args
-
-    def _environment(self) -> dict[str, str] | None:
-        if self.launcher is Launcher.PYTHON:
-            return None
-        env = dict(os.environ)
-        # The driver runs __main__.py as a script: its sys.path starts with streaming/, not the
-        # repository, so put the tree the script is in first (an editable install may point elsewhere).
-        root = str(self._script().parents[1])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        # The driver's interpreter.  spark-submit also finds SPARK_HOME with it (else PYSPARK_PYTHON,
-        # else `python3` from PATH, which outside an activated venv has no pyspark: it fails).
-        env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-        # the workers', as build_spark sets it for `python -m streaming` before its JVM starts
-        env.setdefault("PYSPARK_PYTHON", sys.executable)
-        env.setdefault("SPARK_LOCAL_IP", LOOPBACK)
-        return env
-
-    def _status_extra(self) -> dict[str, str]:
-        return {"launcher": self.launcher.value}
-
-    @property
-    def metrics_endpoint(self) -> tuple[str, int] | None:
-        """(bind address, port) of the job's metrics, as the job reads its conf and overrides; None when off."""
-        cfg = self._config()
-        return (cfg.metrics_bind_address, cfg.metrics_port) if cfg is not None and cfg.metrics_port else None
-
-    @property
-    def address(self) -> str:
-        """Its metrics endpoint: the only port it listens on."""
-        endpoint = self.metrics_endpoint
-        return "(metrics off)" if endpoint is None else f"{endpoint[0]}:{endpoint[1]}"
-
-    def _probe(self, timeout: float) -> bool:
-        # Spark is slow to start and only then publishes MONITOR_HEARTBEAT; until then the nodes
-        # keep expiring brokers themselves, so a live process is all `up` needs to wait for
-        return True
-
-    def _tracked_pid(self) -> int | None:
-        pid = super()._tracked_pid()
-        ours = self._proc is not None and self._proc.pid == pid and self._proc.poll() is None
-        if pid is not None and not ours and not _runs_streaming(pid):
-            # java and bash are common binaries: a reused PID must not be taken for the job
-            log.info("%s: removing stale pidfile %s (pid %d is not the job)", self.name, self.pidfile, pid)
-            self.pidfile.unlink(missing_ok=True)
-            return None
-        return pid
-
-    def stop(self, timeout: float = 30.0) -> bool:
-        """Stop the job (see the class) and everything it started; True if it was running."""
-        pid = self._tracked_pid()
-        if pid is None:
-            return super().stop(timeout)
-        leader = procfs.stat(pid)
-        driver = _submitted_driver(pid)
-        if driver is not None:
-            log.info("%s: stopping the spark-submit driver pid %d", self.name, driver)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(driver, signal.SIGTERM)
-        if driver is not None and self._wait_exit(pid, timeout):
-            self.pidfile.unlink(missing_ok=True)
-            self._proc = None
-        else:
-            if driver is not None:
-                log.warning(
-                    "%s: spark-submit pid %d still runs %.0fs after its driver's SIGTERM; signalling it",
-                    self.name,
-                    pid,
-                    timeout,
-                )
-            super().stop(timeout)
-        if leader is not None and leader.session == pid:
-            _end_session(pid)
-        return True
-
-
-# --------------------------------------------------------------------------- /proc (namesrv.procfs)
-
-
-def _runs_streaming(pid: int) -> bool:
-    """True when ``pid`` runs the job: ``-m streaming``, or ``streaming/__main__.py`` (spark-submit's
-    bash and java, the driver).  An unreadable command line is trusted, as an unreadable exe is, and
-    so is an empty one: a process just past exec shows none for a moment, and ``start`` looks then."""
-    args = procfs.cmdline(pid)
-    if not args:
-        return True
-    return "streaming" in args or any(a.endswith(f"streaming{os.sep}__main__.py") for a in args)
-
-
-def _submitted_driver(pid: int) -> int | None:
-    """The Python driver that spark-submit's JVM ``pid`` runs, if ``pid`` is such a JVM."""
-    args = procfs.cmdline(pid) or []
-    if "org.apache.spark.deploy.SparkSubmit" not in args:
-        return None
-    for child, stat in procfs.all_stats().items():
-        if stat.ppid == pid and not stat.exited:
-            child_args = procfs.cmdline(child) or []
-            if any(a.endswith(f"streaming{os.sep}__main__.py") for a in child_args):
-                return child
-    return None
-
-
-def _end_session(sid: int, grace: float = 10.0) -> None:
-    """Wait ``grace`` seconds for what is left in session ``sid`` to exit by itself, then SIGKILL it.
-
-    Only called for a session whose leader we started and just stopped: a session's ID stays taken
-    while any member lives, so nothing else can be in it.
-    """
-
-    def members() -> list[int]:
-        return [p for p, st in procfs.all_stats().items() if st.session == sid and p != os.getpid() and pid_alive(p)]
-
-    deadline = time.monotonic() + grace
-    while (left := members()) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for pid in left:
-        log.warning("streaming: pid %d of the job's session outlived the job by %.0fs; SIGKILL", pid, grace)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 5.0
-    while members() and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-def _end_dead_session(sid: int, grace: float) -> None:
-    """End what is left in the session of a dead leader ``sid`` (every service is started as one).
-
-    While any member lives the kernel keeps the number ``sid`` taken, so a live process with that
-    PID means the session is gone and the number reused: then there is nothing of ours to end.
-    """
-    if not pid_alive(sid):
-        _end_session(sid, grace)
 
 
 # --------------------------------------------------------------------------- supervision
@@ -758,11 +451,74 @@ def up(args: argparse.Namespace) -> int:
         (run_dir / UP_PIDFILE).unlink(missing_ok=True)
 
 
+def up_ha(args: argparse.Namespace) -> int:
+    """``up --topology ha``: the replicated topology of :mod:`infra.topology`, supervised in the foreground."""
+    from infra.topology import Layout, Topology
+
+    run_dir = load_config(args.services_conf).run_dir / "ha"
+    if (other := running_up(run_dir)) is not None:
+        print(f"the system is already up (pid {other}, run dir {run_dir}); stop it first: make stop", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _write_pidfile(run_dir / UP_PIDFILE, os.getpid())
+    topology = Topology(
+        Layout.local(run_dir),
+        rocketmq=args.rocketmq,
+        namesrv_conf=args.namesrv_conf,
+        streaming_conf=args.streaming_conf,
+    )
+    try:
+        topology.start(lambda line: print(line, file=sys.stderr, flush=True))
+        print(ha_banner(topology), flush=True)
+        supervisor = Supervisor(topology.supervised())
+        while not stop.wait(supervisor.next_check_s()):
+            supervisor.check(stop.is_set)
+        return 0
+    except ServiceError as e:
+        print(f"could not start the system: {e}", file=sys.stderr)
+        return 1
+    finally:
+        topology.stop()
+        (run_dir / UP_PIDFILE).unlink(missing_ok=True)
+
+
+def ha_banner(topology) -> str:  # noqa: ANN001 - infra.topology.Topology, imported lazily
+    layout = topology.layout
+    lines = [
+        "",
+        "The replicated topology is up (docs/deploy.md, 'The replicated topology'):",
+        f"  Kafka:               three KRaft nodes, bootstrap {topology.kafka_bootstrap}",
+        f"  Redis Cluster:       {topology.redis_url}",
+        f"  Spark standalone:    {topology.spark.master_url if topology.spark else '-'} (a master, two workers); "
+        f"the job's log {topology.streaming.log_file}",
+        f"  Brokers and clients: namesrvAddr={layout.namesrv_addr}",
+        f"  Admin:               .venv/bin/namesrv admin -n {layout.node_addrs[0]} clusterList",
+        f"  Routes in Redis:     .venv/bin/namesrv-monitor routes --redis '{topology.redis_url}' get T0",
+    ]
+    if topology.groups:
+        lines.append(
+            "  RocketMQ:            " + ", ".join(f"{g.name} {[b.addr for b in g.brokers]}" for g in topology.groups)
+        )
+    lines += [
+        "",
+        "  The job's driver, the nodes and Kafka's nodes are restarted when they die.",
+        "  Stop: Ctrl-C here, or `make stop` from another shell.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def down(args: argparse.Namespace) -> int:
     """Stop the stack: through its ``up`` if one runs (else it would restart what we stop), then by pidfile."""
     stack = build_stack(args)
     run_dir = stack[0].run_dir
-    if (pid := running_up(run_dir)) is not None:
+    # the replicated topology's `up` keeps its own run dir; its parts are its children, stopped through it
+    for ups_dir in (run_dir / "ha", run_dir):
+        if (pid := running_up(ups_dir)) is None:
+            continue
         print(f"stopping the system's `up` (pid {pid}) ...", file=sys.stderr, flush=True)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
@@ -811,6 +567,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=[9876, 9877],
         help="comma-separated name-server ports (default 9876,9877)",
     )
+    parser.add_argument(
+        "--topology",
+        choices=["local", "ha"],
+        default="local",
+        help="local: one of each (make run); ha: the replicated topology of docs/deploy.md (three Kafka nodes, "
+        "Redis Cluster with replicas, a Spark cluster, three nodes)",
+    )
+    parser.add_argument(
+        "--rocketmq", action="store_true", help="with --topology ha: Apache RocketMQ's controller-mode brokers too"
+    )
     parser.add_argument("--bind", default=LOOPBACK, help="address the nodes listen on (default 127.0.0.1)")
     parser.add_argument("--no-streaming", action="store_true", help="start everything but the Spark job")
     parser.add_argument(
@@ -841,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "up":
-        return up(args)
+        return up_ha(args) if args.topology == "ha" else up(args)
     if args.command == "down":
         return down(args)
     stack = build_stack(args)

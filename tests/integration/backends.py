@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from common import kafka_clients
+from infra.apps import NodeService, StreamingJob
 from infra.services import (
     DEFAULT_TOPICS,
     KafkaCluster,
@@ -45,7 +46,6 @@ from infra.services import (
     pid_alive,
     tcp_answers,
 )
-from infra.stack import NodeService, StreamingJob
 from namesrv import procfs
 from namesrv.client import NameServerClient
 from namesrv.protocol import bodies

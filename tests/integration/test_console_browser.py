@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from infra.apps import ConsoleService
 from infra.services import free_port
-from infra.stack import ConsoleService
 from tests.integration.backends import REPO, ProcessInfra, System, Timing
 from tests.support.wait import wait_until
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from infra import stack
-from infra.stack import StreamingJob
+from infra.apps import StreamingJob
 
 
 @pytest.mark.parametrize("extra, is_job", [([], False), (["streaming/__main__.py"], True)])

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from infra.stack import ConsoleService
+from infra.apps import ConsoleService
 from namesrv.client import NameServerClient
 from namesrv.events.schema import wall_ms
 from tests.integration.backends import SHIPPED, ProcessInfra, System, report

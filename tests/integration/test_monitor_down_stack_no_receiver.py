@@ -23,7 +23,7 @@ import pytest
 
 from common.alerts import AlertKind, AlertState, Severity, decode_alert
 from common.redis_keys import RedisKeys
-from infra.stack import ConsoleService
+from infra.apps import ConsoleService
 from namesrv.client import NameServerClient
 from namesrv.events.schema import wall_ms
 from streaming import cli

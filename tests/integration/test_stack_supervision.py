@@ -24,8 +24,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from infra.apps import NodeService, StreamingJob
 from infra.services import ProcessService, RedisService, _read_pidfile, free_port, pid_alive, port_is_free
-from infra.stack import UP_PIDFILE, NodeService, StreamingJob, build_parser, build_stack
+from infra.stack import UP_PIDFILE, build_parser, build_stack
 from namesrv.client import NameServerClient
 from streaming.routes import RouteLookup
 from tests.integration.backends import SUMMARY, _start_time, descendants, log_tail

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from common import kafka_clients
+from infra.apps import REPO, StreamingJob
 from infra.services import TopicSpec, pid_alive
-from infra.stack import REPO, StreamingJob
 from namesrv import procfs
 from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo, encode_event, event_key
 from streaming.routes import RouteLookup

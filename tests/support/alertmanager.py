@@ -35,12 +35,13 @@ def available() -> bool:
 
 
 class Alertmanager:
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, config: str = CONFIG) -> None:
+        """``config``: its alertmanager.yml (by default one receiver that notifies nobody)."""
         self.dir = tmp_path
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config = tmp_path / "alertmanager.yml"
-        self.config.write_text(CONFIG)
+        self.config.write_text(config)
         self.log = tmp_path / "alertmanager.log"
         self.proc: subprocess.Popen | None = None
 

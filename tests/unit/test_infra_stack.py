@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from infra import stack
+from infra import apps, stack
+from infra.apps import REPO, StreamingJob
 from infra.services import ServiceError
-from infra.stack import REPO, StreamingJob
 
 
 def job(tmp_path: Path, launcher: str = "spark-submit") -> StreamingJob:
@@ -91,9 +91,9 @@ def test_a_bad_launcher_in_the_environment_is_a_usage_error(monkeypatch):
 def test_a_pid_just_past_exec_with_no_command_line_yet_counts_as_the_job(monkeypatch):
     # `start` looks at the job within a millisecond of exec; an empty command line is not "another program"
     monkeypatch.setattr(stack.procfs, "cmdline", lambda pid: [])
-    assert stack._runs_streaming(os.getpid())
+    assert apps._runs_streaming(os.getpid())
     monkeypatch.setattr(stack.procfs, "cmdline", lambda pid: [sys.executable, "-c", "pass"])
-    assert not stack._runs_streaming(os.getpid())
+    assert not apps._runs_streaming(os.getpid())
 
 
 # --------------------------------------------------------------------------- supervision
