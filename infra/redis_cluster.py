@@ -43,6 +43,7 @@ from infra.services import (
     ServiceError,
     free_port,
     pid_alive,
+    poll_until,
     port_is_free,
 )
 from namesrv import procfs
@@ -71,25 +72,6 @@ def binaries() -> tuple[str, str]:
             "a Redis Cluster needs Debian's redis-server and redis-cli on PATH: run `make setup` (infra/install.sh)"
         )
     return server, cli
-
-
-def _wait_until(
-    check: Callable[[], T | None],
-    timeout: float,
-    what: str,
-    interval: float = 0.05,
-    state: Callable[[], object] | None = None,
-) -> T:
-    """Poll ``check`` until it returns something true (returned), or ServiceError after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            seen = f"; last seen: {state()}" if state is not None else ""
-            raise ServiceError(f"timed out after {timeout:g} s waiting for {what}{seen}")
-        time.sleep(interval)
 
 
 def _client(port: int, timeout: float = 2.0):  # noqa: ANN202 - redis is imported lazily
@@ -190,7 +172,7 @@ class RedisCluster:
         try:
             for i in range(self.size):
                 self.procs.append(self._launch(i))
-            _wait_until(self._listening, timeout, "the cluster's redis-servers to listen")
+            poll_until(self._listening, timeout, "the cluster's redis-servers to listen")
             if not all(known):
                 created = subprocess.run(
                     [cli, "--cluster", "create", *(f"{LOOPBACK}:{p}" for p in self.ports), "--cluster-replicas",
@@ -199,7 +181,7 @@ class RedisCluster:
                 )  # fmt: skip
                 if created.returncode != 0:
                     raise ServiceError(f"redis-cli --cluster create failed:\n{created.stdout}\n{created.stderr}")
-            _wait_until(self.settled, timeout, "cluster_state:ok on every node, every replica's link up", 0.2)
+            poll_until(self.settled, timeout, "cluster_state:ok on every node, every replica's link up", 0.2)
             for port in self.live_ports():
                 self.streaming(port, timeout)
         except BaseException:
@@ -362,7 +344,7 @@ class RedisCluster:
         proc = self._proc(port)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
-        _wait_until(lambda: not pid_alive(proc.pid), 10, f"redis-server {proc.pid} to die")
+        poll_until(lambda: not pid_alive(proc.pid), 10, f"redis-server {proc.pid} to die")
         return proc.pid
 
     def freeze(self, port: int) -> int:
@@ -370,14 +352,14 @@ class RedisCluster:
         the kernel has stopped it."""
         pid = self.pid(port)
         os.kill(pid, signal.SIGSTOP)
-        _wait_until(lambda: _state(pid) in ("T", None), 10, f"redis-server {pid} to stop")
+        poll_until(lambda: _state(pid) in ("T", None), 10, f"redis-server {pid} to stop")
         return pid
 
     def thaw(self, port: int) -> int:
         """SIGCONT the node on ``port`` that :meth:`freeze` stopped; returns the PID once it runs again."""
         pid = self.pid(port)
         os.kill(pid, signal.SIGCONT)
-        _wait_until(lambda: _state(pid) != "T", 10, f"redis-server {pid} to run again")
+        poll_until(lambda: _state(pid) != "T", 10, f"redis-server {pid} to run again")
         return pid
 
     def promoted(self, old: int, key: str, timeout: float = 60.0) -> tuple[int, float]:
@@ -392,7 +374,7 @@ class RedisCluster:
                 return None
             return seen.pop() if len(seen) == 1 and old not in seen and self.settled() else None
 
-        port = _wait_until(new_master, timeout, f"a replica of {old} promoted for {key!r}", 0.05)
+        port = poll_until(new_master, timeout, f"a replica of {old} promoted for {key!r}", 0.05)
         return port, time.monotonic() - t0
 
     def restart(self, port: int, timeout: float = 60.0) -> None:
@@ -401,8 +383,8 @@ class RedisCluster:
         if self.procs[i].poll() is None:
             raise ServiceError(f"redis-server on {port} is still running")
         self.procs[i] = self._launch(i)
-        _wait_until(self._listening, timeout, f"redis-server on {port} to listen again")
-        _wait_until(self.settled, timeout, f"{port} back in the cluster, its link up", 0.2)
+        poll_until(self._listening, timeout, f"redis-server on {port} to listen again")
+        poll_until(self.settled, timeout, f"{port} back in the cluster, its link up", 0.2)
         for master in self.live_ports():
             self.streaming(master, timeout)
 

@@ -850,3 +850,216 @@ class FlowClients:
     def stop(self) -> None:
         """SIGTERM: the program shuts its producer and consumer down and exits."""
         self.process.terminate()
+
+
+# --------------------------------------------------------------------------- proxy and gRPC clients
+
+PROXY_MAIN = "org.apache.rocketmq.proxy.ProxyStartup"
+GRPC_FLOW = REPO / "tests" / "peers" / "java" / "GrpcFlow.java"
+#: the jars of Apache's gRPC Java client (rocketmq-client-java): a module of their own, since its shaded
+#: jar carries its own copies of the apache.rocketmq.v2 classes the proxy takes from rocketmq-proto
+GRPC_CLIENT_MODULE = "rocketmq-5-grpc-client"
+
+
+@dataclass
+class JavaProxy:
+    """Apache's 5.x proxy (``ProxyStartup -pm cluster``): gRPC clients at ``grpc_addr``, remoting ones at
+    ``remoting_addr``, both served from the brokers its name servers route to."""
+
+    process: JavaProcess
+    grpc_addr: str
+    remoting_addr: str
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+def start_proxy(
+    base: Path,
+    namesrv_addrs: Sequence[str],
+    *,
+    cluster: str,
+    ready_topic: str,
+    name: str = "proxy",
+    release: Release = ROCKETMQ_5,
+    timeout: float = 120.0,
+) -> JavaProxy:
+    """The proxy in cluster mode in front of ``cluster``'s brokers, found through ``namesrv_addrs``; returns
+    once it answers a route lookup of ``ready_topic`` on its remoting port, which it can do only after
+    reaching a name server."""
+    return _on_free_ports(
+        lambda: _start_proxy(base, namesrv_addrs, cluster, ready_topic, name, release, timeout), lambda: base / name
+    )
+
+
+def _start_proxy(
+    base: Path,
+    namesrv_addrs: Sequence[str],
+    cluster: str,
+    ready_topic: str,
+    name: str,
+    release: Release,
+    timeout: float,
+) -> JavaProxy:
+    home, props = _home(base, name, release, "proxy")
+    grpc_port, remoting_port = free_port(), free_port()
+    config = home / "rmq-proxy.json"
+    config.write_text(
+        json.dumps(
+            {
+                "rocketMQClusterName": cluster,
+                "namesrvAddr": ";".join(namesrv_addrs),
+                "grpcServerPort": grpc_port,
+                "remotingListenPort": remoting_port,
+                # the defaults size every pool by the cores (and the gRPC one at 16 + 2 per core): a test
+                # sends a few dozen messages on a shared machine
+                "grpcThreadPoolNums": 4,
+                "rocketmqMQClientNum": 2,
+                "enablePrintJstack": False,
+            }
+        )
+    )
+    argv = _java(release.server_jars(), props, PROXY_MAIN, "-pm", "cluster", "-pc", str(config))
+    process = JavaProcess(name, argv, home, _env(home))
+    proxy = JavaProxy(process, f"{LOOPBACK}:{grpc_port}", f"{LOOPBACK}:{remoting_port}")
+    try:
+        poll_until(lambda: _proxy_routes(proxy, ready_topic), timeout, f"the proxy on {proxy.grpc_addr} to route")
+    except BaseException:
+        process.stop()
+        raise
+    return proxy
+
+
+def _proxy_routes(proxy: JavaProxy, topic: str) -> bool:
+    proxy.process.check_alive()
+    try:
+        with NameServerClient(proxy.remoting_addr, timeout=3.0) as c:
+            return bool(c.topic_route(topic).queue_datas)
+    except Exception:  # refused while it starts, TOPIC_NOT_EXIST until it has heard from a name server
+        return False
+
+
+def create_typed_topic(
+    namesrv_addr: str,
+    topic: str,
+    cluster: str,
+    message_type: str,
+    *,
+    base: Path,
+    release: Release = ROCKETMQ_5,
+    timeout: float = 90.0,
+) -> None:
+    """``topic`` with the 5.x attribute ``message.type`` (NORMAL, FIFO, ...) on ``cluster``'s masters, which
+    the proxy checks every send against; returns once ``namesrv_addr`` routes it."""
+    done = mqadmin(
+        release, base, "updateTopic", "-n", namesrv_addr, "-c", cluster, "-t", topic,
+        "-a", f"+message.type={message_type}", timeout=timeout,
+    )  # fmt: skip
+    if done.returncode != 0 or "success" not in done.stdout:
+        raise JavaProcessError(f"mqadmin updateTopic {topic} ({message_type}) failed:\n{done.stdout}{done.stderr}")
+
+    def routed() -> bool:
+        with NameServerClient(namesrv_addr, timeout=5.0) as c:
+            try:
+                return bool(c.topic_route(topic).queue_datas)
+            except Exception:  # TOPIC_NOT_EXIST until the master registered it
+                return False
+
+    poll_until(routed, timeout, f"topic {topic} routed by {namesrv_addr}")
+
+
+def create_group(
+    namesrv_addr: str,
+    group: str,
+    cluster: str,
+    *,
+    orderly: bool,
+    base: Path,
+    release: Release = ROCKETMQ_5,
+    timeout: float = 90.0,
+) -> None:
+    """Subscription group ``group`` on ``cluster``'s masters; ``orderly`` makes the proxy hand its consumers
+    a FIFO topic's messages one message group at a time, in order (an auto-created group is not)."""
+    done = mqadmin(
+        release, base, "updateSubGroup", "-n", namesrv_addr, "-c", cluster, "-g", group,
+        "-o", str(orderly).lower(), timeout=timeout,
+    )  # fmt: skip
+    if done.returncode != 0 or "success" not in done.stdout:
+        raise JavaProcessError(f"mqadmin updateSubGroup {group} failed:\n{done.stdout}{done.stderr}")
+
+
+def compile_grpc_flow(out: Path) -> Path:
+    """``tests/peers/java/GrpcFlow.java`` compiled against the gRPC Java client into ``out`` (returned)."""
+    javac = java_binary().with_name("javac")
+    out.mkdir(parents=True, exist_ok=True)
+    jars = jvm_jars(GRPC_CLIENT_MODULE)
+    done = subprocess.run(
+        [str(javac), "-nowarn", "-cp", f"{jars}/*", "-d", str(out), str(GRPC_FLOW)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise JavaProcessError(f"javac {GRPC_FLOW.name} failed:\n{done.stderr[-_OUTPUT_TAIL:]}")
+    return out
+
+
+@dataclass(frozen=True)
+class GrpcFlowResult:
+    """What one pass of a gRPC flow client did: its exit code, and its lines split on spaces."""
+
+    returncode: int
+    lines: list[list[str]]
+
+    def sent(self, kind: str) -> list[int]:
+        return [int(f[2]) for f in self.lines if f[:2] == ["SENT", kind]]
+
+    def acked(self, kind: str) -> set[int]:
+        return {int(f[2]) for f in self.lines if f[:2] == ["ACKED", kind]}
+
+    def received(self, kind: str) -> dict[str, list[int]]:
+        """Message group -> seqs in the order first delivered (redeliveries left out)."""
+        groups: dict[str, list[int]] = {}
+        seen: set[int] = set()
+        for f in self.lines:
+            if f[:2] == ["GOT", kind] and int(f[3]) not in seen:
+                seen.add(int(f[3]))
+                groups.setdefault(f[2], []).append(int(f[3]))
+        return groups
+
+    @property
+    def errors(self) -> list[str]:
+        return [" ".join(f[1:]) for f in self.lines if f[:1] == ["ERR"]]
+
+
+def run_grpc_flow(
+    base: Path,
+    argv: Sequence[str],
+    *,
+    name: str,
+    timeout: float = 120.0,
+    env: dict[str, str] | None = None,
+) -> GrpcFlowResult:
+    """Run one gRPC flow client (``argv``, a program writing :class:`GrpcFlowResult`'s lines on stdout) to
+    its end in a home of its own under ``base``, with ``env`` added to its environment; SIGKILLed by PID
+    if it outlives ``timeout``."""
+    home = base / name
+    home.mkdir(parents=True)
+    # HOME too: the Python client logs under ~/logs whatever it is told
+    process = JavaProcess(name, argv, home, {**_env(home), "HOME": str(home), **(env or {})})
+    try:
+        process.proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.stop()
+    text = process.out.read_text(errors="replace")
+    kinds = ("SENT ", "GOT ", "ACKED ", "DONE", "ERR ")
+    lines = [line.split(" ") for line in text.splitlines() if line.startswith(kinds)]
+    return GrpcFlowResult(process.proc.returncode, lines)
+
+
+def java_grpc_flow_argv(classes: Path, home: Path, *args: str) -> list[str]:
+    """The command line of ``GrpcFlow`` (:func:`compile_grpc_flow`) with ``args``, its client logs in ``home``."""
+    jars = jvm_jars(GRPC_CLIENT_MODULE)
+    # the client writes its log under ~/logs/rocketmq: user.home keeps it in the test's folder
+    return [str(java_binary()), *JVM_OPTIONS, f"-Duser.home={home}", "-cp", f"{jars}/*:{classes}", "GrpcFlow", *args]

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 from urllib.parse import quote
 
 from common import kafka_clients, options, redis_clients
@@ -212,6 +212,29 @@ def load_config(path: Path | str | None = None, base_dir: Path | None = None) ->
 
 
 # --------------------------------------------------------------------------- processes
+
+
+T = TypeVar("T")
+
+
+def poll_until(
+    check: Callable[[], T | None],
+    timeout: float,
+    what: str,
+    interval: float = 0.05,
+    state: Callable[[], object] | None = None,
+) -> T:
+    """Poll ``check`` until it returns something true (returned); after ``timeout`` seconds a ServiceError naming
+    ``what`` was awaited and, with ``state``, what was seen instead."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            seen = f"; last seen: {state()}" if state is not None else ""
+            raise ServiceError(f"timed out after {timeout:g} s waiting for {what}{seen}")
+        time.sleep(interval)
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -1028,6 +1051,24 @@ class KafkaCluster:
             self.bootstrap_servers, topics, replication_factor=self.replicas,
             configs={"min.insync.replicas": str(self.min_insync)}, timeout=timeout,
         )  # fmt: skip
+
+    def describe_topics(self, topics: Sequence[str], skip: Iterable[int] = (), timeout: float = 30.0) -> list[dict]:
+        """The topics' metadata (partitions, leaders, replicas in sync), asked of the running nodes not in ``skip``
+        (ids from 1: frozen ones, say). An admin client sends its request to one node, which may be one that just
+        died while the metadata still names it, and tries no other: so ask again until ``timeout``."""
+        from kafka.errors import KafkaError
+
+        skipped = set(skip)
+        deadline = time.monotonic() + timeout
+        while True:
+            healthy = [n.address for i, n in enumerate(self.nodes, 1) if i not in skipped and n.running_pid()]
+            try:
+                with kafka_admin(",".join(healthy)) as admin:
+                    return list(admin.describe_topics(list(topics)))
+            except KafkaError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def stop(self) -> None:
         """Stop every node at once: the last of them stopping alone would wait for a controller majority that is gone."""

@@ -28,12 +28,19 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
-from infra.services import LOOPBACK, BinaryNotFoundError, ServiceError, free_port, package_file, pid_alive
+from infra.services import (
+    LOOPBACK,
+    BinaryNotFoundError,
+    ServiceError,
+    free_port,
+    package_file,
+    pid_alive,
+    poll_until,
+)
 from namesrv import procfs
 
 __all__ = ["SparkCluster", "SparkDaemon", "spark_class", "spark_cluster", "spark_home"]
@@ -41,27 +48,6 @@ __all__ = ["SparkCluster", "SparkDaemon", "spark_class", "spark_cluster", "spark
 #: a JVM daemon's heap here: the master and workers only bookkeep
 _DAEMON_MEMORY = "256m"
 _WORKER_MAIN = "org.apache.spark.deploy.worker.Worker"
-
-T = TypeVar("T")
-
-
-def _wait_until(
-    check: Callable[[], T | None],
-    timeout: float,
-    what: str,
-    interval: float = 0.05,
-    state: Callable[[], object] | None = None,
-) -> T:
-    """Poll ``check`` until it returns something true (returned), or ServiceError after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            seen = f"; last seen: {state()}" if state is not None else ""
-            raise ServiceError(f"timed out after {timeout:g} s waiting for {what}{seen}")
-        time.sleep(interval)
 
 
 def spark_home() -> Path:
@@ -152,13 +138,13 @@ class SparkCluster:
             tmp=tmp, env=env, cores=cores, memory=memory,
         )  # fmt: skip
         try:
-            _wait_until(
+            poll_until(
                 cluster.answers, start_timeout, "the Spark master's status page",
                 state=lambda: f"master exit code {master.proc.poll()}\n{cluster.logs()}",
             )  # fmt: skip
             for i in range(workers):
                 cluster.workers.append(cluster._launch_worker(i))
-            _wait_until(
+            poll_until(
                 lambda: cluster.alive_workers() >= workers,
                 start_timeout,
                 f"{workers} Spark workers to register",
@@ -234,7 +220,7 @@ class SparkCluster:
         """SIGKILL ``worker`` (or worker number ``worker``) with everything below it, as a dead host loses them all."""
         daemon = self.workers[worker] if isinstance(worker, int) else worker
         daemon.kill_tree(signal.SIGKILL)
-        _wait_until(lambda: not daemon.session(), 20, f"worker {daemon.name} and its executors to die")
+        poll_until(lambda: not daemon.session(), 20, f"worker {daemon.name} and its executors to die")
         with contextlib.suppress(subprocess.TimeoutExpired):
             daemon.proc.wait(10)
 
@@ -245,7 +231,7 @@ class SparkCluster:
         if self.workers[i].proc.poll() is None:
             raise ServiceError(f"Spark worker {i} (PID {self.workers[i].pid}) is still running")
         self.workers[i] = self._launch_worker(i)
-        _wait_until(
+        poll_until(
             lambda: self.worker_alive(i), timeout, f"Spark worker {i} ALIVE again", interval=0.5,
             state=lambda: f"exit code {self.workers[i].proc.poll()}\n{self.logs()}",
         )  # fmt: skip

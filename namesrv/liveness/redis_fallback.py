@@ -149,6 +149,15 @@ def connect_node_redis(config: NamesrvConfig, without: str) -> tuple[redis_clien
 class RedisFallback:
     """The fallback writer of one node: writes a departure the monitor has not decided in time, while it holds the lease."""
 
+    #: After this node itself stood still (frozen, starved: looks further apart than the grace), what its tables
+    #: call overdue or gone is partly its own doing: a broker whose connection to it broke meanwhile is heard
+    #: again only at its next registration (RocketMQ's registerNameServerPeriod, 30 s by default), while the
+    #: other nodes hear it all along. For this long after such a stall a departure is written only once no
+    #: monitor is heard, and not before RESUME_WAIT_MS, so that a live monitor decides it (and keeps a broker
+    #: other nodes hear) instead.
+    POST_STALL_MS = 30_000
+    RESUME_WAIT_MS = 5_000
+
     def __init__(
         self,
         client: redis_clients.Client,
@@ -165,6 +174,9 @@ class RedisFallback:
         self.now_ms = now_ms
         self.holding = False
         self._lease_news = LogThrottle(LEASE_NEWS_INTERVAL_S)
+        self._last_look_ms: int | None = None
+        #: when this node last came back from standing still (wall ms), if it has
+        self._resumed_ms: int | None = None
 
     @classmethod
     def from_config(
@@ -184,9 +196,12 @@ class RedisFallback:
     async def look(self, live: set[BrokerKey], overdue: set[BrokerKey]) -> None:
         """One look: note the departures, and write those the monitor has not decided within its grace."""
         now = self.now_ms()
+        if self._last_look_ms is not None and now - self._last_look_ms > self.monitor.grace_ms:
+            self._resumed_ms = now
+        self._last_look_ms = now
         self.departures.observe(live, overdue, now)
         self.departures.settle(self.monitor.covers, now - PENDING_KEPT_MS)
-        due = self.departures.due(now - self.monitor.grace_ms)
+        due = self._after_a_stall(self.departures.due(now - self.monitor.grace_ms), now)
         if not due and (not self.holding or self.monitor.decided_through() is not None):
             if self.holding:  # the monitor keeps up again: the next departure is its to write
                 await self._io(self.lease.release)
@@ -208,6 +223,16 @@ class RedisFallback:
             written = await self._io(functools.partial(self.remove, due))
             if written is not None:
                 self.departures.written(written)
+
+    def _after_a_stall(self, due: dict[BrokerKey, int], now: int) -> dict[BrokerKey, int]:
+        """``due`` less the departures seen since this node came back from a stall, while a monitor may still
+        decide them (see :attr:`POST_STALL_MS`)."""
+        resumed = self._resumed_ms
+        if resumed is None or now - resumed > self.POST_STALL_MS:
+            return due
+        if now - resumed >= self.RESUME_WAIT_MS and self.monitor.decided_through() is None:
+            return due  # no monitor heard since: the nodes are on their own
+        return {key: at for key, at in due.items() if at < resumed}
 
     def close(self) -> None:
         """Give the lease back if held (the next node takes over at once) and close the connection."""

@@ -288,22 +288,9 @@ class ReplicatedInfra:
     def kafka_node(self, node_id: int) -> KafkaService:
         return self.cluster.nodes[node_id - 1]
 
-    def _describe(self, topics: list[str], timeout: float = 20.0) -> list[dict[str, Any]]:
-        """The topics' metadata, asked of a node that is neither killed nor frozen. An admin client sends a
-        request to one node, which may be the faulty one while the metadata still names it, and does not
-        try another: ask again."""
-        from kafka.errors import KafkaError
-
-        healthy = ",".join(n.address for i, n in enumerate(self.cluster.nodes, 1) if i not in self._faulty)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                with kafka_admin(healthy) as admin:
-                    return list(admin.describe_topics(topics))
-            except KafkaError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+    def _describe(self, topics: list[str]) -> list[dict[str, Any]]:
+        """The topics' metadata, asked of a node that is neither killed nor frozen."""
+        return self.cluster.describe_topics(topics, skip=self._faulty, timeout=20.0)
 
     def leaders(self, topic: str) -> dict[int, int]:
         """partition -> the node id leading it now (-1: none), as the cluster's metadata says."""

@@ -87,6 +87,50 @@ def test_a_departure_waits_out_a_redis_failure_and_the_writer_claims_no_change_o
     assert [m for m in said if m.startswith("fallback writer: redis failed")], said
 
 
+def writer_recording_writes(node: str) -> tuple[Clock, MonitorWatchdog, RedisFallback, list[dict]]:
+    """A writer that can take the lease (FakeRedis, below) and records each write instead of making it."""
+    clock, routes = Clock(), RouteInfoManager(RouteSettings())
+    monitor = MonitorWatchdog(ExpiryScan(routes, 5000), 30_000, now=clock.seconds, wall_clock_ms=clock)
+    writer = RedisFallback(FakeRedis(), RedisKeys("p"), node, routes, monitor, RouteSettings(), now_ms=clock)  # type: ignore[arg-type]
+    writes: list[dict] = []
+    writer.remove = lambda gone: writes.append(dict(gone)) or set(gone)  # type: ignore[method-assign]
+    return clock, monitor, writer, writes
+
+
+def test_after_the_node_itself_stood_still_a_live_monitor_decides_what_its_tables_call_overdue():
+    """A frozen node wakes with brokers overdue in its own tables whose connections broke while it stood still;
+    the other nodes heard them all along. While a monitor is heard, the writer leaves those to it, even past
+    the grace; once none is heard (after RESUME_WAIT_MS), it writes them."""
+    clock, monitor, writer, writes = writer_recording_writes("node-3")
+    kept = ("c", "a")
+    asyncio.run(writer.look({kept}, set()))  # the baseline
+    clock.advance(60_000)  # frozen for a minute
+    monitor.heard("m", decided_through=clock.ms - 3000)  # its consumer catches up: the monitor is alive
+    asyncio.run(writer.look({kept}, {kept}))
+    seen_at = clock.ms
+    for _ in range(8):  # two grace periods: the monitor, slower than that, has not yet read this far
+        clock.advance(250)
+        monitor.heard("m", decided_through=seen_at - 1000)
+        asyncio.run(writer.look({kept}, {kept}))
+    assert writes == [], "a departure seen just after the node's own stall was written over a live monitor"
+    clock.advance(RedisFallback.RESUME_WAIT_MS)  # the monitor goes silent: the node is on its own again
+    asyncio.run(writer.look({kept}, {kept}))
+    assert writes == [{kept: seen_at}]
+
+
+def test_without_a_stall_an_undecided_departure_is_written_after_the_grace_as_before():
+    clock, monitor, writer, writes = writer_recording_writes("node-1")
+    gone = ("c", "a")
+    asyncio.run(writer.look({gone}, set()))
+    seen_at = None
+    for _ in range(8):
+        clock.advance(250)
+        monitor.heard("m", decided_through=clock.ms - 5000)  # alive but behind
+        asyncio.run(writer.look({gone}, {gone}))
+        seen_at = seen_at or clock.ms
+    assert writes == [{gone: seen_at}]
+
+
 # --------------------------------------------------------------------------- the lease
 
 

@@ -66,6 +66,11 @@ class Observer:
         with self._lock:
             self._keep.update(names)
 
+    def kept(self) -> set[str]:
+        """The brokers that must be listed everywhere now."""
+        with self._lock:
+            return set(self._keep)
+
     def release(self, *names: str) -> None:
         """These brokers may go from now on (they are about to die)."""
         with self._lock:

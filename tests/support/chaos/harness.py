@@ -41,7 +41,7 @@ from pathlib import Path
 from kafka.partitioner.default import murmur2
 
 from common import redis_clients
-from infra.services import DEFAULT_TOPICS, kafka_admin, tcp_answers
+from infra.services import DEFAULT_TOPICS, tcp_answers
 from infra.stack import Supervisor
 from infra.topology import Layout, Part, Topology
 from namesrv.events.schema import wall_ms
@@ -150,8 +150,9 @@ class Chaos:
             groups = [g.name for g in self.topo.groups]
             rocketmq.create_topic(layout.node_addrs[0], "ChaosFlow", ["HaCluster"])
             self.flow = rocketmq.FlowClients.start(self.run_dir / "flow", layout.namesrv_addr, "ChaosFlow")
-            self.wait_listed(groups, 60)
-            self.observer.keep(*groups)
+            members = [b.addr for g in self.topo.groups for b in g.brokers]
+            self.wait_listed(groups + members, 60)
+            self.observer.keep(*groups, *members)
         self.outcome.figures["start-up"] = time.monotonic() - t0
         self.say(f"topology up in {time.monotonic() - t0:.0f} s: {self.describe()}")
 
@@ -192,18 +193,7 @@ class Chaos:
     # -- Kafka's view
 
     def _describe(self, topics: list[str]) -> list[dict]:
-        from kafka.errors import KafkaError
-
-        deadline = time.monotonic() + 30
-        while True:
-            healthy = ",".join(n.address for n in self.topo.kafka.nodes if n.running_pid() is not None)
-            try:
-                with kafka_admin(healthy) as admin:
-                    return list(admin.describe_topics(topics))
-            except KafkaError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.3)
+        return self.topo.kafka.describe_topics(topics)
 
     def leaders(self, topic: str) -> dict[int, int]:
         (info,) = self._describe([topic])
@@ -236,10 +226,10 @@ class Chaos:
         while True:
             latest = dict(self.observer.latest)
             places = [p for p in (*self.observer.places, "redis") if p not in self.observer.faulty]
-            if all(p in latest and set(names) <= set(latest[p]) for p in places):
+            if all(p in latest and set(names) <= _listed(latest[p]) for p in places):
                 return time.monotonic() - t0
             if time.monotonic() - t0 > timeout:
-                missing = {p: sorted(set(names) - set(latest.get(p, {}))) for p in places}
+                missing = {p: sorted(set(names) - _listed(latest.get(p, {}))) for p in places}
                 raise AssertionError(f"not listed after {timeout:.0f} s: {missing}")
             time.sleep(0.1)
 
@@ -329,7 +319,7 @@ class Chaos:
             runner, fleet = self.runners[crash]
             runner.crash(fleet)
             crash_deadline = closed + BROKER_TIMEOUT_S * 1000
-            if fault.name == "rocketmq-broker-freeze":
+            if fault.on is On.ROCKETMQ:
                 obs.dying(self._broker(label).addr)
             self._gone(result, quiet, quiet_deadline, "silent broker", fault)
             self._gone(result, crash, crash_deadline, "crashed broker", fault, closed_ms=closed)
@@ -341,12 +331,26 @@ class Chaos:
                 self._gone(result, broker.addr, latest, "frozen RocketMQ broker", fault, earliest_ms=earliest)
             if fault.name == "rocketmq-master-kill":
                 self._election(result, label, before_master, began)
+                # killed: its connections closed at every node, so it goes long before its deadline
+                self._gone(
+                    result,
+                    self._broker(label).addr,
+                    began + ROCKETMQ_BROKER_TIMEOUT_MS,
+                    "killed RocketMQ master",
+                    fault,
+                    closed_ms=began,
+                )
             hold_s = fault.hold_s
             if fault.name == "rocketmq-broker-freeze":  # past the deadline the real broker sends
                 hold_s = max(hold_s, self._broker_timeout_ms() / 1000 + 6)
             time.sleep(max(0.0, began / 1000 + hold_s - time.time()))
         # healed
         healed = time.monotonic()
+        if fault.on is On.ROCKETMQ and fault.action == "kill":
+            # a restarted member registers again and again while it syncs its topics from the master: the heal
+            # is over once the nodes' answers stand still
+            result.figures["restart -> its registration settled at the nodes"] = self._nodes_settled(60)
+            healed = time.monotonic()
         took, differing = same_routes_everywhere(self._live_addrs(), self.topo.redis_url, 60)
         result.figures["heal -> same routes everywhere"] = took if took >= 0 else 60.0
         if took > CONSISTENT_S or took < 0:
@@ -361,8 +365,14 @@ class Chaos:
         )
         for name in (crash, quiet):
             self.revive(name)
-        if fault.name == "rocketmq-broker-freeze":
-            obs.back_again(self._broker(label).addr)
+        if fault.on is On.ROCKETMQ:  # the killed or frozen member is back: it must stay from now on
+            addr = self._broker(label).addr
+            obs.back_again(addr)
+            try:
+                self.wait_listed([addr], 180)
+                obs.keep(addr)
+            except AssertionError as exc:
+                result.held(f"{label} listed everywhere again after the heal", str(exc))
         # a restarted monitor lists them in Redis once it runs again (the nodes' fallback only removes)
         try:
             self.wait_listed([crash, quiet], 600)
@@ -442,11 +452,26 @@ class Chaos:
         if fault.on is On.KAFKA:
             _wait(self.kafka_in_sync, 180, "every Kafka replica back in sync", interval=1.0)
 
+    def _nodes_settled(self, timeout: float, still_s: float = 2.0) -> float:
+        """Seconds until every live node's answers for every topic stayed the same for ``still_s``."""
+        from tests.support.chaos.checks import routes_everywhere
+
+        t0, last, since = time.monotonic(), None, time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            with contextlib.suppress(*redis_clients.failures(), AssertionError):
+                now = {t: a[1:] for t, a in routes_everywhere(self._live_addrs(), self.topo.redis_url).items()}
+                if now != last:
+                    last, since = now, time.monotonic()
+                elif time.monotonic() - since >= still_s:
+                    return since - t0
+            time.sleep(0.25)
+        return timeout
+
     def _all_kept_at(self, place: str, timeout: float) -> float:
         t0 = time.monotonic()
         assert self.observer is not None
         while time.monotonic() - t0 < timeout:
-            if place in self.observer.latest and self.observer._keep <= set(self.observer.latest[place]):
+            if place in self.observer.latest and self.observer.kept() <= _listed(self.observer.latest[place]):
                 return time.monotonic() - t0
             time.sleep(0.05)
         raise AssertionError(place)
@@ -575,6 +600,11 @@ def _wait(check, timeout: float, what: str, interval: float = 0.1):  # noqa: ANN
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(interval)
+
+
+def _listed(known: dict[str, dict[int, str]]) -> set[str]:
+    """The brokers one place lists, by group name and by address."""
+    return set(known) | {a for members in known.values() for a in members.values()}
 
 
 def _listed_master(chaos: Chaos, group: str) -> str | None:

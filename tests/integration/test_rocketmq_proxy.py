@@ -1,0 +1,210 @@
+"""Apache's 5.5.0 proxy in cluster mode in front of a 5.5.0 broker, found through our nodes, serves gRPC
+clients as it does through Apache's own NameServer.
+
+One master broker registers with two of our nodes and with Apache's 5.5.0 NameServer.  For each world
+(our two nodes, Apache's NameServer) a proxy (``ProxyStartup -pm cluster``) is given only that world's
+name servers, and topics and groups of that world's own are created through it: a NORMAL topic, a FIFO
+topic and an orderly group for the latter.  Apache's gRPC Java client (``rocketmq-client-java``,
+``tests/peers/java/GrpcFlow.java``) sends COUNT messages to each topic through the proxy, the FIFO ones
+alternating between two message groups, and a SimpleConsumer per topic receives and acks them all.
+The official Python gRPC client (PyPI ``rocketmq-python-client``, this module run as a program) does the
+same through the same proxy.  Every message is sent, received and acked once, each message group's in
+the order sent, and both worlds give the same counts and the same order to both clients.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from infra.rocketmq import (
+    REPO,
+    ROCKETMQ_5,
+    GrpcFlowResult,
+    JavaBroker,
+    JavaProxy,
+    compile_grpc_flow,
+    create_group,
+    create_typed_topic,
+    java_grpc_flow_argv,
+    run_grpc_flow,
+    start_broker,
+    start_proxy,
+)
+from infra.services import BinaryNotFoundError, jvm_jars
+from tests.support.node import running_node
+from tests.support.rocketmq import start_java_namesrv
+
+pytestmark = [pytest.mark.rocketmq, pytest.mark.timeout(300)]
+
+CLUSTER = "ProxyCluster"
+COUNT = 20
+#: a SimpleConsumer pops, and 5.x pops only with the timer wheel on (start_broker turns it off); the
+#: default timer log maps 100 MB
+POP_BROKER = {"timerWheelEnable": "true", "mappedFileSizeTimerLog": str(4 * 1024 * 1024)}
+WORLDS = ("ours", "apache")
+CLIENTS = ("java", "python")
+GROUPS = {"g0": list(range(0, COUNT, 2)), "g1": list(range(1, COUNT, 2))}
+
+
+@dataclass
+class World:
+    base: Path
+    broker: JavaBroker
+    #: "ours" (in front of our two nodes) and "apache" (in front of Apache's NameServer)
+    proxies: dict[str, JavaProxy]
+    java_classes: Path
+
+
+def names(which: str, client: str) -> tuple[str, str, str, str]:
+    """The normal topic, the FIFO topic, the normal group and the orderly group of one client in one world."""
+    tail = f"{which}-{client}"
+    return f"GrpcNormal-{tail}", f"GrpcFifo-{tail}", f"GrpcGroup-{tail}", f"GrpcFifoGroup-{tail}"
+
+
+def prepare(addr: str, which: str, client: str, home: Path) -> None:
+    normal, fifo, _, fifo_group = names(which, client)
+    home.mkdir()
+    create_typed_topic(addr, normal, CLUSTER, "NORMAL", base=home)
+    create_typed_topic(addr, fifo, CLUSTER, "FIFO", base=home)
+    create_group(addr, fifo_group, CLUSTER, orderly=True, base=home)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    base = tmp_path_factory.mktemp("proxy")
+    try:
+        jvm_jars("rocketmq-5-grpc-client")
+    except BinaryNotFoundError as e:
+        pytest.skip(f"Apache's gRPC Java client is not resolved: {e}")
+    classes = compile_grpc_flow(base / "grpc-flow-classes")  # before the JVMs take the cores
+    with ExitStack() as stack:
+        ours = []
+        for name in ("node-1", "node-2"):
+            (base / name).mkdir()
+            ours.append(stack.enter_context(running_node(base / name)).addr)
+        apache = start_java_namesrv(ROCKETMQ_5, base, "apache-namesrv")
+        stack.callback(apache.stop)
+        namesrvs = {"ours": ours, "apache": [apache.addr]}
+        broker = start_broker(ROCKETMQ_5, base, [*ours, apache.addr], cluster=CLUSTER, extra=POP_BROKER)
+        stack.callback(broker.stop)
+        # every topic and group (each world's through its own name servers) and both proxies side by side:
+        # each is mostly a JVM starting
+        with ThreadPoolExecutor(6) as pool:
+            admin = [
+                pool.submit(prepare, namesrvs[w][0], w, c, base / f"admin-{w}-{c}") for w in WORLDS for c in CLIENTS
+            ]
+            starting = {
+                w: pool.submit(
+                    start_proxy, base, namesrvs[w], cluster=CLUSTER, ready_topic=names(w, "java")[1], name=f"proxy-{w}"
+                )
+                for w in WORLDS
+            }
+        proxies = {w: f.result() for w, f in starting.items() if f.exception() is None}
+        for proxy in proxies.values():
+            stack.callback(proxy.stop)
+        for f in [*admin, *starting.values()]:
+            if (error := f.exception()) is not None:
+                raise error
+        yield World(base, broker, proxies, classes)
+
+
+def flow(world: World, which: str, client: str) -> GrpcFlowResult:
+    """One client's pass through ``which`` world's proxy."""
+    normal, fifo, group, fifo_group = names(which, client)
+    name = f"{client}-flow-{which}"
+    args = ["-e", world.proxies[which].grpc_addr, "-t", normal, "-f", fifo, "-g", group, "-G", fifo_group]
+    args += ["-c", str(COUNT), "-w", "60"]
+    if client == "java":
+        return run_grpc_flow(world.base, java_grpc_flow_argv(world.java_classes, world.base / name, *args), name=name)
+    argv = [sys.executable, "-m", "tests.integration.test_rocketmq_proxy", *args]
+    return run_grpc_flow(world.base, argv, name=name, env={"PYTHONPATH": str(REPO)})
+
+
+def check_flow(result: GrpcFlowResult, what: str) -> None:
+    assert result.returncode == 0, (what, result.errors or result.lines[-5:])
+    for kind in ("normal", "fifo"):
+        assert result.sent(kind) == list(range(COUNT)), (what, kind)
+        assert result.acked(kind) == set(range(COUNT)), (what, kind)
+    assert sorted(seq for seqs in result.received("normal").values() for seq in seqs) == list(range(COUNT)), what
+    # FIFO: each message group's messages in the order they were sent
+    assert result.received("fifo") == GROUPS, what
+
+
+def test_grpc_clients_through_the_proxy_on_our_nodes_and_on_apaches(world: World):
+    results = {w: {c: flow(world, w, c) for c in CLIENTS} for w in WORLDS}
+    for which, by_client in results.items():
+        for client, result in by_client.items():
+            check_flow(result, f"{client} client through {which}")
+    for client in CLIENTS:
+        ours, apache = results["ours"][client], results["apache"][client]
+        assert ours.received("fifo") == apache.received("fifo")
+        assert [len(ours.acked(k)) for k in ("normal", "fifo")] == [len(apache.acked(k)) for k in ("normal", "fifo")]
+
+
+def python_flow(opts: dict[str, str]) -> None:
+    """The Python client's GrpcFlow (tests/peers/java/GrpcFlow.java): the same options, lines and exit code."""
+    from rocketmq.v5.client import ClientConfiguration, Credentials
+    from rocketmq.v5.consumer import SimpleConsumer
+    from rocketmq.v5.model import FilterExpression, Message
+    from rocketmq.v5.producer import Producer
+
+    count, deadline = int(opts["-c"]), time.monotonic() + float(opts["-w"])
+    # no TLS is its default; the proxy serves plaintext too while tlsTestModeEnable is on
+    conf = ClientConfiguration(opts["-e"], Credentials(), request_timeout=10)
+    producer = Producer(conf, (opts["-t"], opts["-f"]))
+    producer.startup()
+    try:
+        for seq in range(count):
+            for kind, topic in (("normal", opts["-t"]), ("fifo", opts["-f"])):
+                message = Message()
+                message.topic, message.body = topic, f"{kind}:{seq}".encode()
+                if kind == "fifo":
+                    message.message_group = f"g{seq % 2}"
+                print("SENT", kind, seq, producer.send(message).message_id, flush=True)
+    finally:
+        producer.shutdown()
+    for kind, group, topic in (("normal", opts["-g"], opts["-t"]), ("fifo", opts["-G"], opts["-f"])):
+        # await_duration: how long an empty receive long-polls
+        consumer = SimpleConsumer(conf, group, {topic: FilterExpression()}, await_duration=2)
+        consumer.startup()
+        try:
+            seen: set[int] = set()
+            while len(seen) < count:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{kind}: {len(seen)} of {count} received")
+                try:
+                    received = consumer.receive(16, 15) or ()
+                except Exception as e:
+                    # its startup only writes its settings to the telemetry stream: until the proxy has
+                    # read them, a receive fails with a NullPointerException on them
+                    if '"settings" is null' not in str(e):
+                        raise
+                    received = ()
+                    time.sleep(0.1)  # poll interval, as tests.support.wait's
+                for message in received:
+                    seq = int(message.body.decode().split(":")[1])
+                    print("GOT", kind, message.message_group or "-", seq, 1, flush=True)
+                    consumer.ack(message)  # a FIFO group's next message comes only after this ack
+                    print("ACKED", kind, seq, flush=True)
+                    seen.add(seq)
+        finally:
+            consumer.shutdown()
+
+
+if __name__ == "__main__":
+    try:
+        python_flow(dict(zip(sys.argv[1::2], sys.argv[2::2], strict=True)))
+        print("DONE", flush=True)
+    except Exception as e:
+        print("ERR", repr(e).replace("\n", " "), flush=True)
+        os._exit(1)
+    os._exit(0)  # the client's event loop and executor threads are not all daemons
