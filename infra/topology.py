@@ -9,7 +9,7 @@ puts faults on it. It is the reference production layout of ``docs/deploy.md``, 
 - Redis Cluster, three masters and three replicas (:class:`infra.redis_cluster.RedisCluster`), with
   append-only files, failing a dead master over by itself;
 - Spark standalone, a master and two workers (:mod:`infra.spark_cluster`), the job's driver a
-  :class:`infra.stack.StreamingJob` on that master, which the supervisor restarts when it dies;
+  :class:`infra.apps.StreamingJob` on that master, which the supervisor restarts when it dies;
 - three name-server nodes, each warm-starting from Redis;
 - optionally (``rocketmq=True``) Apache RocketMQ 5.5.0 from the manifest: its standalone controller
   and two broker groups, each a master and a slave in controller mode (:mod:`infra.rocketmq`).

@@ -1,8 +1,8 @@
 """The whole system for the end-to-end suite, on two interchangeable backends, and the tools to drive it.
 
 A :class:`System` is what ``make run`` starts: Apache Kafka and Redis (the *infra*), two name-server
-nodes (:class:`infra.stack.NodeService`) and the Spark liveness monitor
-(:class:`infra.stack.StreamingJob`), on free loopback ports, with a short broker timeout
+nodes (:class:`infra.apps.NodeService`) and the Spark liveness monitor
+(:class:`infra.apps.StreamingJob`), on free loopback ports, with a short broker timeout
 (:class:`Timing`).  Only the infra differs between backends: :class:`ProcessInfra` runs Kafka and
 redis-server as local processes, :class:`ContainerInfra` as testcontainers containers from images
 built locally (:mod:`tests.integration.images.build`).  Nodes and the job are always local processes

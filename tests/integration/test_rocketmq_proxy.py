@@ -70,12 +70,17 @@ def names(which: str, client: str) -> tuple[str, str, str, str]:
     return f"GrpcNormal-{tail}", f"GrpcFifo-{tail}", f"GrpcGroup-{tail}", f"GrpcFifoGroup-{tail}"
 
 
-def prepare(addr: str, which: str, client: str, home: Path) -> None:
-    normal, fifo, _, fifo_group = names(which, client)
+def prepare(base: Path, which: str, addrs: list[str]) -> JavaProxy:
+    """``which`` world's topics and groups, each client's, created through its first name server; then its
+    proxy, started."""
+    home = base / f"admin-{which}"
     home.mkdir()
-    create_typed_topic(addr, normal, CLUSTER, "NORMAL", base=home)
-    create_typed_topic(addr, fifo, CLUSTER, "FIFO", base=home)
-    create_group(addr, fifo_group, CLUSTER, orderly=True, base=home)
+    for client in CLIENTS:
+        normal, fifo, _, fifo_group = names(which, client)
+        create_typed_topic(addrs[0], normal, CLUSTER, "NORMAL", base=home)
+        create_typed_topic(addrs[0], fifo, CLUSTER, "FIFO", base=home)
+        create_group(addrs[0], fifo_group, CLUSTER, orderly=True, base=home)
+    return start_proxy(base, addrs, cluster=CLUSTER, ready_topic=names(which, "java")[1], name=f"proxy-{which}")
 
 
 @pytest.fixture(scope="module")
@@ -96,22 +101,14 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         namesrvs = {"ours": ours, "apache": [apache.addr]}
         broker = start_broker(ROCKETMQ_5, base, [*ours, apache.addr], cluster=CLUSTER, extra=POP_BROKER)
         stack.callback(broker.stop)
-        # every topic and group (each world's through its own name servers) and both proxies side by side:
-        # each is mostly a JVM starting
-        with ThreadPoolExecutor(6) as pool:
-            admin = [
-                pool.submit(prepare, namesrvs[w][0], w, c, base / f"admin-{w}-{c}") for w in WORLDS for c in CLIENTS
-            ]
-            starting = {
-                w: pool.submit(
-                    start_proxy, base, namesrvs[w], cluster=CLUSTER, ready_topic=names(w, "java")[1], name=f"proxy-{w}"
-                )
-                for w in WORLDS
-            }
+        # the two worlds side by side: each is mostly JVMs starting one after the other (more at once
+        # starve the machine until mqadmin's 3 s requests time out)
+        with ThreadPoolExecutor(len(WORLDS)) as pool:
+            starting = {w: pool.submit(prepare, base, w, namesrvs[w]) for w in WORLDS}
         proxies = {w: f.result() for w, f in starting.items() if f.exception() is None}
         for proxy in proxies.values():
             stack.callback(proxy.stop)
-        for f in [*admin, *starting.values()]:
+        for f in starting.values():
             if (error := f.exception()) is not None:
                 raise error
         yield World(base, broker, proxies, classes)
