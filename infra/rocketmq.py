@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from infra.services import free_port, java_binary, jvm_jars
+from infra.services import free_port, java_binary, jvm_jars, poll_until
 from namesrv.client import NameServerClient
 
 T = TypeVar("T")
@@ -62,7 +62,6 @@ JVM_OPTIONS = (
 #: the controller's snapshots use Hessian, which reflects into java.lang's classes
 CONTROLLER_JVM_OPTIONS = (*JVM_OPTIONS, "--add-opens=java.base/java.lang=ALL-UNNAMED")
 _OUTPUT_TAIL = 3000
-_POLL_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -113,18 +112,6 @@ class JavaProcessError(RuntimeError):
 
 class PortTakenError(JavaProcessError):
     """A JVM exited because a port picked for it was taken before it could bind it."""
-
-
-def poll_until(check: Callable[[], T], timeout: float, what: str) -> T:
-    """Call ``check`` until it returns something true (returned) or ``timeout`` s pass (TimeoutError)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(_POLL_S)
 
 
 def _on_free_ports(start: Callable[[], T], home: Callable[[], Path], attempts: int = 3) -> T:
@@ -259,12 +246,13 @@ def _properties(path: Path, props: dict[str, str]) -> Path:
     return path
 
 
-def compile_java(release: Release, source: Path, out: Path) -> Path:
-    """``source`` compiled against ``release``'s client jars into the folder ``out`` (returned)."""
+def compile_java(release: Release | Path, source: Path, out: Path) -> Path:
+    """``source`` compiled into the folder ``out`` (returned), against ``release``'s client jars or a folder of jars."""
+    jars = release.client_jars() if isinstance(release, Release) else release
     javac = java_binary().with_name("javac")
     out.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
-        [str(javac), "-nowarn", "-cp", f"{release.client_jars()}/*", "-d", str(out), str(source)],
+        [str(javac), "-nowarn", "-cp", f"{jars}/*", "-d", str(out), str(source)],
         capture_output=True,
         text=True,
         timeout=180,
@@ -990,19 +978,7 @@ def create_group(
 
 def compile_grpc_flow(out: Path) -> Path:
     """``tests/peers/java/GrpcFlow.java`` compiled against the gRPC Java client into ``out`` (returned)."""
-    javac = java_binary().with_name("javac")
-    out.mkdir(parents=True, exist_ok=True)
-    jars = jvm_jars(GRPC_CLIENT_MODULE)
-    done = subprocess.run(
-        [str(javac), "-nowarn", "-cp", f"{jars}/*", "-d", str(out), str(GRPC_FLOW)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise JavaProcessError(f"javac {GRPC_FLOW.name} failed:\n{done.stderr[-_OUTPUT_TAIL:]}")
-    return out
+    return compile_java(jvm_jars(GRPC_CLIENT_MODULE), GRPC_FLOW, out)
 
 
 @dataclass(frozen=True)

@@ -318,7 +318,7 @@ class Topology:
 
     def parts(self) -> dict[str, Part]:
         """Every process of the topology by name: ``kafka-1``.., ``redis-<port>``, ``spark-master``,
-        ``spark-worker-1``.., ``driver``, ``node-1``.., and ``broker-a-0`` .. with RocketMQ."""
+        ``spark-worker-1``.., ``driver``, ``node-1``.., and with RocketMQ ``rocketmq-controller``, ``broker-a-0`` .."""
         parts = [
             *(Part(f"kafka-{i}", partial(self._kafka_pids, i), partial(self.restart_kafka_node, i))
               for i in range(1, len(self.kafka.nodes) + 1)),
@@ -336,6 +336,8 @@ class Topology:
                 Part(f"spark-worker-{i + 1}", partial(self._worker_pids, i), partial(spark.restart_worker, i))
                 for i in range(len(spark.workers))
             ]
+        if self.controller is not None:
+            parts.append(Part("rocketmq-controller", partial(_controller_pids, self.controller)))
         if self.groups:
             from infra import rocketmq
 
@@ -358,6 +360,10 @@ class Topology:
     def _worker_pids(self, i: int) -> list[int]:
         assert self.spark is not None
         return self.spark.workers[i].session()
+
+
+def _controller_pids(controller) -> list[int]:  # noqa: ANN001 - infra.rocketmq.Controller, imported lazily
+    return [controller.process.pid] if controller.process.alive() else []
 
 
 def _broker_pids(broker) -> list[int]:  # noqa: ANN001 - infra.rocketmq.JavaBroker, imported lazily

@@ -28,3 +28,15 @@ def test_every_fault_is_held_past_a_broker_s_deadline_and_bounded_by_what_it_is_
 def test_an_unknown_fault_is_refused_with_the_names_there_are():
     with pytest.raises(ValueError, match="kafka-freeze"):
         schedule(1, ("kafka-frieze",))
+
+
+def test_an_incident_notified_twice_is_told_apart_from_two_incidents_of_one_kind():
+    from tests.support.chaos.checks import Episodes
+
+    one = (("alertname", "BROKER_EXPIRED"), ("broker", "b-0"))
+    kind = (("alertname", "MONITOR_DOWN"),)
+    fine = Episodes({one: ["firing", "resolved"], kind: ["firing", "resolved", "firing", "resolved"]})
+    assert fine.broken() == [] and fine.incidents() == 3 and fine.still_firing() == []
+    twice = Episodes({one: ["firing", "firing", "resolved"], kind: ["firing", "resolved", "resolved"]})
+    assert len(twice.broken()) == 2
+    assert Episodes({one: ["firing"]}).still_firing() and Episodes({one: ["firing"]}).broken() == []

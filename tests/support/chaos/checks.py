@@ -212,12 +212,17 @@ class Episodes:
     sent: dict[tuple[tuple[str, str], ...], list[str]] = field(default_factory=dict)
 
     def broken(self) -> list[str]:
-        """Incidents notified other than once firing, then once resolved (one still firing is one firing)."""
+        """Alerts whose incidents were not each notified once firing, then once resolved. Incidents of a kind
+        that names nothing (MONITOR_DOWN, MONITOR_LAGGING) share their labels, so one alert's notifications
+        are firing, resolved, firing, resolved ...: anything else is an incident notified twice."""
         out = []
         for labels, states in self.sent.items():
-            if states not in (["firing"], ["firing", "resolved"]):
+            if any(state != ("firing", "resolved")[i % 2] for i, state in enumerate(states)):
                 out.append(f"{dict(labels).get('alertname', '?')} {dict(labels)}: {states}")
         return out
+
+    def incidents(self) -> int:
+        return sum(states.count("firing") for states in self.sent.values())
 
     def still_firing(self) -> list[str]:
         return [f"{dict(labels)}" for labels, states in self.sent.items() if states[-1:] == ["firing"]]

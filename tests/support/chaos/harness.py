@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import itertools
 import os
 import random
@@ -308,7 +309,11 @@ class Chaos:
         self.say(f"{fault.name}: {fault.what} -> {label}")
         before_master = self._masters() if fault.on is On.ROCKETMQ else {}
         node_place = label if label.startswith("node-") else None
-        with self._inflicted(fault, part, label, node_place, result) as began:
+        member = self._broker(label).addr if fault.on is On.ROCKETMQ else None
+        if member is not None:
+            obs.dying(member)  # the killed or frozen member may go from now on
+        coming_back = functools.partial(obs.back_again, member) if member is not None else None
+        with self._inflicted(fault, part, label, node_place, result, before_heal=coming_back) as began:
             obs.dying(quiet)
             runner, fleet = self.runners[quiet]
             runner.silence(fleet)
@@ -319,8 +324,6 @@ class Chaos:
             runner, fleet = self.runners[crash]
             runner.crash(fleet)
             crash_deadline = closed + BROKER_TIMEOUT_S * 1000
-            if fault.on is On.ROCKETMQ:
-                obs.dying(self._broker(label).addr)
             self._gone(result, quiet, quiet_deadline, "silent broker", fault)
             self._gone(result, crash, crash_deadline, "crashed broker", fault, closed_ms=closed)
             if fault.name == "rocketmq-broker-freeze":
@@ -365,12 +368,10 @@ class Chaos:
         )
         for name in (crash, quiet):
             self.revive(name)
-        if fault.on is On.ROCKETMQ:  # the killed or frozen member is back: it must stay from now on
-            addr = self._broker(label).addr
-            obs.back_again(addr)
+        if member is not None:  # the killed or frozen member is back: it must stay from now on
             try:
-                self.wait_listed([addr], 180)
-                obs.keep(addr)
+                self.wait_listed([member], 180)
+                obs.keep(member)
             except AssertionError as exc:
                 result.held(f"{label} listed everywhere again after the heal", str(exc))
         # a restarted monitor lists them in Redis once it runs again (the nodes' fallback only removes)
@@ -413,9 +414,15 @@ class Chaos:
 
     @contextlib.contextmanager
     def _inflicted(
-        self, fault: Fault, part: Part, label: str, node_place: str | None, result: FaultResult
+        self,
+        fault: Fault,
+        part: Part,
+        label: str,
+        node_place: str | None,
+        result: FaultResult,
+        before_heal: Callable[[], None] | None = None,
     ) -> Iterator[float]:
-        """The fault in force for the block (given its wall ms start), healed after it."""
+        """The fault in force for the block (given its wall ms start), healed after it (``before_heal`` first)."""
         assert self.observer is not None
         if node_place:
             self.observer.faulty.add(node_place)
@@ -425,12 +432,16 @@ class Chaos:
                 if not pids:
                     result.held(f"{label} frozen", "it was not running")
                 yield began
+                if before_heal is not None:
+                    before_heal()
         else:
             killed = part.kill()
             if not killed:
                 result.held(f"{label} killed", "it was not running")
             _wait(lambda: not part.alive(), 30, f"{label} to die")
             yield began
+            if before_heal is not None:
+                before_heal()
             if part.restart is not None:
                 t0 = time.monotonic()
                 part.restart()
@@ -580,7 +591,7 @@ class Chaos:
         except AssertionError:
             pass
         episodes = self.pager.episodes()
-        out.figures["incidents notified"] = len(episodes.sent)
+        out.figures["incidents notified"] = episodes.incidents()
         broken = episodes.broken() + [f"still firing: {a}" for a in episodes.still_firing()]
         out.invariants["every incident alerted once and resolved once at Alertmanager"] = "; ".join(broken[:5])
         down = [name for name, part in self.topo.parts().items() if not part.alive()]
