@@ -13,6 +13,11 @@ Two questions, both answered from what the monitor last said:
   monitor is not deciding in time (stalled, slow behind a backlog, killed, restarting): the node
   expires it itself (:meth:`MonitorWatchdog.expire_undecided`), whatever the scan's state. A broker
   whose deadline the monitor has passed and kept is one another node still hears: it stays.
+
+A node that itself stood still (SIGSTOP, a host frozen or starved of CPU) heard nothing meanwhile: not
+the monitor, not its brokers. So the first look after a gap longer than the grace moves the monitor's
+clocks on by the gap (its silence then is the node's, not the monitor's: no scan taken back, no
+MONITOR_DOWN) and decides nothing for one grace, while the node reads what queued up for it.
 """
 
 from __future__ import annotations
@@ -53,19 +58,49 @@ class MonitorWatchdog:
         self.monitor: str | None = None
         #: the last heartbeat's ``decidedThrough`` (event time) and when it was heard (``now``)
         self._decided: tuple[int, float] | None = None
+        #: when this watchdog last read its clock, and until when it decides nothing after the node stood still
+        self._observed: float | None = None
+        self._settling_until = 0.0
+
+    def _now(self) -> float:
+        """``now()``, after making up for a gap since the last reading in which the node itself stood still.
+
+        Readings count once :meth:`run` has started reading every PERIOD_S: only then is a long gap between
+        two of them the node standing still (whoever reads first after it, the pager say, makes up for it)."""
+        now = self.now()
+        last = self._observed
+        if last is None:
+            return now
+        self._observed = now
+        if (now - last) * 1000 > self.grace_ms + PERIOD_S * 1000:
+            stood = now - last
+            if self.last_heard is not None:
+                self.last_heard += stood
+            if self._decided is not None:
+                self._decided = (self._decided[0], self._decided[1] + stood)
+            self._settling_until = now + self.grace_ms / 1000
+            log.warning(
+                "this node stood still for %.1f s (frozen or starved of CPU): deciding no expiry for %d ms "
+                "while it reads what queued up",
+                stood,
+                self.grace_ms,
+            )
+        return now
 
     @property
     def monitor_alive(self) -> bool:
-        return self.last_heard is not None and (self.now() - self.last_heard) * 1000 < self.silence_ms
+        now = self._now()
+        return self.last_heard is not None and (now - self.last_heard) * 1000 < self.silence_ms
 
     def silence_s(self) -> float | None:
         """Seconds since the monitor was last heard; None if it never was (read by the metrics)."""
+        now = self._now()
         last = self.last_heard
-        return None if last is None else max(0.0, self.now() - last)
+        return None if last is None else max(0.0, now - last)
 
     def heard(self, monitor: str, decided_through: int | None = None) -> None:
         handing_back = self.last_heard is not None  # the scan is on because the monitor fell silent
-        self.last_heard = self.now()
+        self.last_heard = self._now()
         self.monitor = monitor
         if decided_through is not None:
             self._decided = (decided_through, self.last_heard)
@@ -80,8 +115,9 @@ class MonitorWatchdog:
     def decided_through(self) -> int | None:
         """The event time the monitor has decided through, while its word is fresh (heard within the
         grace); None when it is not: the monitor stalled, died, or never said."""
+        now = self._now()
         decided = self._decided
-        if decided is None or (self.now() - decided[1]) * 1000 > self.grace_ms:
+        if decided is None or (now - decided[1]) * 1000 > self.grace_ms:
             return None
         return decided[0]
 
@@ -102,10 +138,13 @@ class MonitorWatchdog:
 
     async def expire_undecided(self, worker: Executor) -> None:
         """Expire the brokers past their deadline by the grace that the monitor has not decided."""
+        if self._now() < self._settling_until:
+            return
         await self.expiry.expire_undecided(worker, self.grace_ms, self.decided_through(), self.wall_clock_ms())
 
     async def run(self, worker: Executor) -> None:
         period = max(0.05, min(PERIOD_S, self.silence_ms / 4000))
+        self._observed = self.now()
         while True:
             await asyncio.sleep(period)
             self.check()

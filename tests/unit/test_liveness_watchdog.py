@@ -123,3 +123,25 @@ def test_the_monitor_covers_a_moment_only_while_its_word_is_fresh():
     assert dog.covers(5_000)
     clock.advance(seconds=0.001)
     assert not dog.covers(5_000) and dog.decided_through() is None
+
+
+def test_a_node_that_stood_still_does_not_blame_the_monitor_for_it_and_decides_nothing_while_it_catches_up(
+    tmp_path, caplog
+):
+    """Frozen for a minute, the node heard neither the monitor nor its brokers: on waking, the monitor's silence
+    is the node's (no scan taken back, no MONITOR_DOWN from silence_s), and for one grace it expires nothing,
+    so the heartbeats queued up for it are read first; then it decides as before."""
+    caplog.set_level(logging.WARNING, logger="namesrv.liveness")
+    node, dog, clock, worker = guarded_node(tmp_path)
+    dog._observed = dog.now()  # as run() starts reading the clock every PERIOD_S
+    dog.heard("job-1", decided_through=clock.ms)
+    clock.advance(60_000)  # stood still past the broker's deadline (registered at 1,000,000 with 10 s)
+    assert dog.silence_s() == 0 and dog.monitor_alive and dog.decided_through() is not None
+    dog.check()
+    assert not dog.expiry.enabled  # the scan stays the monitor's
+    assert expired(dog, worker) == []  # settling: what queued up is read first
+    assert [r.getMessage() for r in caplog.records if "stood still" in r.getMessage()]
+    for _ in range(7):  # one grace of looks every PERIOD_S
+        clock.advance(250)
+        dog.silence_s()
+    assert expired(dog, worker) == ["127.0.0.1:10911"]  # nothing queued up for it: now the node decides
