@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -61,12 +62,17 @@ class MonitorWatchdog:
         #: when this watchdog last read its clock, and until when it decides nothing after the node stood still
         self._observed: float | None = None
         self._settling_until = 0.0
+        self._clock_lock = threading.Lock()
 
     def _now(self) -> float:
         """``now()``, after making up for a gap since the last reading in which the node itself stood still.
 
         Readings count once :meth:`run` has started reading every PERIOD_S: only then is a long gap between
         two of them the node standing still (whoever reads first after it, the pager say, makes up for it)."""
+        with self._clock_lock:  # the metrics read silence_s() from their own thread: one of them makes up for a gap
+            return self._caught_up_now()
+
+    def _caught_up_now(self) -> float:
         now = self.now()
         last = self._observed
         if last is None:
