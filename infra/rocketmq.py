@@ -521,16 +521,22 @@ def create_topic(
     with NameServerClient(namesrv_addr, timeout=5.0) as c:
         info = c.cluster_info()
     groups = {g for cluster in clusters for g in info.cluster_addr_table.get(cluster, ())}
+    poll_until(
+        lambda: groups <= routed_groups(namesrv_addr, topic),
+        timeout,
+        f"topic {topic} routed to {sorted(groups)} by {namesrv_addr}",
+    )
 
-    def routed() -> bool:
-        with NameServerClient(namesrv_addr, timeout=5.0) as c:
-            try:
-                route = c.topic_route(topic)
-            except Exception:  # TOPIC_NOT_EXIST until the masters registered it
-                return False
-        return groups <= {q.broker_name for q in route.queue_datas}
 
-    poll_until(routed, timeout, f"topic {topic} routed to {sorted(groups)} by {namesrv_addr}")
+def routed_groups(addr: str, topic: str, timeout: float = 5.0) -> set[str]:
+    """The broker groups the name server (or proxy) at ``addr`` routes ``topic`` to; none while it refuses the
+    lookup or answers TOPIC_NOT_EXIST (until the masters registered the topic, or while it starts)."""
+    with NameServerClient(addr, timeout=timeout) as c:
+        try:
+            route = c.topic_route(topic)
+        except Exception:
+            return set()
+    return {q.broker_name for q in route.queue_datas}
 
 
 # --------------------------------------------------------------------------- controller mode
@@ -920,11 +926,7 @@ def _start_proxy(
 
 def _proxy_routes(proxy: JavaProxy, topic: str) -> bool:
     proxy.process.check_alive()
-    try:
-        with NameServerClient(proxy.remoting_addr, timeout=3.0) as c:
-            return bool(c.topic_route(topic).queue_datas)
-    except Exception:  # refused while it starts, TOPIC_NOT_EXIST until it has heard from a name server
-        return False
+    return bool(routed_groups(proxy.remoting_addr, topic, timeout=3.0))
 
 
 def create_typed_topic(
@@ -945,15 +947,7 @@ def create_typed_topic(
     )  # fmt: skip
     if done.returncode != 0 or "success" not in done.stdout:
         raise JavaProcessError(f"mqadmin updateTopic {topic} ({message_type}) failed:\n{done.stdout}{done.stderr}")
-
-    def routed() -> bool:
-        with NameServerClient(namesrv_addr, timeout=5.0) as c:
-            try:
-                return bool(c.topic_route(topic).queue_datas)
-            except Exception:  # TOPIC_NOT_EXIST until the master registered it
-                return False
-
-    poll_until(routed, timeout, f"topic {topic} routed by {namesrv_addr}")
+    poll_until(lambda: routed_groups(namesrv_addr, topic), timeout, f"topic {topic} routed by {namesrv_addr}")
 
 
 def create_group(

@@ -24,7 +24,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -418,37 +418,54 @@ def running_up(run_dir: Path) -> int | None:
     return pid if args is None or ("infra.stack" in args and "up" in args) else None
 
 
-def up(args: argparse.Namespace) -> int:
-    stack = build_stack(args)
-    run_dir = stack[0].run_dir
+@contextlib.contextmanager
+def _owning(run_dir: Path) -> Iterator[threading.Event | None]:
+    """The run dir held by this ``up`` for the block (its pidfile, for ``down``), and the event SIGINT or SIGTERM
+    sets; None, said, when another ``up`` holds it."""
     if (other := running_up(run_dir)) is not None:
         print(f"the system is already up (pid {other}, run dir {run_dir}); stop it first: make stop", file=sys.stderr)
-        return 1
+        yield None
+        return
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     run_dir.mkdir(parents=True, exist_ok=True)
     _write_pidfile(run_dir / UP_PIDFILE, os.getpid())
-    started: list[ProcessService] = []
     try:
-        for service in stack:
-            print(f"starting {service.name} ...", file=sys.stderr, flush=True)
-            service.start()
-            started.append(service)
-            if stop.is_set():
-                return 130
-        print(banner(stack, args.node_ports), flush=True)
-        supervisor = Supervisor(stack)
-        while not stop.wait(supervisor.next_check_s()):
-            supervisor.check(stop.is_set)
-        return 0
-    except ServiceError as e:
-        print(f"could not start the system: {e}", file=sys.stderr)
-        return 1
+        yield stop
     finally:
-        # every service, also one waiting for its restart (nothing to stop) or just restarted
-        down_services(reversed(started or stack))
         (run_dir / UP_PIDFILE).unlink(missing_ok=True)
+
+
+def _supervise(services: list[ProcessService], stop: threading.Event) -> int:
+    """Restart whatever of ``services`` dies until ``stop`` is set."""
+    supervisor = Supervisor(services)
+    while not stop.wait(supervisor.next_check_s()):
+        supervisor.check(stop.is_set)
+    return 0
+
+
+def up(args: argparse.Namespace) -> int:
+    stack = build_stack(args)
+    with _owning(stack[0].run_dir) as stop:
+        if stop is None:
+            return 1
+        started: list[ProcessService] = []
+        try:
+            for service in stack:
+                print(f"starting {service.name} ...", file=sys.stderr, flush=True)
+                service.start()
+                started.append(service)
+                if stop.is_set():
+                    return 130
+            print(banner(stack, args.node_ports), flush=True)
+            return _supervise(stack, stop)
+        except ServiceError as e:
+            print(f"could not start the system: {e}", file=sys.stderr)
+            return 1
+        finally:
+            # every service, also one waiting for its restart (nothing to stop) or just restarted
+            down_services(reversed(started or stack))
 
 
 def up_ha(args: argparse.Namespace) -> int:
@@ -456,33 +473,24 @@ def up_ha(args: argparse.Namespace) -> int:
     from infra.topology import Layout, Topology
 
     run_dir = load_config(args.services_conf).run_dir / "ha"
-    if (other := running_up(run_dir)) is not None:
-        print(f"the system is already up (pid {other}, run dir {run_dir}); stop it first: make stop", file=sys.stderr)
-        return 1
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    run_dir.mkdir(parents=True, exist_ok=True)
-    _write_pidfile(run_dir / UP_PIDFILE, os.getpid())
-    topology = Topology(
-        Layout.local(run_dir),
-        rocketmq=args.rocketmq,
-        namesrv_conf=args.namesrv_conf,
-        streaming_conf=args.streaming_conf,
-    )
-    try:
-        topology.start(lambda line: print(line, file=sys.stderr, flush=True))
-        print(ha_banner(topology), flush=True)
-        supervisor = Supervisor(topology.supervised())
-        while not stop.wait(supervisor.next_check_s()):
-            supervisor.check(stop.is_set)
-        return 0
-    except ServiceError as e:
-        print(f"could not start the system: {e}", file=sys.stderr)
-        return 1
-    finally:
-        topology.stop()
-        (run_dir / UP_PIDFILE).unlink(missing_ok=True)
+    with _owning(run_dir) as stop:
+        if stop is None:
+            return 1
+        topology = Topology(
+            Layout.local(run_dir),
+            rocketmq=args.rocketmq,
+            namesrv_conf=args.namesrv_conf,
+            streaming_conf=args.streaming_conf,
+        )
+        try:
+            topology.start(lambda line: print(line, file=sys.stderr, flush=True))
+            print(ha_banner(topology), flush=True)
+            return _supervise(topology.supervised(), stop)
+        except ServiceError as e:
+            print(f"could not start the system: {e}", file=sys.stderr)
+            return 1
+        finally:
+            topology.stop()
 
 
 def ha_banner(topology) -> str:  # noqa: ANN001 - infra.topology.Topology, imported lazily
