@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -659,9 +659,10 @@ class System:
         try:
             self.infra.start()
             self._tap = KafkaTap(self.kafka_bootstrap)
+            heard = self.launch_streaming()  # the nodes start while its JVM boots
             for i in range(len(self.nodes)):
                 self.start_node(i)
-            self.start_streaming()
+            self.await_streaming(heard)
         except BaseException:
             self.stop()
             raise
@@ -788,9 +789,14 @@ class System:
         Spark is slow to start and its first batch is the slowest; the system is ready only when a
         batch is committed, or the first scenario would wait for it on its own clock.
         """
+        t0 = time.monotonic()
+        self.await_streaming(self.launch_streaming(), timeout)
+        return time.monotonic() - t0
+
+    def launch_streaming(self) -> Callable[[], bool]:
+        """Start the job's process; returns whether it has since sent a MONITOR_HEARTBEAT and committed a batch."""
         since_ms = int(time.time() * 1000)
         batch_before = self.committed_batch()
-        t0 = time.monotonic()
         self.streaming = StreamingJob(
             run_dir=self._run_dir("streaming"),
             conf=REPO / "conf" / "streaming.properties",
@@ -798,7 +804,7 @@ class System:
         )
         self.streaming.start()
         assert self._tap is not None
-        job = self.streaming
+        job, tap = self.streaming, self._tap
 
         def heard() -> bool:
             if job.status().pid is None:
@@ -806,12 +812,14 @@ class System:
                     f"the streaming job exited; its log {job.log_file} ends with:\n" f"{log_tail(job.log_file)}"
                 )
             return (
-                any(a.type == "MONITOR_HEARTBEAT" and a.decided_at >= since_ms for a in self._tap.actions())
+                any(a.type == "MONITOR_HEARTBEAT" and a.decided_at >= since_ms for a in tap.actions())
                 and self.committed_batch() > batch_before
             )
 
+        return heard
+
+    def await_streaming(self, heard: Callable[[], bool], timeout: float = 240.0) -> None:
         wait_until(heard, timeout, "the streaming job's first MONITOR_HEARTBEAT and committed batch", interval=0.3)
-        return time.monotonic() - t0
 
     def kill_streaming(self) -> int:
         """SIGKILL the job (no shutdown, no final checkpoint); returns the PID killed."""
