@@ -101,7 +101,7 @@ async def start_node(config: NamesrvConfig, *, own_process: bool = False) -> Nod
         kafka = KafkaLink.attach(config, context, expiry)
     if own_process:
         gcpolicy.enable()  # what start-up built, warm-started routes included, is frozen before the first client
-    server = RemotingServer(context)
+    server = RemotingServer(context, catching_up=kafka.watchdog.catching_up if kafka is not None else lambda: False)
     context.notify_brokers = server.notify_min_broker_id_change
     await server.start(config.bind_address, config.listen_port)
     server.spawn(unregistrations.run(context.worker), "batch-unregistration")

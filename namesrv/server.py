@@ -402,10 +402,18 @@ class Connection(asyncio.BufferedProtocol):
 class RemotingServer:
     """The node's listening TCP server: its connections, their buffers and its background tasks."""
 
-    def __init__(self, context: HandlerContext, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        context: HandlerContext,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        catching_up: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.context = context
         #: monotonic seconds, for the connections' idle limit
         self.clock = clock
+        #: True while the node catches up after it stood still (:meth:`MonitorWatchdog.catching_up`)
+        self.catching_up = catching_up
         self.connections: set[Connection] = set()
         #: set by stop(): closes from then on are the node's own shutdown, not the brokers'
         self._stopping = False
@@ -610,6 +618,16 @@ class RemotingServer:
             # look again shortly rather than stall every client meanwhile
             assert self.loop is not None
             self.loop.call_later(_TABLES_BUSY_RETRY_S, self.channel_destroyed, connection, why)
+            return
+        if requests and not self._stopping and self.catching_up():
+            # a broker closes a connection whose requests time out, as on a node that stood still: such an
+            # end says nothing of the broker, left to its deadline (it registers again on a new connection)
+            log.warning(
+                "%s from %s while this node catches up after standing still: %s left to their deadlines",
+                why,
+                connection.peer,
+                [r.broker_addr for r in requests],
+            )
             return
         if requests:
             log.info("%s from %s: unregistering %s", why, connection.peer, [r.broker_addr for r in requests])

@@ -17,7 +17,9 @@ Two questions, both answered from what the monitor last said:
 A node that itself stood still (SIGSTOP, a host frozen or starved of CPU) heard nothing meanwhile: not
 the monitor, not its brokers. So the first look after a gap longer than the grace moves the monitor's
 clocks on by the gap (its silence then is the node's, not the monitor's: no scan taken back, no
-MONITOR_DOWN) and decides nothing for one grace, while the node reads what queued up for it.
+MONITOR_DOWN) and decides nothing for one grace, while the node reads what queued up for it. The
+connections its brokers closed meanwhile, having had no answer, are not their departures either
+(:meth:`MonitorWatchdog.catching_up`, asked by the server): those brokers are left to their deadlines.
 """
 
 from __future__ import annotations
@@ -142,9 +144,15 @@ class MonitorWatchdog:
             self.silence_ms,
         )
 
+    def catching_up(self) -> bool:
+        """True for one grace after the node itself stood still (this reading may be the one that finds it):
+        what it reads then queued up meanwhile, and a broker's connection that ended then may have ended
+        because this node did not answer it, not because the broker went away."""
+        return self._now() < self._settling_until
+
     async def expire_undecided(self, worker: Executor) -> None:
         """Expire the brokers past their deadline by the grace that the monitor has not decided."""
-        if self._now() < self._settling_until:
+        if self.catching_up():
             return
         await self.expiry.expire_undecided(worker, self.grace_ms, self.decided_through(), self.wall_clock_ms())
 

@@ -271,6 +271,25 @@ def test_a_peer_that_closes_reports_connection_closed(harness):
     assert harness.observer.seen[BROKER].cause is Cause.PEER_CLOSED
 
 
+def test_a_close_read_while_the_node_catches_up_after_standing_still_leaves_its_broker_to_its_deadline(
+    harness, monkeypatch
+):
+    """A broker closes a connection whose requests time out, as every one does on a node that stood still:
+    read on waking, that end is not the broker's departure (it registers again on a new connection)."""
+    broker, _ = harness.connect(5000)
+    broker.data_received(register_frame())
+    monkeypatch.setattr(harness.server, "catching_up", lambda: True)
+    broker.connection_lost(None)
+    harness.drain_unregistrations()
+    assert BROKER not in harness.observer.seen
+    assert routes_of(harness).pickup_topic_route_data("TopicTest") is not None  # still registered
+    again, _ = harness.connect(5001)
+    again.data_received(register_frame())
+    monkeypatch.setattr(harness.server, "catching_up", lambda: False)
+    again.connection_lost(None)  # an end once the node has caught up is the broker's
+    assert harness.observer.seen[BROKER].cause is Cause.PEER_CLOSED
+
+
 def test_a_close_while_the_tables_are_busy_is_reported_once_they_are_free(harness, monkeypatch):
     routes = routes_of(harness)
     broker, _ = harness.connect(5000)

@@ -145,3 +145,18 @@ def test_a_node_that_stood_still_does_not_blame_the_monitor_for_it_and_decides_n
         clock.advance(250)
         dog.silence_s()
     assert expired(dog, worker) == ["127.0.0.1:10911"]  # nothing queued up for it: now the node decides
+
+
+def test_the_node_says_it_is_catching_up_for_one_grace_after_it_stood_still_and_not_before_or_after(tmp_path):
+    """Whoever reads first after the gap finds it (the server, on a connection's end, may be first)."""
+    _, dog, clock, _ = guarded_node(tmp_path)
+    assert not dog.catching_up()  # run() not reading yet: no gap can be told from a quiet start
+    dog._observed = dog.now()  # as run() starts reading the clock every PERIOD_S
+    clock.advance(250)
+    assert not dog.catching_up()  # a look a period later: no stall
+    clock.advance(60_000)
+    assert dog.catching_up()  # this reading finds the stall
+    clock.advance(dog.grace_ms - 250)
+    assert dog.catching_up()
+    clock.advance(250)
+    assert not dog.catching_up()
