@@ -16,6 +16,7 @@ from common.paging import PagingSettings
 from common.redis_keys import RedisKeys
 from namesrv.liveness import MonitorDownPager, MonitorWatchdog
 from tests.support import alertmanager
+from tests.support.clock import Clock
 from tests.support.wait import wait_until
 
 pytestmark = [
@@ -27,13 +28,13 @@ THRESHOLD_MS = 60_000
 
 
 def test_two_nodes_page_once_show_it_in_redis_and_the_first_to_hear_the_monitor_resolves_it(redis_url, am, webhook):
-    clock = [1000.0]
+    clock = Clock()
     keys = RedisKeys("md1")
     client = redis_clients.connect(redis_url)
     settings = PagingSettings((am.url,), webhook.url, resend_ms=60_000)
     nodes = []
     for name in ("node-a", "node-b"):
-        watchdog = MonitorWatchdog(SimpleNamespace(hand_to_monitor=lambda: False), 30_000, now=lambda: clock[0])
+        watchdog = MonitorWatchdog(SimpleNamespace(hand_to_monitor=lambda: False), 30_000, now=clock.seconds)
         watchdog.heard("liveness@test")
         nodes.append(MonitorDownPager(redis_clients.connect(redis_url), keys, name, watchdog, settings, THRESHOLD_MS))
     a, b = nodes
@@ -43,11 +44,11 @@ def test_two_nodes_page_once_show_it_in_redis_and_the_first_to_hear_the_monitor_
 
     try:
         a.step(), b.step()
-        clock[0] += THRESHOLD_MS / 1000 - 0.5
+        clock.advance(THRESHOLD_MS - 500)
         a.step(), b.step()
         assert webhook.alerts() == [] and open_in_redis() == []  # not yet silent long enough
 
-        clock[0] += 0.5
+        clock.advance(500)
         for _ in range(3):
             b.step(), a.step()
         assert [(x["kind"], x["state"]) for x in webhook.alerts()] == [("MONITOR_DOWN", "OPEN")]  # once

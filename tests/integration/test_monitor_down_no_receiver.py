@@ -21,6 +21,7 @@ from common.redis_keys import RedisKeys
 from namesrv.liveness import MonitorDownPager, MonitorWatchdog, monitor_down
 from streaming import cli
 from streaming.routes import RouteLookup
+from tests.support.clock import Clock
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -36,13 +37,13 @@ def test_with_no_receiver_two_nodes_open_it_once_in_redis_and_the_first_to_hear_
     redis_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ):
     monkeypatch.setattr(monitor_down, "post_json", no_post)
-    clock = [1000.0]
+    clock = Clock()
     keys = RedisKeys(PREFIX)
     client = redis_clients.connect(redis_url)
     lookup = RouteLookup(redis_url, prefix=PREFIX)
     nodes = []
     for name in ("node-a", "node-b"):
-        watchdog = MonitorWatchdog(SimpleNamespace(hand_to_monitor=lambda: False), 30_000, now=lambda: clock[0])
+        watchdog = MonitorWatchdog(SimpleNamespace(hand_to_monitor=lambda: False), 30_000, now=clock.seconds)
         watchdog.heard("liveness@test")
         nodes.append(MonitorDownPager(redis_clients.connect(redis_url), keys, name, watchdog, PagingSettings(),
                                       THRESHOLD_MS))  # fmt: skip
@@ -53,11 +54,11 @@ def test_with_no_receiver_two_nodes_open_it_once_in_redis_and_the_first_to_hear_
 
     try:
         a.step(), b.step()
-        clock[0] += THRESHOLD_MS / 1000 - 0.5
+        clock.advance(THRESHOLD_MS - 500)
         a.step(), b.step()
         assert shown() == [] and client.get(keys.monitor_down) is None  # not yet silent long enough
 
-        clock[0] += 0.5
+        clock.advance(500)
         for _ in range(3):
             b.step(), a.step()
         (alert,) = lookup.alerts()

@@ -14,7 +14,8 @@ NS_PER_S = 1_000_000_000
 
 
 class Clock:
-    """One time, read in milliseconds (calling the clock, or ``ms``) or in seconds (:meth:`seconds`).
+    """One time, read in milliseconds (calling the clock, or ``ms``) or in seconds (:meth:`seconds`),
+    moved on by :meth:`advance` or to a time by :meth:`set`.
 
     ``step_ms`` moves it on by that much before each reading in milliseconds, for code that stamps
     everything it makes with a new time (the event publisher's events). ``reads`` counts the readings,
@@ -50,3 +51,7 @@ class Clock:
     def advance(self, ms: float = 0, *, seconds: float = 0) -> None:
         """Move the time on by ``ms`` milliseconds and ``seconds`` seconds."""
         self._ns += round(ms * NS_PER_MS) + round(seconds * NS_PER_S)
+
+    def set(self, ms: float = 0, *, seconds: float = 0) -> None:
+        """Move the time to ``ms`` milliseconds plus ``seconds`` seconds (a wall clock's epoch seconds, say)."""
+        self._ns = round(ms * NS_PER_MS) + round(seconds * NS_PER_S)

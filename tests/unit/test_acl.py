@@ -28,6 +28,7 @@ from namesrv.config import load_config
 from namesrv.handlers import HANDLERS, dispatch
 from namesrv.protocol.codes import RequestCode, ResponseCode, Version
 from namesrv.protocol.command import request
+from tests.support.clock import Clock
 from tests.support.node import VECTORS
 
 CASES = json.loads((VECTORS / "acl_signatures.json").read_text())["cases"]
@@ -388,8 +389,8 @@ class BrokerChannel:
 def test_a_refused_broker_is_named_once_with_the_key_to_set_not_at_every_heartbeat(node_with_acl, caplog, monkeypatch):
     node = node_with_acl
     monkeypatch.setattr(handlers, "_acl_log", RateLimited(logging.getLogger("namesrv.acl"), per_minute=20))
-    now = [0.0]
-    node.acl.warned_brokers = LogThrottle(acl.BROKER_WARNING_S, lambda: now[0])
+    clock = Clock(0)
+    node.acl.warned_brokers = LogThrottle(acl.BROKER_WARNING_S, clock.seconds)
     caplog.set_level(logging.INFO, logger="namesrv")
     broker_a = {"clusterName": "C", "brokerAddr": "10.0.0.5:10911", "brokerName": "broker-a", "brokerId": "0"}
     broker_b = {**broker_a, "brokerAddr": "10.0.0.6:10911", "brokerName": "broker-b"}
@@ -403,7 +404,7 @@ def test_a_refused_broker_is_named_once_with_the_key_to_set_not_at_every_heartbe
     for _ in range(20):  # a 4.9 broker: a registration and heartbeats every 30 s, none of them signed
         for code in (RequestCode.REGISTER_BROKER, RequestCode.QUERY_DATA_VERSION, RequestCode.BROKER_HEARTBEAT):
             refused(code, dict(broker_a))
-        now[0] += 30
+        clock.advance(seconds=30)
     refused(RequestCode.REGISTER_BROKER, sign(broker_b, b"{}", Credentials("adminKey", "not-the-secret")))
     first, second = warnings()
     assert first.startswith("refused broker broker-a at 10.0.0.5:10911 (cluster C, connected from 10.0.0.5:40000)")
@@ -415,7 +416,7 @@ def test_a_refused_broker_is_named_once_with_the_key_to_set_not_at_every_heartbe
             dispatch(node, request(RequestCode.PUT_KV_CONFIG, dict(KV)), Channel()).code == ResponseCode.NO_PERMISSION
         )
     assert len(warnings()) == 5
-    now[0] += acl.BROKER_WARNING_S  # hours on, still refused: named again
+    clock.advance(seconds=acl.BROKER_WARNING_S)  # hours on, still refused: named again
     refused(RequestCode.BROKER_HEARTBEAT, dict(broker_a))
     assert len(warnings()) == 6 and warnings()[-1].startswith("refused broker broker-a")
 

@@ -17,6 +17,7 @@ import pytest
 from infra import apps, stack
 from infra.apps import REPO, StreamingJob
 from infra.services import ServiceError
+from tests.support.clock import Clock
 
 
 def job(tmp_path: Path, launcher: str = "spark-submit") -> StreamingJob:
@@ -99,37 +100,27 @@ def test_a_pid_just_past_exec_with_no_command_line_yet_counts_as_the_job(monkeyp
 # --------------------------------------------------------------------------- supervision
 
 
-class Clock:
-    """Seconds that move only when the test says."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_restarts_back_off_from_one_second_doubling_to_a_minute():
     clock = Clock()
-    policy = stack.RestartPolicy(clock)
+    policy = stack.RestartPolicy(clock.seconds)
     policy.started()
     delays = []
     for _ in range(9):
         delays.append(policy.died())
-        clock.now += delays[-1]
+        clock.advance(seconds=delays[-1])
         policy.started()
-        clock.now += 5  # each run dies after 5 s: not stable
+        clock.advance(seconds=5)  # each run dies after 5 s: not stable
     assert delays == [1, 2, 4, 8, 16, 32, 60, 60, 60]
     assert policy.deaths == 9
 
 
 def test_a_failed_start_counts_as_a_death_with_no_uptime():
     clock = Clock()
-    policy = stack.RestartPolicy(clock)
+    policy = stack.RestartPolicy(clock.seconds)
     policy.started()
-    clock.now += 3600
+    clock.advance(seconds=3600)
     assert policy.died() == 1
-    clock.now += 1
+    clock.advance(seconds=1)
     assert policy.died() == 2  # the start failed: no uptime, so no reset however long ago it ran
     assert policy.uptime() is None
 
@@ -137,25 +128,25 @@ def test_a_failed_start_counts_as_a_death_with_no_uptime():
 @pytest.mark.parametrize("lived, next_delay", [(59.9, 8), (60.0, 1)])
 def test_a_run_that_lasted_stable_after_resets_the_back_off(lived, next_delay):
     clock = Clock()
-    policy = stack.RestartPolicy(clock)
+    policy = stack.RestartPolicy(clock.seconds)
     policy.started()
     for _ in range(3):  # 1, 2, 4
-        clock.now += policy.died()
+        clock.advance(seconds=policy.died())
         policy.started()
-    clock.now += lived
+    clock.advance(seconds=lived)
     assert policy.died() == next_delay
 
 
 def test_a_restart_is_due_only_once_its_delay_has_passed():
     clock = Clock()
-    policy = stack.RestartPolicy(clock, first_delay=2.0)
+    policy = stack.RestartPolicy(clock.seconds, first_delay=2.0)
     policy.started()
     assert not policy.waiting and not policy.due() and policy.seconds_left() is None
     policy.died()
     assert policy.waiting and policy.seconds_left() == 2.0
-    clock.now += 1.999
+    clock.advance(seconds=1.999)
     assert not policy.due()
-    clock.now += 0.001
+    clock.advance(seconds=0.001)
     assert policy.due() and policy.seconds_left() == 0.0
     policy.started()
     assert not policy.waiting and policy.uptime() == 0.0
@@ -164,7 +155,7 @@ def test_a_restart_is_due_only_once_its_delay_has_passed():
 @pytest.mark.parametrize("kwargs", [dict(first_delay=0), dict(first_delay=10, max_delay=5), dict(stable_after=-1)])
 def test_a_back_off_that_cannot_work_is_refused(kwargs):
     with pytest.raises(ValueError, match="restart back-off"):
-        stack.RestartPolicy(Clock(), **kwargs)
+        stack.RestartPolicy(Clock().seconds, **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -223,7 +214,7 @@ def supervised(tmp_path):
     out = io.StringIO()
     ended: list[int] = []
     sup = stack.Supervisor(
-        list(services.values()), clock=clock, out=out, end_session=lambda sid, grace: ended.append(sid)
+        list(services.values()), clock=clock.seconds, out=out, end_session=lambda sid, grace: ended.append(sid)
     )
     return sup, services, clock, out, ended
 
@@ -231,7 +222,7 @@ def supervised(tmp_path):
 def test_a_dead_service_is_reported_once_and_restarted_when_due_and_the_rest_is_left_alone(supervised):
     sup, services, clock, out, ended = supervised
     node, kafka = services["namesrv-1"], services["kafka"]
-    clock.now += 30
+    clock.advance(seconds=30)
     node.die(-9, "last words\n")
     sup.check()
     said = out.getvalue()
@@ -244,11 +235,11 @@ def test_a_dead_service_is_reported_once_and_restarted_when_due_and_the_rest_is_
     assert ended == [22]  # what the dead process left in its session is ended before the restart
     assert (node.log_file.parent / "namesrv-1.log.1").read_text().endswith("last words\n")
     assert node.starts == 0 and sup.next_check_s() == 1.0
-    clock.now += 0.5
+    clock.advance(seconds=0.5)
     sup.check()
     assert node.starts == 0 and sup.next_check_s() == 0.5
     assert out.getvalue() == said  # said once, not at every check
-    clock.now += 0.5
+    clock.advance(seconds=0.5)
     sup.check()
     assert node.starts == 1 and node.pid == 5001
     assert out.getvalue().splitlines()[-1] == "namesrv-1 restarted (pid 5001)"
@@ -263,7 +254,7 @@ def test_a_restart_that_fails_is_reported_and_retried_later(supervised):
     kafka.die(1)
     sup.check()
     kafka.start_error = stack.ServiceError("kafka: port 19092 on 127.0.0.1 is already in use\nsecond line")
-    clock.now += 1
+    clock.advance(seconds=1)
     sup.check()
     assert kafka.starts == 1
     assert out.getvalue().splitlines()[-1] == (
@@ -271,11 +262,11 @@ def test_a_restart_that_fails_is_reported_and_retried_later(supervised):
         f"already in use; next attempt in 2 s (death 2, log {kafka.log_file})"
     )
     kafka.start_error = RuntimeError("not a ServiceError")  # whatever goes wrong, the supervisor carries on
-    clock.now += 2
+    clock.advance(seconds=2)
     sup.check()
     assert kafka.starts == 2 and "next attempt in 4 s" in out.getvalue().splitlines()[-1]
     kafka.start_error = None
-    clock.now += 4
+    clock.advance(seconds=4)
     sup.check()
     assert kafka.starts == 3 and kafka.pid is not None
 
@@ -288,7 +279,7 @@ def test_nothing_is_restarted_once_stopping(supervised):
     assert out.getvalue() == ""  # `up` is about to stop everything: nothing to say or do
     sup.check()
     assert out.getvalue().count("restarting it") == 2
-    clock.now += 1  # both due now, but `up` got its signal during the back-off wait
+    clock.advance(seconds=1)  # both due now, but `up` got its signal during the back-off wait
     sup.check(stopping=lambda: True)
     assert [s.starts for s in services.values()] == [0, 0]
 
@@ -362,10 +353,12 @@ def job_dies(tmp_path: Path, code: int, last_words: str, *, alive_at: float = WA
     fake = FakeService("streaming", tmp_path, 33)
     j.running_pid, j.exit_code = fake.running_pid, fake.exit_code  # type: ignore[method-assign]
     wall = Clock()
-    wall.now = alive_at
-    sup = stack.Supervisor([j], clock=Clock(), out=out, end_session=lambda sid, grace: None, wall_clock=wall)
+    wall.set(seconds=alive_at)
+    sup = stack.Supervisor(
+        [j], clock=Clock().seconds, out=out, end_session=lambda sid, grace: None, wall_clock=wall.seconds
+    )
     fake.die(code, last_words)
-    wall.now += 1.0  # the next poll
+    wall.advance(seconds=1.0)  # the next poll
     sup.check()
     return out.getvalue(), j
 
@@ -414,12 +407,14 @@ def test_the_job_s_last_seconds_follow_the_supervisor_s_last_sight_of_it_alive(t
     fake = FakeService("streaming", tmp_path, 33)
     j.running_pid, j.exit_code = fake.running_pid, fake.exit_code  # type: ignore[method-assign]
     wall, out = Clock(), io.StringIO()
-    wall.now = WALL - 600
-    sup = stack.Supervisor([j], clock=Clock(), out=out, end_session=lambda sid, grace: None, wall_clock=wall)
-    wall.now = WALL + 3  # seen alive at every poll, the last one 2 s after the error
+    wall.set(seconds=WALL - 600)
+    sup = stack.Supervisor(
+        [j], clock=Clock().seconds, out=out, end_session=lambda sid, grace: None, wall_clock=wall.seconds
+    )
+    wall.set(seconds=WALL + 3)  # seen alive at every poll, the last one 2 s after the error
     sup.check()
     fake.die(-15, OWN_ERROR + "\n")
-    wall.now += 1.0
+    wall.advance(seconds=1.0)
     sup.check()
     assert out.getvalue().splitlines()[1:] == ["  | " + OWN_ERROR], out.getvalue()
 

@@ -13,6 +13,7 @@ from common.paging import Notice, PagingSettings, labels_of, notice_of
 from common.redis_keys import RedisKeys
 from namesrv.config import ConfigError, NamesrvConfig, alert_receivers
 from namesrv.liveness import MonitorDownPager, MonitorWatchdog, monitor_down
+from tests.support.clock import Clock
 
 T0 = 1_700_000_000_000
 
@@ -106,8 +107,8 @@ class ScriptedRedis:
 LAG_MS = 60_000
 
 
-def silent_pager(client: ScriptedRedis, clock: list[float], settings: PagingSettings | None = None) -> MonitorDownPager:
-    watchdog = MonitorWatchdog(SimpleNamespace(hand_to_monitor=lambda: False), 30_000, now=lambda: clock[0])
+def silent_pager(client: ScriptedRedis, clock: Clock, settings: PagingSettings | None = None) -> MonitorDownPager:
+    watchdog = MonitorWatchdog(SimpleNamespace(hand_to_monitor=lambda: False), 30_000, now=clock.seconds)
     watchdog.heard("liveness@test")
     keys = RedisKeys("unit")
     return MonitorDownPager(client, keys, "node-1", watchdog, settings or PagingSettings(), LAG_MS)  # type: ignore[arg-type]
@@ -130,22 +131,22 @@ def test_a_node_with_redis_and_no_receiver_has_a_pager_and_one_without_redis_non
 
 def test_without_a_receiver_it_opens_in_redis_claims_no_resend_posts_nothing_and_resolves_once(monkeypatch):
     monkeypatch.setattr(monitor_down, "post_json", no_post)
-    clock, redis = [1000.0], ScriptedRedis()
+    clock, redis = Clock(), ScriptedRedis()
     pager = silent_pager(redis, clock)
     keys = pager.keys
     pager.step()
-    clock[0] += LAG_MS / 1000 - 0.5
+    clock.advance(LAG_MS - 500)
     pager.step()
     assert redis.commands == [("RESOLVE",), ("RESOLVE",)] and keys.alerts not in redis.hashes  # heard: nothing open
 
-    clock[0] += 0.5
+    clock.advance(500)
     pager.step()  # silent for alerts.monitorLagMillis: the notice and the console's alert, nothing else
     assert redis.commands[2:] == [("OPEN",)]
     assert Notice.decode(redis.strings[keys.monitor_down]).state == "OPEN"
     (shown,) = redis.hashes[keys.alerts].values()
     assert decode_alert(shown).kind == AlertKind.MONITOR_DOWN
     redis.hashes[keys.alerts].clear()  # as a job's rewrite of Redis does
-    clock[0] += 5
+    clock.advance(seconds=5)
     pager.step()  # still silent: shown again, still no resend claim
     assert redis.commands[3:] == [("OPEN",), ("SHOW",)] and list(redis.hashes[keys.alerts].values()) == [shown]
     assert keys.monitor_down_resend not in redis.strings
@@ -163,9 +164,9 @@ def test_without_a_receiver_it_opens_in_redis_claims_no_resend_posts_nothing_and
 def test_with_a_receiver_it_still_claims_the_interval_and_posts_as_before(monkeypatch):
     posted: list[str] = []
     monkeypatch.setattr(monitor_down, "post_json", lambda url, body, timeout: posted.append(url))
-    clock, redis = [1000.0], ScriptedRedis()
+    clock, redis = Clock(), ScriptedRedis()
     pager = silent_pager(redis, clock, PagingSettings(webhook_url="http://hook/x", resend_ms=60_000))
-    clock[0] += LAG_MS / 1000
+    clock.advance(LAG_MS)
     pager.step(), pager.step()
     assert redis.commands == [("OPEN",), ("SET", pager.keys.monitor_down_resend), ("OPEN",), ("SHOW",),
                               ("SET", pager.keys.monitor_down_resend)]  # fmt: skip

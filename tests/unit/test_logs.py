@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from common.logs import LogfmtFormatter, LogThrottle, RateLimited
+from tests.support.clock import Clock
 
 
 def line(msg: str, *args: object) -> str:
@@ -36,12 +37,12 @@ def test_rate_limited_logs_a_budget_per_minute_then_counts_the_rest(caplog):
 
 
 def test_log_throttle_allows_each_key_once_per_interval_and_remembers_a_bounded_number():
-    now = [0.0]
-    throttle = LogThrottle(60.0, lambda: now[0], max_keys=3)
+    clock = Clock(0)
+    throttle = LogThrottle(60.0, clock.seconds, max_keys=3)
     assert [throttle.allow(k) for k in ("a", "a", "b")] == [True, False, True]
-    now[0] = 59.9
+    clock.set(seconds=59.9)
     assert not throttle.allow("a")
-    now[0] = 60.0
+    clock.set(seconds=60.0)
     assert throttle.allow("a")
     for key in ("c", "d"):  # a flood of new keys pushes out the oldest: memory stays bounded
         assert throttle.allow(key)

@@ -17,14 +17,15 @@ from streaming.alerts import decode_alert
 from streaming.events import parse_record
 from streaming.liveness import KIND_ACTION, KIND_ROUTE
 from streaming.sink import MonitorHeartbeat, order_key
+from tests.support.clock import Clock
 from tests.support.streaming import T0, YEAR_2100, make_sink, out_row
 from tests.unit.test_event_schema import EVENTS
 
 
 def test_the_monitor_heartbeat_goes_out_only_while_deciding_and_lag_is_an_incident_once():
-    now = [T0 + 100_000]
+    clock = Clock(T0 + 100_000)
     sink, pub = make_sink(None, "s4")
-    sink.clock = lambda: now[0]
+    sink.clock = clock
     delay = sink.cfg.watermark_delay_millis
 
     def beats() -> list:
@@ -38,51 +39,51 @@ def test_the_monitor_heartbeat_goes_out_only_while_deciding_and_lag_is_an_incide
     sink.set_lineage("q")
     sink.monitor_tick()
     assert beats() == []  # started, but no batch finished: the nodes keep their own expiry
-    sink.status.last_batch_done_at = now[0]
-    sink.status.watermark_ms = now[0] - delay  # event time is the clock
+    sink.status.last_batch_done_at = clock.ms
+    sink.status.watermark_ms = clock.ms - delay  # event time is the clock
     sink.monitor_tick()
-    assert [(b.type, b.watermark) for b in beats()] == [(ActionType.MONITOR_HEARTBEAT, now[0] - delay)]
+    assert [(b.type, b.watermark) for b in beats()] == [(ActionType.MONITOR_HEARTBEAT, clock.ms - delay)]
     sink.status.watermark_ms = T0 - delay  # event time 100 s behind the clock, threshold 1 s
     sink.monitor_tick()
     sink.monitor_tick()
     assert len(beats()) == 1  # lagging: not deciding in time, so silent
     assert alerts() == [("MONITOR_LAGGING", "OPEN")]
-    sink.status.watermark_ms = now[0] - delay
+    sink.status.watermark_ms = clock.ms - delay
     sink.monitor_tick()
     assert len(beats()) == 2 and alerts() == [("MONITOR_LAGGING", "OPEN"), ("MONITOR_LAGGING", "RESOLVED")]
-    now[0] += 60_000  # no batch for a minute: stalled
-    sink.status.watermark_ms = now[0] - delay
+    clock.advance(60_000)  # no batch for a minute: stalled
+    sink.status.watermark_ms = clock.ms - delay
     sink.monitor_tick()
     assert len(beats()) == 2
 
 
 def test_the_heartbeat_looks_often_until_its_first_beat_then_beats_at_its_interval():
-    now = [T0 + 100_000]
+    clock = Clock(T0 + 100_000)
     sink, _ = make_sink(None, "s6")
-    sink.clock = lambda: now[0]
+    sink.clock = clock
     sink.set_lineage("q")
     heartbeat = MonitorHeartbeat(sink, interval_s=5.0)
     # the nodes hand expiry back at the first beat: it follows the first batch that allows it, not 5 s later
     assert heartbeat.next_tick_s() == MonitorHeartbeat.FIRST_BEAT_POLL_S < 0.5
     sink.monitor_tick()
     assert heartbeat.next_tick_s() < 0.5  # no batch yet: no beat
-    sink.status.last_batch_done_at = now[0]
-    sink.status.watermark_ms = now[0] - sink.cfg.watermark_delay_millis
+    sink.status.last_batch_done_at = clock.ms
+    sink.status.watermark_ms = clock.ms - sink.cfg.watermark_delay_millis
     sink.monitor_tick()
     assert heartbeat.next_tick_s() == 5.0
 
 
 def test_events_ahead_of_the_clock_open_an_alert_naming_the_node_which_ends_when_they_stop():
-    now = [T0]
+    clock = Clock(T0)
     sink, pub = make_sink(None, "s5")
-    sink.clock = lambda: now[0]
+    sink.clock = clock
     sink.set_lineage("q")
-    sink.status.note_ahead({"n9"}, 3, YEAR_2100, now[0])
+    sink.status.note_ahead({"n9"}, 3, YEAR_2100, clock.ms)
     sink.monitor_tick()
     (alert,) = [decode_alert(v) for t, _, v in pub.sent if t == sink.cfg.alerts_topic]
     assert (str(alert.kind), str(alert.state), alert.node) == ("NODE_CLOCK_AHEAD", "OPEN", "n9")
     assert "3 event(s) refused" in alert.message and "monitor.maxClockSkewMillis=10000" in alert.message
-    now[0] += 61_000
+    clock.advance(61_000)
     sink.monitor_tick()
     states = [str(decode_alert(v).state) for t, _, v in pub.sent if t == sink.cfg.alerts_topic]
     assert states == ["OPEN", "RESOLVED"]
