@@ -27,14 +27,12 @@ from common.logs import LogThrottle
 from common.retrying import retry_until_stopped
 from namesrv.events.schema import Action, ActionType, SchemaError, decode_action, wall_ms
 from namesrv.handlers import NodeObserver
-from namesrv.liveness import Departure, MonitorWatchdog, departure
+from namesrv.liveness import REFUSAL_LOG_INTERVAL_S, Departure, MonitorTrust, MonitorWatchdog, departure
 from namesrv.routes.manager import RouteInfoManager
 from namesrv.routes.model import UnregisterRequest
 
 #: pause after an empty fetch: latency an action may gain against an idle node's CPU (docs/internals/node-liveness.md)
 IDLE_PAUSE_S = 0.05
-#: at most one warning per this many seconds about each refused monitor
-REFUSAL_LOG_INTERVAL_S = 60.0
 
 log = logging.getLogger("namesrv.actions")
 
@@ -61,72 +59,6 @@ class Outcome(enum.Enum):
     UNTRUSTED = "untrusted"
     #: lastHeartbeat or watermark further ahead of the node's clock than maxClockSkewMillis
     AHEAD = "ahead"
-
-
-def trusted_monitors(config: Any) -> frozenset[str]:
-    """The ids of ``trustedMonitors`` (';'-separated, blanks ignored); empty: trust the first heard."""
-    return frozenset(m.strip() for m in config.trusted_monitors.split(";") if m.strip())
-
-
-class MonitorTrust:
-    """Which monitor's actions the node obeys.
-
-    With ``trusted`` ids configured: those, always.  Without: the first monitor heard, until it has
-    been silent for ``silence_ms``; the next monitor heard after that takes over.  Silence is
-    measured from the trusted monitor's last admitted action, on ``now`` (monotonic seconds).
-    """
-
-    def __init__(self, trusted: frozenset[str], silence_ms: int, now: Callable[[], float] = time.monotonic) -> None:
-        self.trusted = trusted
-        self.silence_ms = silence_ms
-        self.now = now
-        #: without configured ids: the monitor obeyed now (None until one is heard)
-        self.current: str | None = None
-        self.last_heard: float | None = None
-        self._warnings = LogThrottle(REFUSAL_LOG_INTERVAL_S, now)
-
-    def admit(self, monitor: str, what: str = "action") -> bool:
-        """True if ``monitor`` is obeyed (and then it counts as heard now); else warn and False."""
-        now = self.now()
-        if self.trusted:
-            if monitor in self.trusted:
-                return True
-            if self._warnings.allow(monitor):
-                log.warning(
-                    "ignoring %s from monitor %r: not in trustedMonitors (%s); add its id there to obey it",
-                    what,
-                    monitor,
-                    ";".join(sorted(self.trusted)),
-                )
-            return False
-        if self.current is None:
-            log.info("obeying monitor %r, the first one heard (trustedMonitors is empty)", monitor)
-            self.current = monitor
-        elif monitor != self.current:
-            assert self.last_heard is not None
-            silent_ms = (now - self.last_heard) * 1000
-            if silent_ms < self.silence_ms:
-                if self._warnings.allow(monitor):
-                    log.warning(
-                        "ignoring %s from monitor %r: this node obeys monitor %r, the first one it heard, "
-                        "until that one is silent for %d ms (monitorSilenceFallbackMillis); set "
-                        "trustedMonitors to choose",
-                        what,
-                        monitor,
-                        self.current,
-                        self.silence_ms,
-                    )
-                return False
-            log.warning(
-                "monitor %r silent for %d ms (monitorSilenceFallbackMillis=%d): obeying monitor %r from now on",
-                self.current,
-                silent_ms,
-                self.silence_ms,
-                monitor,
-            )
-            self.current = monitor
-        self.last_heard = now
-        return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,15 +20,13 @@ from namesrv.events.actions import (
     ActionConsumer,
     ActionStats,
     ConsumerSettings,
-    MonitorTrust,
     action_stats,
     loop_deliverer,
-    trusted_monitors,
 )
 from namesrv.events.publisher import EventPublisher, PublisherSettings, PublisherStats
 from namesrv.events.schema import MAX_NAME_CHARS
 from namesrv.handlers import HandlerContext
-from namesrv.liveness import ExpiryScan, MonitorWatchdog
+from namesrv.liveness import ExpiryScan, MonitorTrust, MonitorWatchdog, trusted_monitors
 
 __all__ = ["KafkaLink", "check_bootstrap_servers", "check_names", "default_node_name"]
 
@@ -79,7 +77,7 @@ class KafkaLink:
         watchdog = MonitorWatchdog(
             expiry, config.monitor_silence_fallback_millis, grace_ms=config.monitor_decision_grace_millis
         )
-        trust = MonitorTrust(trusted_monitors(config), config.monitor_silence_fallback_millis)
+        trust = MonitorTrust(trusted_monitors(config), watchdog)
         applier = ActionApplier(
             node.routes,
             node.submit_unregister,

@@ -10,6 +10,7 @@ that hand-over and what surrounds it (docs/internals/node-liveness.md tells the 
 * :class:`SilenceWatch`: the deadlines behind the SILENT events that let the monitor decide sooner;
 * :class:`UnregisterBatcher`: every decided removal, applied in batches off the event loop;
 * :class:`RedisFallback`: dead brokers the monitor has not decided in time out of the routes in Redis (one node at a time);
+* :class:`MonitorTrust`: which monitor is obeyed, on the watchdog's clock of when it was last heard;
 * :class:`MonitorDownPager` (:mod:`~namesrv.liveness.monitor_down`): the page when no monitor decides;
 * :class:`Departure`, :class:`Cause` and :mod:`~namesrv.liveness.departure`: why a broker left.
 
@@ -22,16 +23,19 @@ from namesrv.liveness.expiry import ExpiryScan
 from namesrv.liveness.monitor_down import MonitorDownPager
 from namesrv.liveness.redis_fallback import Departures, RedisFallback, RedisLease
 from namesrv.liveness.silence import Silence, SilenceWatch
+from namesrv.liveness.trust import REFUSAL_LOG_INTERVAL_S, MonitorTrust, trusted_monitors
 from namesrv.liveness.unregister_batcher import MinIdOutlet, UnregisterBatcher, forward_min_broker_id_changes
 from namesrv.liveness.watchdog import MonitorWatchdog
 
 __all__ = [
+    "REFUSAL_LOG_INTERVAL_S",
     "Cause",
     "Departure",
     "Departures",
     "ExpiryScan",
     "MinIdOutlet",
     "MonitorDownPager",
+    "MonitorTrust",
     "MonitorWatchdog",
     "RedisFallback",
     "RedisLease",
@@ -41,4 +45,5 @@ __all__ = [
     "departure",
     "forward_min_broker_id_changes",
     "monitor_down",
+    "trusted_monitors",
 ]

@@ -10,14 +10,20 @@ from namesrv.events.actions import (
     ActionApplier,
     ActionConsumer,
     ConsumerSettings,
-    MonitorTrust,
     Outcome,
     action_stats,
-    trusted_monitors,
 )
 from namesrv.events.schema import Action, ActionType, encode_action
 from namesrv.handlers import NodeObserver
-from namesrv.liveness import Departure, ExpiryScan, MonitorWatchdog, UnregisterBatcher, departure
+from namesrv.liveness import (
+    Departure,
+    ExpiryScan,
+    MonitorTrust,
+    MonitorWatchdog,
+    UnregisterBatcher,
+    departure,
+    trusted_monitors,
+)
 from namesrv.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
 from namesrv.routes import RouteInfoManager, RouteSettings
 from tests.support.clock import Clock
@@ -194,9 +200,7 @@ def trust_setup(trusted: str = "", silence_ms: int = 30_000):
     clock = Clock()
     scan = ExpiryScan(routes, 5000)
     dog = MonitorWatchdog(scan, silence_ms=silence_ms, now=clock.seconds)
-    trust = MonitorTrust(
-        trusted_monitors(load_config(None, {"trustedMonitors": trusted})), silence_ms, now=clock.seconds
-    )
+    trust = MonitorTrust(trusted_monitors(load_config(None, {"trustedMonitors": trusted})), dog)
     applier = ActionApplier(routes, batch.submit, lambda c, a: None, observer, dog, trust=trust)
     return routes, batch, scan, applier, clock
 
@@ -236,7 +240,7 @@ def test_an_untrusted_monitor_never_switches_the_local_scan_off():
 
 
 def test_another_monitor_takes_over_only_after_the_first_was_silent_for_the_fallback_time(caplog):
-    caplog.set_level(logging.INFO, logger="namesrv.actions")
+    caplog.set_level(logging.INFO, logger="namesrv.liveness")
     routes, batch, scan, applier, clock = trust_setup(silence_ms=30_000)
     assert applier.apply(beat("job-1")) is Outcome.HEARD
     assert "obeying monitor 'job-1', the first one heard" in caplog.text
@@ -255,6 +259,17 @@ def test_another_monitor_takes_over_only_after_the_first_was_silent_for_the_fall
         for w in warnings_of(caplog)
     )
     assert applier.apply(beat("job-1")) is Outcome.UNTRUSTED  # the old one came back: now it is the second
+
+
+def test_a_node_that_stood_still_does_not_hand_the_monitor_s_place_to_another_for_its_own_silence():
+    """The silence is the watchdog's one clock, made up for the node's own stall: a minute frozen is not
+    the obeyed monitor's minute of silence, so another monitor heard on waking is still refused."""
+    _, _, scan, applier, clock = trust_setup(silence_ms=30_000)
+    applier.watchdog._observed = clock.seconds()  # as the watchdog's run() reads the clock every period
+    assert applier.apply(beat("job-1")) is Outcome.HEARD
+    clock.advance(seconds=60)  # the node frozen
+    assert applier.apply(beat("job-2")) is Outcome.UNTRUSTED
+    assert applier.apply(beat("job-1")) is Outcome.HEARD and not scan.enabled
 
 
 def test_configured_monitors_are_obeyed_whoever_spoke_first_and_others_are_refused(caplog):
