@@ -1,6 +1,6 @@
 """How long the liveness monitor is away after its job dies, and where the time goes: kill -> first decision, in legs.
 
-The stack as the suite starts it (:class:`tests.integration.backends.System`, every setting as
+The stack as the suite starts it (:class:`tests.support.system.System`, every setting as
 ``conf/`` ships it) with a few simulated brokers, or a real RocketMQ master and slave (``--rocketmq``,
 the suite's ``ROCKETMQ_5``). The job is SIGKILLed and ``make run``'s own supervisor restarts it
 (:class:`tests.support.recovery.Supervising`). The job runs under a probe (this script in ``streaming``
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # tests.integration.backends: the stack the suite uses
+sys.path.insert(0, str(REPO))  # tests.support.system: the stack the suite uses
 
 from namesrv import procfs  # noqa: E402
 
@@ -475,8 +475,8 @@ def make_run_start(tmp: Path, timeout: float = 300.0) -> Run:
 
     from infra.services import free_port, tcp_answers
     from infra.stack import UP_STOP_TIMEOUT_S
-    from tests.integration.backends import ACTIONS, KafkaTap
     from tests.support.recovery import first_heartbeat
+    from tests.support.system import ACTIONS, KafkaTap
 
     run_dir, kafka_port = tmp / "run", free_port()
     conf = tmp / "services.properties"
@@ -546,7 +546,7 @@ def main() -> int:
                         help="a setting of the job (e.g. kafka.maxOffsetsPerTrigger=1000), for A/B runs")  # fmt: skip
     args = parser.parse_args()
     from streaming.config import load_config, parse_overrides
-    from tests.integration import backends
+    from tests.support import system as backends
     from tests.support.recovery import Supervising
 
     overrides = parse_overrides(args.overrides)

@@ -1,7 +1,7 @@
 """The whole system at fleet scale: 10,000 brokers across 3 nodes, 100,000 topics, real protocol, Kafka, Redis, Spark.
 
-The end-to-end suite's stack (:class:`tests.integration.backends.System`, three nodes on
-:class:`~tests.integration.backends.ProcessInfra`) from the shipped ``conf/`` files, loaded as
+The end-to-end suite's stack (:class:`tests.support.system.System`, three nodes on
+:class:`~tests.support.system.ProcessInfra`) from the shipped ``conf/`` files, loaded as
 RocketMQ 5.x brokers load a name server: ``rmq-loadgen setup`` registers the fleet at every node and
 sends QUERY_DATA_VERSION for every broker every 30 s, spread over ``--spread`` start times as real
 brokers spread theirs.  Timed steps: the nodes' start and RSS, the fleet's registration and RSS,
@@ -32,16 +32,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # tests.integration.backends and tests.support.loadgen: the suite's stack and load
+sys.path.insert(0, str(REPO))  # tests.support.system and tests.support.loadgen: the suite's stack and load
 
 from common import redis_clients  # noqa: E402
 from infra.apps import StreamingJob  # noqa: E402
 from namesrv import procfs  # noqa: E402
 from namesrv.client import NameServerClient  # noqa: E402
 from namesrv.protocol.codes import RequestCode, ResponseCode  # noqa: E402
-from tests.integration import backends  # noqa: E402
-from tests.integration.backends import ACTIONS, FleetRunner, KafkaTap, ProcessInfra, System, Timing  # noqa: E402
+from tests.support import system as backends  # noqa: E402
 from tests.support.loadgen import LOADGEN, FleetNames, hold_brokers  # noqa: E402
+from tests.support.system import ACTIONS, FleetRunner, KafkaTap, ProcessInfra, System, Timing  # noqa: E402
 from tests.support.wait import wait_until  # noqa: E402
 
 #: RocketMQ's registration / heartbeat period (BrokerConfig.registerNameServerPeriod)

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # tests.integration.backends: the stack and the simulated brokers the suite uses
+sys.path.insert(0, str(REPO))  # tests.support.system: the stack and the simulated brokers the suite uses
 
 from common import kafka_clients  # noqa: E402
 from infra.services import KafkaService, RedisService, TopicSpec, free_port  # noqa: E402
@@ -651,7 +651,7 @@ class Topics:
     @classmethod
     def read(cls, bootstrap: str) -> Topics:
         from namesrv.events.schema import decode_action
-        from tests.integration.backends import ACTIONS, EVENTS
+        from tests.support.system import ACTIONS, EVENTS
 
         return cls(read_topic(bootstrap, EVENTS, decode_event), read_topic(bootstrap, ACTIONS, decode_action))
 
@@ -868,7 +868,7 @@ def fallback_logged(system) -> list[int]:
 def bench_live(tmp: Path, s: Settings) -> Live:
     from infra.apps import NodeService
     from streaming.routes import RouteLookup
-    from tests.integration.backends import FleetRunner, ProcessInfra, System, Timing
+    from tests.support.system import FleetRunner, ProcessInfra, System, Timing
 
     run_dir = tmp / "live"
     run_dir.mkdir()
@@ -1073,7 +1073,7 @@ def report(command: str, s: Settings, thr: Throughput | None, live: Live, total_
     lines += [
         "- **The stack** for the other figures: Apache Kafka (one KRaft node) and Redis, two nodes n1, n2 (`namesrv start -c "
         "conf/namesrv.properties`) and the job (`python -m streaming -c conf/streaming.properties`), each its own "
-        "process, as `make run` starts them (`tests.integration.backends.System`); overrides are only addresses, "
+        "process, as `make run` starts them (`tests.support.system.System`); overrides are only addresses, "
         "paths and `monitor.id`. Simulated brokers (`FleetRunner`) register with "
         f"`heartbeatTimeoutMillis={live.timeout_ms:,}` and heartbeat every second (QUERY_DATA_VERSION), a "
         're-registration every 30 s. "Gone" at a place is the first answer of a watcher that asks n1, n2 and n0 '

@@ -1,7 +1,7 @@
 """Fixtures of the end-to-end suite: the whole system on the process or the container backend.
 
 ``system`` (module scope) starts Kafka, Redis, two name-server nodes and the streaming job and stops
-them afterwards (:mod:`tests.integration.backends`).  ``--backend=processes`` runs Kafka and Redis
+them afterwards (:mod:`tests.support.system`).  ``--backend=processes`` runs Kafka and Redis
 as local processes, ``--backend=containers`` as testcontainers containers (starting a Docker daemon
 for the session when root and none answers), and ``--backend=auto`` (the default, or
 ``$NAMESRV_IT_BACKEND``) picks containers only when a Docker daemon already answers.  The images
@@ -19,7 +19,9 @@ from dataclasses import dataclass
 import pytest
 
 from infra.services import KafkaService, RedisService, free_port
-from tests.integration.backends import (
+from tests.integration.images import build
+from tests.support import alertmanager
+from tests.support.system import (
     BACKENDS,
     ENV_BACKEND,
     ENV_KAFKA_IMAGE,
@@ -34,8 +36,6 @@ from tests.integration.backends import (
     find_docker,
     parse_settings,
 )
-from tests.integration.images import build
-from tests.support import alertmanager
 from tests.support.webhook import Webhook
 
 

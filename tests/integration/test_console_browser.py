@@ -1,6 +1,6 @@
 """The console in a real browser: a broker ``namesrv simulate`` registers shows up, then turns expired when it goes silent.
 
-Kafka, Redis, one node and the Spark job as processes (:class:`tests.integration.backends.System`),
+Kafka, Redis, one node and the Spark job as processes (:class:`tests.support.system.System`),
 the console as ``make run`` starts it (:class:`infra.stack.ConsoleService`), the simulator as the
 README shows it (``namesrv simulate ... --silent 1 --silent-after S``, the brokers' own timeout
 short), and Debian's headless Chromium driven by selenium. The test reads only the page's DOM,
@@ -22,7 +22,7 @@ import pytest
 
 from infra.apps import ConsoleService
 from infra.services import free_port
-from tests.integration.backends import REPO, ProcessInfra, System, Timing
+from tests.support.system import REPO, ProcessInfra, System, Timing
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(900)

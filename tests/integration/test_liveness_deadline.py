@@ -22,7 +22,8 @@ import pytest
 from common import kafka_clients
 from infra.services import pid_alive
 from namesrv.events.schema import Action, ActionType, Event, EventType, encode_action, encode_event, wall_ms
-from tests.integration.backends import (
+from tests.support.liveness import bounds_now, gone_times, last_heard_ms
+from tests.support.system import (
     ACTIONS,
     EVENTS,
     SHIPPED,
@@ -32,7 +33,6 @@ from tests.integration.backends import (
     System,
     brokers_at,
 )
-from tests.support.liveness import bounds_now, gone_times, last_heard_ms
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(900)

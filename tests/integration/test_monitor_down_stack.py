@@ -1,6 +1,6 @@
 """A page when the monitor is gone: the whole stack with its job SIGKILLed and kept dead.
 
-Kafka, Redis, two nodes and the Spark job as processes (:class:`~tests.integration.backends.System`),
+Kafka, Redis, two nodes and the Spark job as processes (:class:`~tests.support.system.System`),
 with ``make run``'s console, every setting as ``conf/`` ships it except the nodes' paging keys: both
 nodes page a real Alertmanager (the ``am`` fixture) and a webhook kept by this test, and their
 ``alerts.monitorLagMillis`` is shortened to ``LAG_MS`` (how long the nodes wait cannot hide how many
@@ -26,11 +26,11 @@ import pytest
 from infra.apps import ConsoleService
 from namesrv.client import NameServerClient
 from namesrv.events.schema import wall_ms
-from tests.integration.backends import SHIPPED, ProcessInfra, System, report
 from tests.support import alertmanager
 from tests.support.liveness import bounds_now
 from tests.support.node import free_port
 from tests.support.recovery import first_heartbeat
+from tests.support.system import SHIPPED, ProcessInfra, System, report
 from tests.support.wait import wait_until
 from tests.support.webhook import Webhook
 

@@ -1,6 +1,6 @@
 """MONITOR_DOWN with no receiver: the whole stack with its job stalled by SIGSTOP.
 
-Kafka, Redis, two nodes and the Spark job as processes (:class:`~tests.integration.backends.System`),
+Kafka, Redis, two nodes and the Spark job as processes (:class:`~tests.support.system.System`),
 with ``make run``'s console, every setting as ``conf/`` ships it: no ``alerts.alertmanagerUrl`` and no
 ``alerts.webhookUrl``, as under ``make run``; only the nodes' ``alerts.monitorLagMillis`` is shortened
 to ``LAG_MS``. Once both nodes trust the job it is frozen with SIGSTOP (its driver, JVM and Python
@@ -28,11 +28,11 @@ from namesrv.client import NameServerClient
 from namesrv.events.schema import wall_ms
 from streaming import cli
 from streaming.routes import RouteLookup
-from tests.integration.backends import ACTIONS, SHIPPED, ProcessInfra, System, report
 from tests.integration.test_monitor_down_stack import console_alerts, monitor_down
 from tests.support.liveness import bounds_now
 from tests.support.node import free_port
 from tests.support.recovery import first_heartbeat
+from tests.support.system import ACTIONS, SHIPPED, ProcessInfra, System, report
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(900)

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from namesrv.events.schema import wall_ms
-from tests.integration.backends import SHIPPED, FleetRunner, ProcessInfra, System, brokers_at, report
 from tests.support.liveness import bounds_now, known_in_redis
 from tests.support.recovery import Supervising, first_heartbeat
+from tests.support.system import SHIPPED, FleetRunner, ProcessInfra, System, brokers_at, report
 from tests.support.wait import wait_until
 
 if TYPE_CHECKING:

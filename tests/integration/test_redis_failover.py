@@ -35,11 +35,11 @@ from infra.services import ServiceError, free_port
 from namesrv.client import NameServerClient
 from namesrv.events.schema import wall_ms
 from streaming.routes import RouteLookup
-from tests.integration.backends import EVENTS, SHIPPED, SUMMARY, ProcessInfra, System, route_or_none
 from tests.integration.test_liveness_deadline import Stack, running
 from tests.support.liveness import Gone, Watch, bounds_now, last_heard_ms
 from tests.support.node import REPO
 from tests.support.redis_cluster import RedisCluster
+from tests.support.system import EVENTS, SHIPPED, SUMMARY, ProcessInfra, System, route_or_none
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(1500)

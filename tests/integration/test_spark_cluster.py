@@ -38,8 +38,8 @@ from namesrv.events.schema import (
     event_key,
 )
 from streaming.routes import RouteLookup
-from tests.integration.backends import ACTIONS, ALERTS, EVENTS, KafkaTap, log_tail
 from tests.support.spark_cluster import SparkCluster, spark_cluster
+from tests.support.system import ACTIONS, ALERTS, EVENTS, KafkaTap, log_tail
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(1800)

@@ -26,7 +26,7 @@ from infra.services import TopicSpec, pid_alive
 from namesrv import procfs
 from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo, encode_event, event_key
 from streaming.routes import RouteLookup
-from tests.integration.backends import _start_time, descendants, log_tail
+from tests.support.system import _start_time, descendants, log_tail
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(300)

@@ -21,7 +21,7 @@ import time
 import pytest
 
 from namesrv.client import NameServerClient
-from tests.integration.backends import (
+from tests.support.system import (
     EVENTS,
     SUMMARY,
     KafkaTap,

@@ -46,9 +46,9 @@ from infra.services import DEFAULT_TOPICS, tcp_answers
 from infra.stack import Supervisor
 from infra.topology import Layout, Part, Topology
 from namesrv.events.schema import wall_ms
-from tests.integration.backends import FleetRunner, Timing
 from tests.support.chaos.checks import Observer, Pager, same_routes_everywhere, tracebacks
 from tests.support.chaos.schedule import BROKER_TIMEOUT_S, Fault, On
+from tests.support.system import FleetRunner, Timing
 
 __all__ = ["Chaos", "FaultResult", "Outcome"]
 
