@@ -26,6 +26,7 @@ from typing import Any, cast
 
 from common.logs import LogThrottle, RateLimited
 from namesrv.client import parse_addr
+from namesrv.flow import Credit, large_holders, may_resume
 from namesrv.handlers import (
     BODY_LIMITS,
     MAX_REQUEST_HEADER_BYTES,
@@ -130,8 +131,7 @@ class Connection(asyncio.BufferedProtocol):
         "held_back_since",
         "pending_started",
         "into_frame",
-        "work_credit",
-        "work_credit_at",
+        "work",
         "resting",
     )
 
@@ -162,9 +162,8 @@ class Connection(asyncio.BufferedProtocol):
         self.pending_started = 0.0
         #: the last get_buffer gave the large frame's own memory (else the node's read buffer)
         self.into_frame = False
-        #: CPU seconds of work off the loop this connection may still cause, as of work_credit_at
-        self.work_credit = WORK_CPU_BURST_S
-        self.work_credit_at = self.last_active
+        #: CPU seconds of work off the loop this connection may still cause
+        self.work = Credit.full(WORK_CPU_PER_S, WORK_CPU_BURST_S, self.last_active)
         #: it has caused more work off the loop than its credit: neither read nor answered until paid back
         self.resting = False
 
@@ -318,13 +317,10 @@ class Connection(asyncio.BufferedProtocol):
         answered) until WORK_CPU_PER_S has earned the debt back.  That work's answer is already out:
         only the requests after it wait, and a peer sending bombs back to back gets its share of the
         worker thread and no more."""
-        now = self.server.clock()
-        earned = self.work_credit + (now - self.work_credit_at) * WORK_CPU_PER_S
-        self.work_credit, self.work_credit_at = min(earned, WORK_CPU_BURST_S) - cpu_seconds, now
-        if self.work_credit < 0 and not self.resting:
+        if self.work.spend(self.server.clock(), cpu_seconds) < 0 and not self.resting:
             self.resting = True
             assert self.server.loop is not None  # work is answered on the loop
-            self.server.loop.call_later(-self.work_credit / WORK_CPU_PER_S, self._rested)
+            self.server.loop.call_later(self.work.wait_s(), self._rested)
 
     def _rested(self) -> None:
         self.resting = False
@@ -431,9 +427,8 @@ class RemotingServer:
         #: connections receiving a large frame, each waiting for its next read, first come first read
         self._large_reads: collections.deque[Connection] = collections.deque()
         self._large_read_due = False
-        #: bytes of large frames that may be read now (negative: read ahead of the pace), as of _large_read_at
-        self._large_read_credit = float(_READ_BYTES)
-        self._large_read_at = clock()
+        #: bytes of large frames that may be read now (negative: read ahead of the pace)
+        self._large_read = Credit.full(LARGE_FRAME_BYTES_PER_S, _READ_BYTES, clock())
         #: what connections not receiving a large frame read into; each read is fed to its decoder at once
         self.read_buffer = memoryview(bytearray(_READ_BYTES))
         self._budget_check: asyncio.TimerHandle | None = None
@@ -484,25 +479,18 @@ class RemotingServer:
     def read_large_frame_later(self, connection: Connection, read: int) -> None:
         """Queue ``connection``, which has just read ``read`` bytes of a large frame, for its next
         read: after the others receiving one have had theirs, at LARGE_FRAME_BYTES_PER_S node-wide."""
-        self._pace_large_reads(read)
+        self._large_read.spend(self.clock(), read)
         self._large_reads.append(connection)
         if not self._large_read_due:
             self._large_read_due = True
             self._schedule_large_read()
 
-    def _pace_large_reads(self, read: int = 0) -> None:
-        """Earn credit for the time since the last call (at most one read's worth), spend ``read``."""
-        now = self.clock()
-        earned = self._large_read_credit + (now - self._large_read_at) * LARGE_FRAME_BYTES_PER_S
-        self._large_read_credit = min(earned, _READ_BYTES) - read
-        self._large_read_at = now
-
     def _schedule_large_read(self) -> None:
         assert self.loop is not None  # connections exist only once the server listens
-        if self._large_read_credit > -_PACE_SLACK_BYTES:
+        if self._large_read.balance > -_PACE_SLACK_BYTES:
             self.loop.call_soon(self._next_large_read)
         else:
-            self.loop.call_later(-self._large_read_credit / LARGE_FRAME_BYTES_PER_S, self._next_large_read)
+            self.loop.call_later(self._large_read.wait_s(), self._next_large_read)
 
     def _next_large_read(self) -> None:
         # one read per turn at most, and no more bytes than the pace allows (see the module notes):
@@ -510,8 +498,7 @@ class RemotingServer:
         # other client waits for all those reads (bench/RESULTS.md, "Large frames read at a node-wide
         # pace").  Those not reading anyway (held back for the budget, waiting for their answers to be
         # read, closed) do not use up the turn.
-        self._pace_large_reads()
-        if self._large_read_credit <= -_PACE_SLACK_BYTES:  # a read came in since this was scheduled
+        if self._large_read.spend(self.clock(), 0) <= -_PACE_SLACK_BYTES:  # a read came in since this was scheduled
             self._schedule_large_read()
             return
         queue = self._large_reads
@@ -549,10 +536,9 @@ class RemotingServer:
     def _enforce_budget(self) -> None:
         if self._recount() <= BUFFER_BUDGET_BYTES:
             return
-        offenders = [c for c in self.connections if not c.held_back and c.held >= BUDGET_OFFENDER_BYTES]
+        offenders = large_holders(((c, c.held) for c in self.connections if not c.held_back), BUDGET_OFFENDER_BYTES)
         if not offenders:
             return
-        offenders.sort(key=lambda c: c.held, reverse=True)
         _drop_log.log(
             logging.WARNING,
             "%d bytes held for peers, over the budget of %d: no longer reading from %s",
@@ -573,7 +559,7 @@ class RemotingServer:
         if not held_back:
             return
         self._close_stalled(held_back)
-        if self._recount() <= BUFFER_BUDGET_BYTES * 3 // 4:
+        if may_resume(self._recount(), BUFFER_BUDGET_BYTES):
             for c in held_back:
                 c.hold_back(False)
             return

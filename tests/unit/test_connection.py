@@ -617,7 +617,7 @@ def test_a_connection_past_its_credit_for_work_off_the_loop_rests_while_others_a
     assert refused.code == ResponseCode.SYSTEM_ERROR and "inflates beyond" in refused.remark
     # the second bomb, already received, waits with the socket until the debt is earned back
     assert bomber.resting and not bomber_t.reading and bomber.pending is None
-    rest = -bomber.work_credit / server_mod.WORK_CPU_PER_S
+    rest = bomber.work.wait_s()
     assert rest > 0
     client, client_t = harness.connect(7001)
     client.data_received(route_frame(2))
