@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import ctypes
 import itertools
 import logging
 import socket
-import sys
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any, cast
@@ -37,6 +35,7 @@ from namesrv.handlers import (
 )
 from namesrv.handshake import Acceptor, TransportSecurity, plaintext_only
 from namesrv.liveness import Departure, departure
+from namesrv.process import tune_for_serving
 from namesrv.protocol.codec import FrameDecoder, LocalProtocolError, RemoteProtocolError, TlsRecordError, encode
 from namesrv.protocol.codes import ResponseCode, SerializeType
 from namesrv.protocol.command import RemotingCommand
@@ -59,7 +58,6 @@ BUDGET_OFFENDER_BYTES = 256 * 1024
 #: how often the exact total is recounted while some connection is held back for the budget
 _BUDGET_CHECK_S = 0.05
 _DROP_LOG_PER_MINUTE = 20
-_GIL_SWITCH_S = 0.0005
 #: a connection holding this much received and not yet answered is paced as if receiving a large frame
 _LARGE_FRAME_BYTES = 256 * 1024
 #: the most bytes one read takes (asyncio's and uvloop's own size), a piece of a large frame included
@@ -85,26 +83,6 @@ WORK_CPU_BURST_S = 1.0
 #: how soon a closed connection's brokers are looked up again when the route tables were busy
 _TABLES_BUSY_RETRY_S = 0.01
 _drop_log = RateLimited(log, per_minute=_DROP_LOG_PER_MINUTE)
-
-
-#: glibc's mallopt parameter, and the size from which buffers get their own mapping
-_M_MMAP_THRESHOLD = -3
-_MMAP_THRESHOLD_BYTES = 256 * 1024
-
-
-def _map_large_buffers() -> None:
-    """Give every buffer of 256 KiB or more its own mapping, returned to the OS when it is freed.
-
-    glibc starts so, but raises the threshold to the size of each large buffer freed (up to 32 MiB),
-    after which large bodies and answers are carved from the heap and the node's resident memory
-    never comes back down (frames in progress have mappings of their own, see the codec).  Setting
-    the threshold once turns that adjustment off.  Other C libraries ignore the call or lack it;
-    nothing else depends on it.
-    """
-    try:
-        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
-    except (OSError, AttributeError):
-        pass
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -685,10 +663,7 @@ class RemotingServer:
 
     async def start(self, host: str, port: int) -> None:
         self._read_socket_settings()
-        _map_large_buffers()
-        # the worker thread parses large bodies in Python; the loop waits for the GIL at most this long
-        # (CPython's default is 5 ms, the whole latency budget of a route lookup)
-        sys.setswitchinterval(_GIL_SWITCH_S)
+        tune_for_serving()
         self.loop = loop = asyncio.get_running_loop()
         backlog = self.context.config.server_socket_backlog
         security = TransportSecurity.from_config(self.context.config)  # ConfigError naming the key
