@@ -34,7 +34,7 @@ from namesrv.handlers import (
     min_broker_id_change_request,
 )
 from namesrv.handshake import Acceptor, TransportSecurity, plaintext_only
-from namesrv.liveness import Departure, departure
+from namesrv.liveness import Departure, OnConnectionEnd, departure
 from namesrv.process import tune_for_serving
 from namesrv.protocol.codec import FrameDecoder, LocalProtocolError, RemoteProtocolError, TlsRecordError, encode
 from namesrv.protocol.codes import ResponseCode, SerializeType
@@ -583,23 +583,17 @@ class RemotingServer:
             assert self.loop is not None
             self.loop.call_later(_TABLES_BUSY_RETRY_S, self.channel_destroyed, connection, why)
             return
-        if requests and not self._stopping and self.catching_up():
-            # a broker closes a connection whose requests time out, as on a node that stood still: such an
-            # end says nothing of the broker, left to its deadline (it registers again on a new connection)
-            log.warning(
-                "%s from %s while this node catches up after standing still: %s left to their deadlines",
-                why,
-                connection.peer,
-                [r.broker_addr for r in requests],
-            )
+        if not requests:
             return
-        if requests:
-            log.info("%s from %s: unregistering %s", why, connection.peer, [r.broker_addr for r in requests])
-            self.context.submit_unregister(requests)
-            if self._stopping:
-                # the node is going away, not the broker's connection: reporting it would tell the
-                # monitor the broker is gone here, and a fleet-wide restart would remove every broker
-                return
+        addrs = [r.broker_addr for r in requests]
+        policy = departure.on_connection_end(node_stopping=self._stopping, catching_up=self.catching_up())
+        if policy is OnConnectionEnd.LEAVE_TO_DEADLINE:
+            log.warning("%s from %s while this node catches up after standing still: %s %s", why, connection.peer,
+                        addrs, policy.value)  # fmt: skip
+            return
+        log.info("%s from %s: unregistering %s", why, connection.peer, addrs)
+        self.context.submit_unregister(requests)
+        if policy is OnConnectionEnd.UNREGISTER:
             for r in requests:
                 self.context.observer.broker_unregistered(r, why)
 

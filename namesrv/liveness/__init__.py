@@ -12,13 +12,14 @@ that hand-over and what surrounds it (docs/internals/node-liveness.md tells the 
 * :class:`RedisFallback`: dead brokers the monitor has not decided in time out of the routes in Redis (one node at a time);
 * :class:`MonitorTrust`: which monitor is obeyed, on the watchdog's clock of when it was last heard;
 * :class:`MonitorDownPager` (:mod:`~namesrv.liveness.monitor_down`): the page when no monitor decides;
-* :class:`Departure`, :class:`Cause` and :mod:`~namesrv.liveness.departure`: why a broker left.
+* :class:`Departure`, :class:`Cause` and :mod:`~namesrv.liveness.departure`: why a broker left, and
+  what a connection's end does to its brokers (:class:`OnConnectionEnd`).
 
 The rest of the node imports from here, never from the modules (tests/unit/test_liveness_boundary.py).
 """
 
 from namesrv.liveness import departure, monitor_down
-from namesrv.liveness.departure import Cause, Departure
+from namesrv.liveness.departure import Cause, Departure, OnConnectionEnd
 from namesrv.liveness.expiry import ExpiryScan
 from namesrv.liveness.monitor_down import MonitorDownPager
 from namesrv.liveness.redis_fallback import Departures, RedisFallback, RedisLease
@@ -37,6 +38,7 @@ __all__ = [
     "MonitorDownPager",
     "MonitorTrust",
     "MonitorWatchdog",
+    "OnConnectionEnd",
     "RedisFallback",
     "RedisLease",
     "Silence",

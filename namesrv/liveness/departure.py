@@ -98,3 +98,26 @@ def malformed_frame(error: BaseException) -> Departure:
 
 def read_failed(error: BaseException) -> Departure:
     return Departure(Cause.READ_FAILED, f"{type(error).__name__}: {error}")
+
+
+class OnConnectionEnd(enum.Enum):
+    """What a node does with the brokers registered on a connection that ended."""
+
+    #: unregister them and report each departure (a CHANNEL_CLOSED event): Apache RocketMQ's behaviour
+    UNREGISTER = "unregister"
+    #: unregister them and report nothing: the node is stopping, not the brokers' connections, and a
+    #: fleet-wide restart must not tell the monitor every broker left
+    UNREGISTER_SILENTLY = "unregister silently"
+    #: leave them to their deadlines: the node is catching up after it stood still, and a broker
+    #: closes a connection whose requests time out, so the end says nothing of the broker (it
+    #: registers again on a new connection)
+    LEAVE_TO_DEADLINE = "leave to their deadlines"
+
+
+def on_connection_end(*, node_stopping: bool, catching_up: bool) -> OnConnectionEnd:
+    """The policy for the brokers of a connection that ended (see :class:`OnConnectionEnd`)."""
+    if node_stopping:
+        return OnConnectionEnd.UNREGISTER_SILENTLY
+    if catching_up:
+        return OnConnectionEnd.LEAVE_TO_DEADLINE
+    return OnConnectionEnd.UNREGISTER

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from namesrv.liveness import Cause, Departure, departure
 
 
@@ -32,3 +34,16 @@ def test_a_long_reason_is_bounded_and_says_how_long_it_was():
     assert bounded.reason == long.reason[:300] + "... (1017 characters)"
     short = Departure(Cause.IDLE, "idle")
     assert short.bounded(300) is short
+
+
+@pytest.mark.parametrize(
+    ("node_stopping", "catching_up", "policy"),
+    [
+        (False, False, departure.OnConnectionEnd.UNREGISTER),
+        (True, False, departure.OnConnectionEnd.UNREGISTER_SILENTLY),
+        (True, True, departure.OnConnectionEnd.UNREGISTER_SILENTLY),  # a node stopping is not standing still
+        (False, True, departure.OnConnectionEnd.LEAVE_TO_DEADLINE),
+    ],
+)
+def test_what_a_connection_s_end_does_to_its_brokers(node_stopping, catching_up, policy):
+    assert departure.on_connection_end(node_stopping=node_stopping, catching_up=catching_up) is policy
