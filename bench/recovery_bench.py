@@ -546,7 +546,9 @@ def main() -> int:
                         help="a setting of the job (e.g. kafka.maxOffsetsPerTrigger=1000), for A/B runs")  # fmt: skip
     args = parser.parse_args()
     from streaming.config import load_config, parse_overrides
-    from tests.support import system as backends
+    from tests.support import system as suite
+    from tests.support.backends import ProcessInfra
+    from tests.support.fleet import FleetRunner
     from tests.support.recovery import Supervising
 
     overrides = parse_overrides(args.overrides)
@@ -563,9 +565,9 @@ def main() -> int:
             runs.append(make_run_start(tmp / "make-run"))
             print("\n".join(legs_table(runs[-1])), flush=True)
         probe_file = tmp / "probe.jsonl"
-        backends.StreamingJob = probed_job_class(probe_file)  # type: ignore[misc,assignment] # System's job
-        system = backends.System(backends.ProcessInfra(tmp), tmp, timing=backends.SHIPPED, streaming_set=overrides)
-        fleets = backends.FleetRunner()
+        suite.StreamingJob = probed_job_class(probe_file)  # type: ignore[misc,assignment] # System's job
+        system = suite.System(ProcessInfra(tmp), tmp, timing=suite.SHIPPED, streaming_set=overrides)
+        fleets = FleetRunner()
         supervising = None
         previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         try:

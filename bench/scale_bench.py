@@ -1,7 +1,7 @@
 """The whole system at fleet scale: 10,000 brokers across 3 nodes, 100,000 topics, real protocol, Kafka, Redis, Spark.
 
 The end-to-end suite's stack (:class:`tests.support.system.System`, three nodes on
-:class:`~tests.support.system.ProcessInfra`) from the shipped ``conf/`` files, loaded as
+:class:`~tests.support.backends.ProcessInfra`) from the shipped ``conf/`` files, loaded as
 RocketMQ 5.x brokers load a name server: ``rmq-loadgen setup`` registers the fleet at every node and
 sends QUERY_DATA_VERSION for every broker every 30 s, spread over ``--spread`` start times as real
 brokers spread theirs.  Timed steps: the nodes' start and RSS, the fleet's registration and RSS,
@@ -39,9 +39,11 @@ from infra.apps import StreamingJob  # noqa: E402
 from namesrv import procfs  # noqa: E402
 from namesrv.client import NameServerClient  # noqa: E402
 from namesrv.protocol.codes import RequestCode, ResponseCode  # noqa: E402
-from tests.support import system as backends  # noqa: E402
+from tests.support import system as suite  # noqa: E402
+from tests.support.backends import ProcessInfra  # noqa: E402
+from tests.support.fleet import FleetRunner  # noqa: E402
 from tests.support.loadgen import LOADGEN, FleetNames, hold_brokers  # noqa: E402
-from tests.support.system import ACTIONS, FleetRunner, KafkaTap, ProcessInfra, System, Timing  # noqa: E402
+from tests.support.system import ACTIONS, KafkaTap, System, Timing  # noqa: E402
 from tests.support.wait import wait_until  # noqa: E402
 
 #: RocketMQ's registration / heartbeat period (BrokerConfig.registerNameServerPeriod)
@@ -122,7 +124,7 @@ def first_error(log: Path) -> str:
     for line in text.splitlines():
         if re.search(r"Error|Exception|level=error", line) and not line.lstrip().startswith("at "):
             return f"{line.strip()[:500]} (log: {log})"
-    return f"no error line in {log}: {backends.log_tail(log, 5)}"
+    return f"no error line in {log}: {suite.log_tail(log, 5)}"
 
 
 def topic_gone(addr: str, topic: str) -> bool:
@@ -202,7 +204,7 @@ def fleet_groups(brokers: int, spread: int) -> list[tuple[int, FleetNames | None
 
 
 def run(args: argparse.Namespace, res: Result, tmp: Path) -> None:
-    backends.StreamingJob = VerboseJob  # type: ignore[misc]  # System builds its job from this name
+    suite.StreamingJob = VerboseJob  # type: ignore[misc]  # System builds its job from this name
     system = System(ProcessInfra(tmp), tmp, Timing(), nodes=3)
     holders: list[subprocess.Popen] = []
     try:

@@ -868,7 +868,9 @@ def fallback_logged(system) -> list[int]:
 def bench_live(tmp: Path, s: Settings) -> Live:
     from infra.apps import NodeService
     from streaming.routes import RouteLookup
-    from tests.support.system import FleetRunner, ProcessInfra, System, Timing
+    from tests.support.backends import ProcessInfra
+    from tests.support.fleet import FleetRunner
+    from tests.support.system import System, Timing
 
     run_dir = tmp / "live"
     run_dir.mkdir()

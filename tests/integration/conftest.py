@@ -21,21 +21,21 @@ import pytest
 from infra.services import KafkaService, RedisService, free_port
 from tests.integration.images import build
 from tests.support import alertmanager
-from tests.support.system import (
+from tests.support.backends import (
     BACKENDS,
     ENV_BACKEND,
     ENV_KAFKA_IMAGE,
     ENV_REDIS_IMAGE,
     ENV_STREAMING_SET,
-    SUMMARY,
     ContainerInfra,
     DockerDaemon,
     DockerUnavailable,
     ProcessInfra,
-    System,
     find_docker,
     parse_settings,
 )
+from tests.support.report import SUMMARY
+from tests.support.system import System
 from tests.support.webhook import Webhook
 
 

@@ -22,7 +22,8 @@ import pytest
 
 from infra.apps import ConsoleService
 from infra.services import free_port
-from tests.support.system import REPO, ProcessInfra, System, Timing
+from tests.support.backends import ProcessInfra
+from tests.support.system import REPO, System, Timing
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(900)

@@ -20,16 +20,11 @@ import pytest
 
 from common import kafka_clients
 from tests.integration.images import build
-from tests.support.system import (
-    SUMMARY,
-    ContainerInfra,
-    Scenario,
-    System,
-    docker_env,
-    kafka_answers,
-    parse_settings,
-    route_or_none,
-)
+from tests.support.backends import ContainerInfra, docker_env, kafka_answers, parse_settings
+from tests.support.report import SUMMARY
+from tests.support.routes import route_or_none
+from tests.support.scenario import Scenario
+from tests.support.system import System
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(600)
@@ -121,7 +116,7 @@ def test_testcontainers_runs_redis_and_apache_kafka_from_them(docker_host, image
 def container_world(docker_host, images, tmp_path_factory):
     import os
 
-    from tests.support.system import ENV_STREAMING_SET
+    from tests.support.backends import ENV_STREAMING_SET
 
     run_dir = tmp_path_factory.mktemp("containers-system")
     infra = ContainerInfra(docker_host, build.KAFKA_IMAGE, build.REDIS_IMAGE, build_missing=False)

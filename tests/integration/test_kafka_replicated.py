@@ -1,6 +1,6 @@
 """Kafka replicated, under faults: the events' leader killed, then restarted; a Kafka node frozen for 30 s.
 
-Apache Kafka as three KRaft nodes (:class:`tests.support.system.ReplicatedInfra`: the events and
+Apache Kafka as three KRaft nodes (:class:`tests.support.backends.ReplicatedInfra`: the events and
 actions topics on three replicas, ``min.insync.replicas`` 2, the actions led by node 1 and the events
 partitions by nodes 2 and 3), Redis, two real nodes and the Spark job as processes, every setting as
 ``conf/`` ships it (simulated brokers send a 10 s timeout of their own, which cannot hide how late anything
@@ -34,8 +34,10 @@ from kafka.partitioner.default import murmur2
 
 from namesrv.events.schema import wall_ms
 from tests.integration.test_liveness_deadline import Stack
+from tests.support.backends import ReplicatedInfra
 from tests.support.liveness import Gone, Watch, bounds_now, last_heard_ms
-from tests.support.system import ACTIONS, EVENTS, SHIPPED, ReplicatedInfra, System, report
+from tests.support.report import report
+from tests.support.system import ACTIONS, EVENTS, SHIPPED, System
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(1800)

@@ -22,17 +22,12 @@ import pytest
 from common import kafka_clients
 from infra.services import pid_alive
 from namesrv.events.schema import Action, ActionType, Event, EventType, encode_action, encode_event, wall_ms
+from tests.support.backends import ProcessInfra
+from tests.support.fleet import FleetRunner
 from tests.support.liveness import bounds_now, gone_times, last_heard_ms
-from tests.support.system import (
-    ACTIONS,
-    EVENTS,
-    SHIPPED,
-    SUMMARY,
-    FleetRunner,
-    ProcessInfra,
-    System,
-    brokers_at,
-)
+from tests.support.report import SUMMARY
+from tests.support.routes import brokers_at
+from tests.support.system import ACTIONS, EVENTS, SHIPPED, System
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(900)

@@ -27,10 +27,12 @@ from infra.apps import ConsoleService
 from namesrv.client import NameServerClient
 from namesrv.events.schema import wall_ms
 from tests.support import alertmanager
+from tests.support.backends import ProcessInfra
 from tests.support.liveness import bounds_now
 from tests.support.node import free_port
 from tests.support.recovery import first_heartbeat
-from tests.support.system import SHIPPED, ProcessInfra, System, report
+from tests.support.report import report
+from tests.support.system import SHIPPED, System
 from tests.support.wait import wait_until
 from tests.support.webhook import Webhook
 

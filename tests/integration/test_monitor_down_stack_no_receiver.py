@@ -29,10 +29,12 @@ from namesrv.events.schema import wall_ms
 from streaming import cli
 from streaming.routes import RouteLookup
 from tests.integration.test_monitor_down_stack import console_alerts, monitor_down
+from tests.support.backends import ProcessInfra
 from tests.support.liveness import bounds_now
 from tests.support.node import free_port
 from tests.support.recovery import first_heartbeat
-from tests.support.system import ACTIONS, SHIPPED, ProcessInfra, System, report
+from tests.support.report import report
+from tests.support.system import ACTIONS, SHIPPED, System
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(900)

@@ -22,9 +22,13 @@ from typing import TYPE_CHECKING
 import pytest
 
 from namesrv.events.schema import wall_ms
+from tests.support.backends import ProcessInfra
+from tests.support.fleet import FleetRunner
 from tests.support.liveness import bounds_now, known_in_redis
 from tests.support.recovery import Supervising, first_heartbeat
-from tests.support.system import SHIPPED, FleetRunner, ProcessInfra, System, brokers_at, report
+from tests.support.report import report
+from tests.support.routes import brokers_at
+from tests.support.system import SHIPPED, System
 from tests.support.wait import wait_until
 
 if TYPE_CHECKING:

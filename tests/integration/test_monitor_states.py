@@ -21,8 +21,10 @@ from collections.abc import Iterator
 import pytest
 
 from tests.integration.test_liveness_deadline import Stack, running
+from tests.support.backends import ProcessInfra
 from tests.support.liveness import Gone, Watch, bounds_now, last_heard_ms
-from tests.support.system import EVENTS, SHIPPED, SUMMARY, ProcessInfra, System
+from tests.support.report import SUMMARY
+from tests.support.system import EVENTS, SHIPPED, System
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(1200)

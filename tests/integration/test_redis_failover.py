@@ -36,10 +36,13 @@ from namesrv.client import NameServerClient
 from namesrv.events.schema import wall_ms
 from streaming.routes import RouteLookup
 from tests.integration.test_liveness_deadline import Stack, running
+from tests.support.backends import ProcessInfra
 from tests.support.liveness import Gone, Watch, bounds_now, last_heard_ms
 from tests.support.node import REPO
 from tests.support.redis_cluster import RedisCluster
-from tests.support.system import EVENTS, SHIPPED, SUMMARY, ProcessInfra, System, route_or_none
+from tests.support.report import SUMMARY
+from tests.support.routes import route_or_none
+from tests.support.system import EVENTS, SHIPPED, System
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(1500)

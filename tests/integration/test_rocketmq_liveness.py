@@ -29,9 +29,11 @@ from pathlib import Path
 import pytest
 
 from streaming.routes import RouteLookup
+from tests.support.backends import ProcessInfra
 from tests.support.liveness import bounds_now, gone_times, known_in_redis, last_heard_ms
+from tests.support.report import SUMMARY
 from tests.support.rocketmq import ROCKETMQ_5, JavaBroker, java_broker
-from tests.support.system import EVENTS, SHIPPED, SUMMARY, KafkaTap, ProcessInfra, System
+from tests.support.system import EVENTS, SHIPPED, KafkaTap, System
 from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.rocketmq, pytest.mark.timeout(900)]

@@ -29,7 +29,8 @@ from infra.services import ProcessService, RedisService, _read_pidfile, free_por
 from infra.stack import UP_PIDFILE, build_parser, build_stack
 from namesrv.client import NameServerClient
 from streaming.routes import RouteLookup
-from tests.support.system import SUMMARY, _start_time, descendants, log_tail
+from tests.support.report import SUMMARY
+from tests.support.system import _start_time, descendants, log_tail
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(900)

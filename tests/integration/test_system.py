@@ -21,17 +21,10 @@ import time
 import pytest
 
 from namesrv.client import NameServerClient
-from tests.support.system import (
-    EVENTS,
-    SUMMARY,
-    KafkaTap,
-    RouteProbe,
-    Scenario,
-    System,
-    brokers_at,
-    route_or_none,
-    same_route,
-)
+from tests.support.report import SUMMARY
+from tests.support.routes import RouteProbe, brokers_at, route_or_none, same_route
+from tests.support.scenario import Scenario
+from tests.support.system import EVENTS, KafkaTap, System
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(300)

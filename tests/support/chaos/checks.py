@@ -27,7 +27,7 @@ from namesrv.client import NameServerClient
 from namesrv.events.schema import wall_ms
 from tests.support.alertmanager import Alertmanager
 from tests.support.liveness import known_in_redis, quick_lookup
-from tests.support.system import route_or_none
+from tests.support.routes import route_or_none
 from tests.support.webhook import Webhook
 
 __all__ = ["Observer", "Pager", "same_routes_everywhere", "tracebacks"]

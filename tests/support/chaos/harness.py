@@ -48,7 +48,8 @@ from infra.topology import Layout, Part, Topology
 from namesrv.events.schema import wall_ms
 from tests.support.chaos.checks import Observer, Pager, same_routes_everywhere, tracebacks
 from tests.support.chaos.schedule import BROKER_TIMEOUT_S, Fault, On
-from tests.support.system import FleetRunner, Timing
+from tests.support.fleet import FleetRunner
+from tests.support.system import Timing
 
 __all__ = ["Chaos", "FaultResult", "Outcome"]
 
