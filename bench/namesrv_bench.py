@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -209,13 +210,94 @@ def loadgen(w: Workload, addr: str, server_pid: int, warmup: float, duration: fl
     return run(args, timeout=warmup + duration + 120)
 
 
+class JitWatch:
+    """Methods a JVM has compiled so far, sampled every 0.1 s by one ``jstat -compiler`` for the whole
+    measurement (one jstat run per reading would start a JVM beside the measured one each time)."""
+
+    INTERVAL_MS = 100
+
+    def __init__(self, pid: int) -> None:
+        self._samples: list[tuple[float, int]] = []
+        self._cond = threading.Condition()
+        self._proc = subprocess.Popen(
+            ["jstat", "-compiler", str(pid), str(self.INTERVAL_MS)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        column = None
+        for line in self._proc.stdout:
+            fields = line.split()
+            if column is None:
+                column = fields.index("Compiled") if "Compiled" in fields else None
+                continue
+            with self._cond:
+                self._samples.append((time.monotonic(), int(fields[column])))
+                self._cond.notify_all()
+
+    def compiled(self, timeout: float = 30.0) -> int | None:
+        """The count sampled after this call began; None if jstat gives none (not a JVM, or no attach)."""
+        asked = time.monotonic()
+        with self._cond:
+            self._cond.wait_for(lambda: bool(self._samples) and self._samples[-1][0] >= asked or self._gone(), timeout)
+            return self._samples[-1][1] if self._samples and self._samples[-1][0] >= asked else None
+
+    def _gone(self) -> bool:
+        return self._proc.poll() is not None
+
+    def stop(self) -> None:
+        self._proc.kill()
+        self._proc.wait()
+
+
+def warm_until_jit_idle(w: Workload, srv: Running, jit: JitWatch, args: argparse.Namespace) -> tuple[float, int]:
+    """Load a JVM in chunks until a chunk compiles at most ``--jit-idle-methods`` methods, for at most
+    ``--jit-max`` s: its JIT is then idle, and the measured window does not pay for compiling.
+    Returns the seconds it took and the methods compiled in the last chunk."""
+    started_at, compiled, last = time.monotonic(), jit.compiled(), 0
+    while compiled is not None and time.monotonic() - started_at < args.jit_max:
+        loadgen(w, srv.addr, srv.pid, 0.0, args.jit_chunk)
+        if (now := jit.compiled()) is None:
+            break
+        last, compiled = now - compiled, now
+        if last <= args.jit_idle_methods:
+            break
+    return time.monotonic() - started_at, last
+
+
+def measured(w: Workload, srv: Running, java: bool, args: argparse.Namespace) -> dict:
+    """A JVM's JIT warmed until idle, then for every server the same warm-up and the measured window; a
+    JVM's result says how long its JIT warm-up took and how many methods it compiled while measured."""
+    if not java or args.jit_max <= 0:
+        result = loadgen(w, srv.addr, srv.pid, args.warmup, args.duration)
+        result["jit"] = None
+        return result
+    jit = JitWatch(srv.pid)
+    try:
+        warmup_s, last_chunk = warm_until_jit_idle(w, srv, jit, args)
+        before = jit.compiled()
+        result = loadgen(w, srv.addr, srv.pid, args.warmup, args.duration)
+        after = jit.compiled()
+    finally:
+        jit.stop()
+    result["jit"] = {
+        "warmup_s": warmup_s,
+        "last_chunk_compiled": last_chunk,
+        "compiled_while_measured": None if before is None or after is None else after - before,
+    }
+    return result
+
+
 def measure(w: Workload, server: Server, workdir: Path, args: argparse.Namespace) -> dict:
     """One run of ``w`` against a fresh ``server``: 10 brokers x 100 topics held first when the workload reads them."""
     with started(server, workdir) as srv:
+        java = server.label != OURS
         if not w.needs_setup:
-            return loadgen(w, srv.addr, srv.pid, args.warmup, args.duration)
+            return measured(w, srv, java, args)
         with held(srv.addr, 10, 100):
-            return loadgen(w, srv.addr, srv.pid, args.warmup, args.duration)
+            return measured(w, srv, java, args)
 
 
 @dataclass
@@ -233,6 +315,15 @@ class Row:
     other_cores: float
     errors: int
     runs: list[float] = field(default_factory=list)
+    #: a JVM's: the median seconds of loading until its JIT was idle, and the most methods it compiled in a
+    #: measured window (None for our node)
+    jit_warmup_s: float | None = None
+    jit_compiled_measured: int | None = None
+
+
+def jitted(runs: list[dict]) -> list[dict]:
+    """The runs against a JVM whose compilations were counted over the measured window."""
+    return [r for r in runs if r["jit"] and r["jit"]["compiled_while_measured"] is not None]
 
 
 def summarise(name: str, server: str, runs: list[dict]) -> Row:
@@ -250,6 +341,8 @@ def summarise(name: str, server: str, runs: list[dict]) -> Row:
         other_cores=med(lambda r: r["machine"]["other_procs_cores"]),
         errors=sum(r["errors"] for r in runs),
         runs=[r["server"]["responses_per_cpu_s"] for r in runs],
+        jit_warmup_s=statistics.median(j) if (j := [r["jit"]["warmup_s"] for r in runs if r["jit"]]) else None,
+        jit_compiled_measured=max(c) if (c := [r["jit"]["compiled_while_measured"] for r in jitted(runs)]) else None,
     )
 
 
@@ -274,6 +367,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1, help="runs per workload and server; the median is reported")
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds of unmeasured load, for every server")
+    parser.add_argument("--jit-chunk", type=float, default=5.0, help="a Java server is loaded in chunks this long ...")
+    parser.add_argument("--jit-idle-methods", type=int, default=2, help="... until one compiles at most this many")
+    parser.add_argument(
+        "--jit-max", type=float, default=120.0, help="... or this many seconds passed (0: no JIT warm-up)"
+    )
     parser.add_argument("--duration", type=float, default=8.0)
     parser.add_argument("--only", help="run only workloads whose name contains this text")
     parser.add_argument("--java", default="4,5", help="Java NameServers to compare with: 4 (4.9.7), 5 (5.5.0), none")
@@ -338,6 +436,20 @@ def ratio(ours_value: float, java_value: float) -> str:
     return f"{ours_value / java_value:.2f}x" if java_value else "–"
 
 
+def spread(mine: Row, theirs: Row) -> str:
+    """The median ratio and, over several runs, the lowest and highest of the ratios of run i to run i."""
+    pairs = [m / t for m, t in zip(mine.runs, theirs.runs, strict=False) if t]
+    if len(pairs) < 2:
+        return ratio(mine.per_cpu_s, theirs.per_cpu_s)
+    return f"{ratio(mine.per_cpu_s, theirs.per_cpu_s)} ({min(pairs):.2f}-{max(pairs):.2f})"
+
+
+def jit(r: Row) -> str:
+    if r.jit_warmup_s is None:
+        return "–"
+    return f"{r.jit_warmup_s:.0f} s, {r.jit_compiled_measured if r.jit_compiled_measured is not None else '?'}"
+
+
 @dataclass
 class Report:
     command: str
@@ -372,7 +484,10 @@ class Report:
             f"in every request ({a.register_brokers} brokers x {a.register_topics} topics). Per CPU-s = requests answered",
             "per CPU-second of the server's process (utime + stime from /proc over the measured window). Java:",
             f"`java {' '.join(java_options(a.java_heap))}`",
-            "(tiered JIT, C2 included), the jars of `infra/jvm/pom.xml`. Ratios are ours / Java's.",
+            "(tiered JIT, C2 included), the jars of `infra/jvm/pom.xml`. Before its measured window each Java server",
+            f"is loaded with the workload in {a.jit_chunk:g} s chunks until one compiles at most {a.jit_idle_methods} methods",
+            f"(`jstat -compiler`; at most {a.jit_max:g} s), so that its JIT is idle while measured. Ratios are ours / Java's:",
+            "the median, and in brackets the lowest and highest of the per-run ratios (run i against run i).",
             "",
         ]
         if self.javas:
@@ -390,7 +505,7 @@ class Report:
                     f"| {name} | {mine.per_cpu_s:,.0f} | "
                     + " | ".join(f"{t.per_cpu_s:,.0f}" for t in theirs)
                     + " | "
-                    + " | ".join(ratio(mine.per_cpu_s, t.per_cpu_s) for t in theirs)
+                    + " | ".join(spread(mine, t) for t in theirs)
                     + f" | {'≥ %.1fx' % goal if goal else '–'} |"
                 )
             out.append("")
@@ -410,10 +525,12 @@ class Report:
         out += [
             "Every server, every workload (medians; `sys` = the share of the server's CPU time spent in the kernel;",
             "`other cores` = CPU used meanwhile by every other process on the machine, from the load generator;",
-            "`of echo` = throughput over `rmq-echo`'s in the same run):",
+            "`of echo` = throughput over `rmq-echo`'s in the same run;",
+            "`JIT` = a Java server's median warm-up until its JIT was idle, and the most methods it compiled in a",
+            "measured window):",
             "",
-            "| workload (CxD) | server | req/s | p50 µs | p99 µs | per CPU-s (runs) | sys | other cores | of echo | errors |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| workload (CxD) | server | req/s | p50 µs | p99 µs | per CPU-s (runs) | sys | other cores | of echo | JIT | errors |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in self.rows:
             echo = self.echo_rps.get(r.workload)
@@ -421,7 +538,7 @@ class Report:
             out.append(
                 f"| {r.workload} | {r.server} | {r.rps:,.0f} | {r.p50_us:,.0f} | {r.p99_us:,.0f} | "
                 f"{r.per_cpu_s:,.0f} ({runs}) | {r.sys_share:.0%} | {r.other_cores:.2f} | "
-                f"{f'{r.rps / echo:.2f}' if echo else '–'} | "
+                f"{f'{r.rps / echo:.2f}' if echo else '–'} | {jit(r)} | "
                 f"{r.errors} |"
             )
         return out

@@ -1,9 +1,10 @@
 """``bench/namesrv_bench.py`` at a tiny size: our node and Apache's NameServers 4.9.7 and 5.5.0 started in
 the same run, every workload measured against each, the ratios and the RSS table written.
 
-The figures of such a run mean nothing (half a second of warm-up leaves the JVMs' JIT cold); what is
-checked is that every server answered every workload without errors and that the report holds a
-same-run ratio for each, and keeps the earlier measurements of an existing report.
+The figures of such a run mean nothing (the JVMs' warm-up until their JIT is idle is cut at a second);
+what is checked is that every server answered every workload without errors, that each JVM was loaded
+before its window and its JIT counted, that the report holds a same-run ratio for each, and that it
+keeps the earlier measurements of an existing report.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def test_the_bench_measures_our_node_and_both_java_namesrvs_in_the_same_run(tmp_
     out.write_text("# old report\n\nold figures\n\n## Earlier measurements\n\nan A/B worth keeping\n")
     done = subprocess.run(
         [sys.executable, "bench/namesrv_bench.py", "--runs", "1", "--warmup", "0.3", "--duration", "0.7",
-         "--register-brokers", "4", "--register-topics", "20", "--rss-brokers", "3", "--rss-topics", "20",
+         "--jit-chunk", "0.5", "--jit-max", "1", "--register-brokers", "4", "--register-topics", "20", "--rss-brokers", "3", "--rss-topics", "20",
          "--out", str(out)],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=400,
     )  # fmt: skip
@@ -50,10 +51,13 @@ def test_the_bench_measures_our_node_and_both_java_namesrvs_in_the_same_run(tmp_
         assert goal == {"route": "≥ 3.0x", "heartbeat": "≥ 4.0x", "register": "≥ 1.5x"}[name.split()[0]]
 
     # every server answered every workload, without errors
-    detail = [c for c in map(cells, lines) if c[0] in WORKLOADS and len(c) == 10]
+    detail = [c for c in map(cells, lines) if c[0] in WORKLOADS and len(c) == 11]
     assert [(c[0], c[1]) for c in detail] == [(w, s) for w in WORKLOADS for s in SERVERS], report
-    assert {c[9] for c in detail} == {"0"}, report
+    assert {c[10] for c in detail} == {"0"}, report
     assert all(re.fullmatch(r"\d+%", c[6]) for c in detail), report
+    # each JVM loaded until its JIT was idle (here cut at a second), with what it compiled while measured
+    assert {c[9] for c in detail if c[1] == "ours"} == {"–"}, report
+    assert all(re.fullmatch(r"\d+ s, \d+", c[9]) for c in detail if c[1] != "ours"), report
 
     # RSS of each, loaded with 3 brokers x 20 topics, and ours over each Java's
     rss = {c[0]: c for c in map(cells, lines) if c[0] in SERVERS and len(c) == 4}
