@@ -239,7 +239,7 @@ def _apply_topic_configs(
         rows_from = None  # a wiped perm stays: the rows need not be the table's
         for tc in tct.values():
             # change detection is per broker: an unchanged DataVersion only fills missing entries,
-            # so a name-server-side perm wipe survives periodic re-registration (issue #313)
+            # so a name-server-side perm wipe survives periodic re-registration
             qmap = tqt.get(tc.topic_name)
             if not qmap or broker_name not in qmap:
                 changed |= _create_and_update_queue_data(t, broker_name, tc, wipe_write)
