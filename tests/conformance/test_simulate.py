@@ -18,6 +18,7 @@ from namesrv.client import NameServerClient, RemoteError
 from namesrv.protocol.codes import ResponseCode
 from namesrv.simulate import Backoff, Fleet, FleetConfig, HeartbeatKind, State, parse_namesrv_list
 from tests.support.node import REPO, NodeThread, free_port, running_node
+from tests.support.routes import brokers_at
 from tests.support.wait import wait_until
 
 NAMESRV = [sys.executable, "-m", "namesrv"]
@@ -63,12 +64,6 @@ def make_fleet() -> Iterator[Callable[..., tuple[Fleet, Recorder]]]:
     yield make
     for f in fleets:
         f.close()
-
-
-def brokers_at(addr: str) -> dict[str, dict[int, str]]:
-    with NameServerClient(addr, timeout=3) as c:
-        table, clusters = c.cluster_info()
-    return {name: b.broker_addrs for name, b in table.items() if b.broker_addrs}
 
 
 def test_every_broker_registers_with_every_node_with_its_topics_and_slaves(nodes, make_fleet):

@@ -21,6 +21,7 @@ from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.types import DataVersion, QueueData, TopicRouteData
 from tests.support.kafka import EventReader, fresh_topics, kafka_broker, publish_actions
 from tests.support.node import VECTORS, free_port, running_node
+from tests.support.routes import brokers_at
 from tests.support.wait import wait_until
 
 V = json.loads((VECTORS / "vectors.json").read_text())
@@ -73,11 +74,6 @@ def register(client: NameServerClient, name: str = "broker-a", addr: str = ADDR,
     response = client.call(RequestCode.REGISTER_BROKER, ext, body)
     assert response.code == ResponseCode.SUCCESS, response.remark
     return response
-
-
-def brokers_at(node) -> dict[str, dict[int, str]]:
-    with NameServerClient(node.addr) as c:
-        return {name: b.broker_addrs for name, b in c.cluster_info()[0].items() if b.broker_addrs}
 
 
 def consumer_ready(*nodes) -> None:
@@ -191,10 +187,10 @@ def test_an_expire_action_removes_the_broker_at_every_node(kafka, tmp_path):
         assert n1.running.expiry.enabled  # until the monitor speaks
         publish_actions(kafka.bootstrap_servers, kafka.actions, expire(ADDR, last_seen_event_time(reader, ADDR)))
         wait_until(
-            lambda: "broker-a" not in brokers_at(n1) and "broker-a" not in brokers_at(n2),
+            lambda: "broker-a" not in brokers_at(n1.addr) and "broker-a" not in brokers_at(n2.addr),
             what="broker-a removed at both nodes",
         )
-        assert brokers_at(n1) == brokers_at(n2) == {"broker-b": {0: "127.0.0.1:20911"}}
+        assert brokers_at(n1.addr) == brokers_at(n2.addr) == {"broker-b": {0: "127.0.0.1:20911"}}
         applied = reader.wait_for_events(
             lambda e: e.type is EventType.UNREGISTER and e.source == "EXPIRE",
             count=2,
@@ -208,7 +204,7 @@ def test_an_expire_action_removes_the_broker_at_every_node(kafka, tmp_path):
         # the same action again, and garbage, change nothing
         publish_actions(kafka.bootstrap_servers, kafka.actions, expire(ADDR, last_seen_event_time(reader, ADDR)))
         wait_until(lambda: n1.running.kafka.action_stats().absent == 1, what="duplicate seen")
-        assert brokers_at(n1) == {"broker-b": {0: "127.0.0.1:20911"}}
+        assert brokers_at(n1.addr) == {"broker-b": {0: "127.0.0.1:20911"}}
     reader.close()
 
 
@@ -233,8 +229,8 @@ def test_a_stale_action_does_not_remove_a_broker_that_registered_again(kafka, tm
             expire(ADDR, decided_on),
             expire("127.0.0.1:20911", b_seen, "broker-b", ActionType.REMOVE),
         )
-        wait_until(lambda: "broker-b" not in brokers_at(node), what="broker-b removed")
-        assert brokers_at(node) == {"broker-a": {0: ADDR}}
+        wait_until(lambda: "broker-b" not in brokers_at(node.addr), what="broker-b removed")
+        assert brokers_at(node.addr) == {"broker-a": {0: ADDR}}
         stats = node.running.kafka.action_stats()
         assert (stats.stale, stats.applied) == (1, 1)
     reader.close()
@@ -252,7 +248,7 @@ def test_a_node_reads_actions_from_the_end_and_falls_back_when_the_monitor_goes_
         wait_until(lambda: node.running.kafka.action_stats().monitor_heartbeats == 1, what="the new heartbeat")
         stats = node.running.kafka.action_stats()
         assert (stats.received, stats.applied) == (1, 0)
-        assert brokers_at(node) == {"broker-a": {0: ADDR}}
+        assert brokers_at(node.addr) == {"broker-a": {0: ADDR}}
         assert not node.running.expiry.enabled
         wait_until(lambda: node.running.expiry.enabled, timeout=5, what="local scan back on after silence")
 
@@ -285,7 +281,7 @@ def test_a_node_follows_an_actions_topic_made_again_under_it(kafka, tmp_path):
             during=lambda: publish_actions(kafka.bootstrap_servers, kafka.actions, beats[0]),
         )
         publish_actions(kafka.bootstrap_servers, kafka.actions, expire(ADDR, int(time.time() * 1000)))
-        wait_until(lambda: "broker-a" not in brokers_at(node), what="the EXPIRE in the new log applied")
+        wait_until(lambda: "broker-a" not in brokers_at(node.addr), what="the EXPIRE in the new log applied")
         assert stats().applied == 1
 
 
@@ -301,7 +297,7 @@ def test_malformed_and_unknown_actions_are_counted_and_skipped(kafka, tmp_path):
         publish_actions(kafka.bootstrap_servers, kafka.actions, Action(ActionType.MONITOR_HEARTBEAT, "m", 1))
         wait_until(lambda: node.running.kafka.action_stats().monitor_heartbeats == 1, what="monitor heartbeat")
         assert node.running.kafka.action_stats().skipped == 3
-        assert brokers_at(node) == {"broker-a": {0: ADDR}}
+        assert brokers_at(node.addr) == {"broker-a": {0: ADDR}}
 
 
 def test_poison_actions_are_refused_and_only_the_trusted_monitor_is_obeyed(kafka, tmp_path):
@@ -327,11 +323,11 @@ def test_poison_actions_are_refused_and_only_the_trusted_monitor_is_obeyed(kafka
         wait_until(lambda: node.running.kafka.action_stats().untrusted == 2, what="the rogue monitor refused")
         stats = node.running.kafka.action_stats()
         assert (stats.skipped, stats.ahead, stats.applied) == (1, 1, 0)
-        assert set(brokers_at(node)) == {"broker-a", "broker-b"}
+        assert set(brokers_at(node.addr)) == {"broker-a", "broker-b"}
         assert node.running.expiry.enabled  # nobody the node trusts has spoken
         publish_actions(kafka.bootstrap_servers, kafka.actions, expire("127.0.0.1:20911", now + 1_000, "broker-b"))
-        wait_until(lambda: "broker-b" not in brokers_at(node), what="the trusted monitor's EXPIRE applied")
-        assert set(brokers_at(node)) == {"broker-a"} and not node.running.expiry.enabled
+        wait_until(lambda: "broker-b" not in brokers_at(node.addr), what="the trusted monitor's EXPIRE applied")
+        assert set(brokers_at(node.addr)) == {"broker-a"} and not node.running.expiry.enabled
 
 
 # --------------------------------------------------------------------------- Kafka outages
@@ -365,7 +361,7 @@ def test_kafka_restart_loses_nothing_the_node_queued_and_the_publisher_recovers(
         assert service.start().pid != old_pid  # a new process, same ports and data directory
         for i in range(8, 12):
             register(c, f"b{i}", addrs[i])
-        assert set(brokers_at(node)) == {f"b{i}" for i in range(12)}
+        assert set(brokers_at(node.addr)) == {f"b{i}" for i in range(12)}
 
         reader = EventReader(kafka.bootstrap_servers, kafka.events)
         register(c, "b12", addrs[12])
@@ -389,7 +385,7 @@ def test_kafka_restart_loses_nothing_the_node_queued_and_the_publisher_recovers(
         publish_actions(
             kafka.bootstrap_servers, kafka.actions, expire(addrs[11], int(time.time() * 1000) + 1000, "b11")
         )
-        wait_until(lambda: "b11" not in brokers_at(node), timeout=20, what="b11 removed after the restart")
+        wait_until(lambda: "b11" not in brokers_at(node.addr), timeout=20, what="b11 removed after the restart")
 
 
 def test_a_node_starts_and_serves_while_kafka_is_down(tmp_path):

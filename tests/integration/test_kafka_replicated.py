@@ -33,9 +33,8 @@ import pytest
 from kafka.partitioner.default import murmur2
 
 from namesrv.events.schema import wall_ms
-from tests.integration.test_liveness_deadline import Stack
 from tests.support.backends import ReplicatedInfra
-from tests.support.liveness import Gone, Watch, bounds_now, last_heard_ms
+from tests.support.liveness import Gone, Stack, Watch, bounds_now, last_heard_ms, running
 from tests.support.report import report
 from tests.support.system import ACTIONS, EVENTS, SHIPPED, System
 from tests.support.wait import wait_until
@@ -90,15 +89,11 @@ class Replicated(Stack):
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicated]:
     run_dir = tmp_path_factory.mktemp("kafka-replicated")
     infra = ReplicatedInfra(run_dir)
-    system = System(infra, run_dir, timing=SHIPPED, node_metrics=True)
-    system.start()
-    report(system.describe())
-    s = Replicated(system, infra)
-    try:
+    with running(
+        System(infra, run_dir, timing=SHIPPED, node_metrics=True), lambda system: Replicated(system, infra)
+    ) as s:
+        report(s.system.describe())
         yield s
-    finally:
-        s.close()
-        system.stop()
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ wall-clock milliseconds on this one machine, as the nodes stamp events.
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
 from collections.abc import Iterator
@@ -22,11 +21,9 @@ import pytest
 from common import kafka_clients
 from infra.services import pid_alive
 from namesrv.events.schema import Action, ActionType, Event, EventType, encode_action, encode_event, wall_ms
+from tests.support import report as summary
 from tests.support.backends import ProcessInfra
-from tests.support.fleet import FleetRunner
-from tests.support.liveness import bounds_now, gone_times, last_heard_ms
-from tests.support.report import SUMMARY
-from tests.support.routes import brokers_at
+from tests.support.liveness import Stack, bounds_now, gone_times, last_heard_ms, running
 from tests.support.system import ACTIONS, EVENTS, SHIPPED, System
 from tests.support.wait import wait_until
 
@@ -44,57 +41,6 @@ CLOSE_MAX_S = 2.0
 TRIES = 2
 
 
-class Stack:
-    """The system, simulated brokers, and where each broker is known."""
-
-    def __init__(self, system: System) -> None:
-        from streaming.routes import RouteLookup
-
-        self.system = system
-        self.fleets = FleetRunner()
-        self.lookup = RouteLookup(system.redis_url)
-        self._addr_base = 42000
-
-    def add(self, name: str) -> tuple[str, str]:
-        """Broker ``<name>-0`` registered at both nodes and in Redis; returns (brokerName, brokerAddr)."""
-        self._addr_base += 10
-        self.fleets.add(name, self.system.node_addrs, self.system.timing, addr_base=f"127.0.0.1:{self._addr_base}")
-        broker_name, addr = self.fleets.broker(name)
-        wait_until(
-            lambda: self.places(broker_name) == {"node-1": True, "node-2": True, "redis": True},
-            90,
-            f"{broker_name} at both nodes and in Redis",
-        )
-        return broker_name, addr
-
-    def places(self, broker_name: str) -> dict[str, bool]:
-        out = {}
-        for i, addr in enumerate(self.system.node_addrs):
-            try:
-                out[f"node-{i + 1}"] = broker_name in brokers_at(addr)
-            except OSError:
-                out[f"node-{i + 1}"] = False
-        info = self.lookup.cluster_info()
-        out["redis"] = info is not None and broker_name in {n for n, b in info[0].items() if b.broker_addrs}
-        return out
-
-    def close(self) -> None:
-        self.fleets.stop()
-        self.lookup.close()
-
-
-@contextlib.contextmanager
-def running(system: System) -> Iterator[Stack]:
-    """``system`` started, with simulated brokers to add; everything stopped afterwards."""
-    system.start()
-    s = Stack(system)
-    try:
-        yield s
-    finally:
-        s.close()
-        system.stop()
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     run_dir = tmp_path_factory.mktemp("deadline")
@@ -107,8 +53,7 @@ def report(label: str, latencies_ms: list[int]) -> None:
         f"{label}: median {statistics.median(latencies_ms):.0f} ms, max {max(latencies_ms)} ms "
         f"over {len(latencies_ms)} (broker x place)"
     )
-    SUMMARY.append(line)
-    print("\n" + line)
+    summary.report(line)
 
 
 def silence_and_time(stack: Stack, attempt: int) -> tuple[dict[str, str], list[int], dict]:

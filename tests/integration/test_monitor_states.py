@@ -20,10 +20,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.test_liveness_deadline import Stack, running
+from tests.support import report as summary
 from tests.support.backends import ProcessInfra
-from tests.support.liveness import Gone, Watch, bounds_now, last_heard_ms
-from tests.support.report import SUMMARY
+from tests.support.liveness import Gone, Stack, Watch, bounds_now, last_heard_ms, running
 from tests.support.system import EVENTS, SHIPPED, System
 from tests.support.wait import wait_until
 
@@ -57,8 +56,7 @@ def gone(stack: Stack, fleet: str, timeout: float) -> Gone:
 
 def report(label: str, figures: dict[str, int]) -> None:
     line = f"{label}: " + ", ".join(f"{k} {v} ms" for k, v in figures.items())
-    SUMMARY.append(line)
-    print("\n" + line)
+    summary.report(line)
 
 
 def crash_and_check(stack: Stack, watch: Watch, fleet: str, label: str) -> None:

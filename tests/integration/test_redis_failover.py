@@ -35,12 +35,11 @@ from infra.services import ServiceError, free_port
 from namesrv.client import NameServerClient
 from namesrv.events.schema import wall_ms
 from streaming.routes import RouteLookup
-from tests.integration.test_liveness_deadline import Stack, running
+from tests.support import report as summary
 from tests.support.backends import ProcessInfra
-from tests.support.liveness import Gone, Watch, bounds_now, last_heard_ms
+from tests.support.liveness import Gone, Stack, Watch, bounds_now, last_heard_ms, running
 from tests.support.node import REPO
 from tests.support.redis_cluster import RedisCluster
-from tests.support.report import SUMMARY
 from tests.support.routes import route_or_none
 from tests.support.system import EVENTS, SHIPPED, System
 from tests.support.wait import wait_until
@@ -108,8 +107,7 @@ class ClusterSystem(System):
 
 def report(label: str, figures: dict[str, float], unit: str = "ms") -> None:
     line = f"{label}: " + ", ".join(f"{k} {v:.0f} {unit}".rstrip() for k, v in figures.items())
-    SUMMARY.append(line)
-    print("\n" + line)
+    summary.report(line)
 
 
 @pytest.fixture(scope="module")

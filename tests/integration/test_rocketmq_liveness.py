@@ -29,9 +29,9 @@ from pathlib import Path
 import pytest
 
 from streaming.routes import RouteLookup
+from tests.support import report as summary
 from tests.support.backends import ProcessInfra
 from tests.support.liveness import bounds_now, gone_times, known_in_redis, last_heard_ms
-from tests.support.report import SUMMARY
 from tests.support.rocketmq import ROCKETMQ_5, JavaBroker, java_broker
 from tests.support.system import EVENTS, SHIPPED, KafkaTap, System
 from tests.support.wait import wait_until
@@ -95,8 +95,7 @@ def everywhere(lookup: RouteLookup, broker: JavaBroker) -> None:
 
 def report(label: str, figures: dict[str, int]) -> None:
     line = f"{label}: " + ", ".join(f"{place} {ms:+d} ms" for place, ms in sorted(figures.items()))
-    SUMMARY.append(line)
-    print("\n" + line)
+    summary.report(line)
 
 
 def test_a_frozen_broker_is_gone_everywhere_within_seconds_of_its_own_deadline(

@@ -8,7 +8,8 @@ system saw it). :func:`bounds_now` holds the figures to their targets while the 
 enough to meet them and to ``LOADED_FACTOR`` times them past that. :class:`Gone` runs
 :func:`gone_times` in a thread, so a test can measure across a fault it is still causing, and
 :class:`Watch` polls the same places throughout a test for what must never happen: a live broker
-missing, or a broker that left Redis back in it.
+missing, or a broker that left Redis back in it. A :class:`Stack` is a running system with simulated
+brokers to add to it, and :func:`running` starts and stops one.
 """
 
 from __future__ import annotations
@@ -16,13 +17,19 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from common import redis_clients
 from namesrv.client import NameServerClient
 from namesrv.events.schema import Event, wall_ms
 from streaming.routes import RouteLookup
+from tests.support.fleet import FleetRunner
+from tests.support.routes import brokers_at
 from tests.support.wait import wait_until
+
+if TYPE_CHECKING:
+    from tests.support.system import System
 
 #: The targets hold while the machine runs at most this many runnable tasks per core (1-minute load
 #: average; the stack itself, Spark's batches among them, keeps it near 1 per core). Past it every
@@ -189,3 +196,54 @@ class Watch:
     def check(self) -> None:
         assert self.missing == [], f"live brokers missing: {self.missing[:10]}"
         assert self.back == [], f"brokers back in Redis after they left it: {self.back[:10]}"
+
+
+class Stack:
+    """The system, simulated brokers, and where each broker is known."""
+
+    def __init__(self, system: System) -> None:
+        self.system = system
+        self.fleets = FleetRunner()
+        self.lookup = RouteLookup(system.redis_url)
+        self._addr_base = 42000
+
+    def add(self, name: str) -> tuple[str, str]:
+        """Broker ``<name>-0`` registered at both nodes and in Redis; returns (brokerName, brokerAddr)."""
+        self._addr_base += 10
+        self.fleets.add(name, self.system.node_addrs, self.system.timing, addr_base=f"127.0.0.1:{self._addr_base}")
+        broker_name, addr = self.fleets.broker(name)
+        wait_until(
+            lambda: self.places(broker_name) == {"node-1": True, "node-2": True, "redis": True},
+            90,
+            f"{broker_name} at both nodes and in Redis",
+        )
+        return broker_name, addr
+
+    def places(self, broker_name: str) -> dict[str, bool]:
+        out = {}
+        for i, addr in enumerate(self.system.node_addrs):
+            try:
+                out[f"node-{i + 1}"] = broker_name in brokers_at(addr)
+            except OSError:
+                out[f"node-{i + 1}"] = False
+        out["redis"] = broker_name in known_in_redis(self.lookup)
+        return out
+
+    def close(self) -> None:
+        self.fleets.stop()
+        self.lookup.close()
+
+
+@contextlib.contextmanager
+def running(system: System, stack: Callable[[System], Stack] = Stack) -> Iterator[Stack]:
+    """``system`` started, with simulated brokers to add (``stack``: a subclass of :class:`Stack` made of
+    it); everything stopped afterwards."""
+    system.start()
+    try:
+        s = stack(system)
+        try:
+            yield s
+        finally:
+            s.close()
+    finally:
+        system.stop()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.fleet import FleetRunner
+from tests.support.liveness import known_in_redis
 from tests.support.routes import RouteProbe, brokers_at
 from tests.support.system import REPO, KafkaTap, System
 from tests.support.wait import wait_until
@@ -110,8 +111,7 @@ class Scenario:
         return out
 
     def in_redis(self, broker_name: str) -> bool:
-        info = self.lookup.cluster_info()
-        return info is not None and broker_name in {n for n, b in info[0].items() if b.broker_addrs}
+        return broker_name in known_in_redis(self.lookup)
 
     def everywhere(self, broker_name: str) -> bool:
         return all(self.at_nodes(broker_name)) and self.in_redis(broker_name)
