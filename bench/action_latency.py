@@ -28,10 +28,9 @@ sys.path.insert(0, str(REPO))
 
 from kafka import KafkaProducer, TopicPartition  # noqa: E402
 
-from common import kafka_clients  # noqa: E402
-from namesrv import procfs  # noqa: E402
+from common import kafka_clients, procfs  # noqa: E402
+from common.contract import Action, ActionType, action_key, encode_action, wall_ms  # noqa: E402
 from namesrv.events.actions import ActionConsumer, ConsumerSettings  # noqa: E402
-from namesrv.events.schema import Action, ActionType, action_key, encode_action, wall_ms  # noqa: E402
 from tests.support.kafka import CLIENT, kafka_broker  # noqa: E402
 
 TOPIC = "actions"

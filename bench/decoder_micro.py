@@ -36,15 +36,29 @@ def load_values(brokers: int, events: int) -> list[bytes]:
     """The encoded events of the throughput load: the first round's registrations, then ``events`` more."""
     sys.path.insert(0, str(HERE.parents[1]))
     from bench.streaming_bench import registrations_count, synthetic_load
-    from namesrv.events.schema import encode_event
+    from common.contract import encode_event
 
     load = synthetic_load(brokers)
     return [encode_event(e) for e in itertools.islice(load, registrations_count(brokers) + events)]
 
 
 def schema_of(tree: Path, name: str) -> ModuleType:
-    """``tree``'s ``namesrv/events/schema.py`` as a module of its own (``name``)."""
-    spec = importlib.util.spec_from_file_location(name, tree / "namesrv" / "events" / "schema.py")
+    """``tree``'s event schema, loaded beside this process's own: ``common/contract/`` (a package whose
+    modules import each other by name, so imported with ``tree`` first on the path, and this process's
+    ``common`` put back after), or, in a tree from before it, ``namesrv/events/schema.py`` as a module of
+    its own (``name``)."""
+    single = tree / "namesrv" / "events" / "schema.py"
+    if not single.exists():
+        ours = {k: sys.modules.pop(k) for k in list(sys.modules) if k == "common" or k.startswith("common.")}
+        sys.path.insert(0, str(tree))
+        try:
+            return importlib.import_module("common.contract")
+        finally:
+            sys.path.remove(str(tree))
+            for k in [k for k in sys.modules if k == "common" or k.startswith("common.")]:
+                del sys.modules[k]
+            sys.modules.update(ours)
+    spec = importlib.util.spec_from_file_location(name, single)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up while the class is made

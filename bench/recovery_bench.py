@@ -39,7 +39,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.support.system: the stack the suite uses
 
-from namesrv import procfs  # noqa: E402
+from common import procfs  # noqa: E402
 
 #: where the probed job writes its timings (one JSON object a line), given by the bench in the environment
 PROBE_FILE_ENV = "RECOVERY_PROBE_FILE"

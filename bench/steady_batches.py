@@ -24,8 +24,8 @@ from pathlib import Path
 import streaming_bench as sb  # this directory: the throughput bench's stack, load and helpers
 
 from common import kafka_clients
+from common.contract import encode_event, event_key
 from infra.services import TopicSpec
-from namesrv.events.schema import encode_event, event_key
 
 #: the parts of a batch Spark reports (``StreamingQueryProgress.durationMs``), in the order they happen
 PARTS = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution")

@@ -39,8 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.support.system: the stack and the simulated brokers the suite uses
 
 from common import kafka_clients  # noqa: E402
-from infra.services import KafkaService, RedisService, TopicSpec, free_port  # noqa: E402
-from namesrv.events.schema import (  # noqa: E402
+from common.contract import (  # noqa: E402
     DataVersionInfo,
     Event,
     EventType,
@@ -49,6 +48,7 @@ from namesrv.events.schema import (  # noqa: E402
     encode_event,
     event_key,
 )
+from infra.services import KafkaService, RedisService, TopicSpec, free_port  # noqa: E402
 from streaming.config import CONSUMER_OPTIONS  # noqa: E402
 from streaming.events import EVENTS_METRIC  # noqa: E402
 
@@ -364,7 +364,7 @@ class BatchGate:
 
 def spark_jvm_cpu() -> dict[str, float]:
     """CPU seconds of this process's Spark JVM so far, per kind of thread: ``jit`` (its compilers) and ``other``."""
-    from namesrv import procfs
+    from common import procfs
 
     out = {"jit": 0.0, "other": 0.0}
     ticks = os.sysconf("SC_CLK_TCK")
@@ -650,7 +650,7 @@ class Topics:
 
     @classmethod
     def read(cls, bootstrap: str) -> Topics:
-        from namesrv.events.schema import decode_action
+        from common.contract import decode_action
         from tests.support.system import ACTIONS, EVENTS
 
         return cls(read_topic(bootstrap, EVENTS, decode_event), read_topic(bootstrap, ACTIONS, decode_action))

@@ -19,6 +19,7 @@ import time
 from enum import StrEnum
 from pathlib import Path
 
+from common import procfs
 from common.options import ConfigError
 from infra.services import (
     LOOPBACK,
@@ -29,7 +30,6 @@ from infra.services import (
     package_file,
     pid_alive,
 )
-from namesrv import procfs
 from streaming.config import StreamingConfig
 from streaming.config import load_config as load_streaming_config
 from streaming.session import launch_settings
@@ -286,7 +286,7 @@ class StreamingJob(ProcessService):
         return True
 
 
-# --------------------------------------------------------------------------- /proc (namesrv.procfs)
+# --------------------------------------------------------------------------- /proc (common.procfs)
 
 
 def _runs_streaming(pid: int) -> bool:

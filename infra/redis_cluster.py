@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from common import procfs
 from infra.services import (
     LOOPBACK,
     BinaryNotFoundError,
@@ -46,7 +47,6 @@ from infra.services import (
     poll_until,
     port_is_free,
 )
-from namesrv import procfs
 
 __all__ = ["NODE_TIMEOUT_MS", "RedisCluster", "binaries", "redis_cluster"]
 

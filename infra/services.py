@@ -35,12 +35,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 from urllib.parse import quote
 
-from common import kafka_clients, options, redis_clients
+from common import kafka_clients, options, procfs, redis_clients
 
 # The name server's reader, so both files follow java.util.Properties.load the same way.
 from common.options import ConfigError, Option
 from common.properties import parse_properties
-from namesrv import procfs
 
 if TYPE_CHECKING:
     from kafka.admin import KafkaAdminClient

@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common import procfs
 from infra.services import (
     LOOPBACK,
     BinaryNotFoundError,
@@ -41,7 +42,6 @@ from infra.services import (
     pid_alive,
     poll_until,
 )
-from namesrv import procfs
 
 __all__ = ["SparkCluster", "SparkDaemon", "spark_class", "spark_cluster", "spark_home"]
 

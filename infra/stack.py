@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
+from common import procfs
 from infra.apps import (  # the stack's apps; re-exported, where callers have found them
     LAUNCHER_ENV,
     REPO,
@@ -51,7 +52,6 @@ from infra.services import (
     load_config,
     pid_alive,
 )
-from namesrv import procfs
 
 log = logging.getLogger("infra.stack")
 

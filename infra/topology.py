@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from common import procfs
 from infra.apps import REPO, NodeService, StreamingJob
 from infra.redis_cluster import RedisCluster
 from infra.services import (
@@ -41,7 +42,6 @@ from infra.services import (
     pid_alive,
 )
 from infra.spark_cluster import SparkCluster
-from namesrv import procfs
 
 __all__ = ["Layout", "Part", "Topology"]
 

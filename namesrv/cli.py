@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from common.cli_text import human
 from common.logs import setup_logging
 
 
@@ -209,26 +210,6 @@ def _simulate(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
-
-
-def human(result: Any) -> str:
-    if isinstance(result, str):
-        return result
-    if isinstance(result, list):
-        return "\n".join(human(r) for r in result) if result and isinstance(result[0], str) else table(result)
-    if isinstance(result, dict):
-        return "\n".join(f"{k:<40} {v}" for k, v in result.items())
-    return str(result)
-
-
-def table(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return "(none)"
-    cols = list(rows[0])
-    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in cols}
-    lines = ["  ".join(c.ljust(widths[c]) for c in cols)]
-    lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in cols) for r in rows]
-    return "\n".join(lines)
 
 
 def _cluster_list(client, args) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from namesrv import procfs
+from common import procfs
 
 T = TypeVar("T")
 

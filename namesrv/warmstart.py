@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from common import redis_clients
+from common.contract import wall_ms
 
 # the one masking helper, kept importable from here for callers written before it moved
 from common.redis_clients import redact_url
 from common.redis_keys import RedisKeys
-from namesrv.events.schema import wall_ms
 from namesrv.liveness import MinIdOutlet, forward_min_broker_id_changes
 from namesrv.routes.manager import RouteInfoManager
 from namesrv.routes.snapshot import ModelSnapshot, SnapshotError, decode_model

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from common.alerts import (
     MAX_MESSAGE_CHARS,
@@ -30,7 +31,10 @@ from common.alerts import (
     incident_id,
     topic_class,
 )
-from namesrv.routes import RouteHealth
+
+if TYPE_CHECKING:
+    # only a type here: Spark's Python workers import this module, and need not import the route tables
+    from namesrv.routes import RouteHealth
 
 log = logging.getLogger(__name__)
 

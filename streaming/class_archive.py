@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from namesrv import procfs
+from common import procfs
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ import json
 import os
 import sys
 
+from common.cli_text import human, table
 from common.logs import setup_logging
-from namesrv.cli import human, table
 
 #: where `namesrv-monitor routes` finds its Redis URL when --redis is not given (keeps a password off the command line)
 REDIS_URL_ENV = "NAMESRV_REDIS_URL"

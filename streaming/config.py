@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from common import options, redis_clients
+from common.contract import MAX_NAME_CHARS
 from common.kafka_clients import BOOTSTRAP, SECURITY_KEYS, KafkaSecurity
 from common.options import ConfigError, Option
 from common.paging import http_url
 from common.properties import parse_properties
 from common.redis_keys import RedisKeys
-from namesrv.events.schema import MAX_NAME_CHARS
 
 DEFAULT_CONFIG_PATH = Path("conf/streaming.properties")
 #: what error messages call this configuration

@@ -19,7 +19,7 @@ from typing import NamedTuple, TypedDict
 
 import orjson
 
-from namesrv.events.schema import ActionType, EventType, UnregisterSource
+from common.contract import ActionType, EventType, UnregisterSource
 from namesrv.protocol.codes import MASTER_ID
 from streaming.alerts import AlertKind, AlertState, Severity
 from streaming.health import scan_state

@@ -1,6 +1,6 @@
 """Kafka records to checked events in bundles: the job's first step after the source.
 
-The event schema is :mod:`namesrv.events.schema`, shared with the nodes; this module only
+The event schema is :mod:`common.contract`, shared with the nodes; this module only
 decides which of its fields the job carries and how records become rows. Validation is the
 schema's own ``decode_event``, run in Python workers by :func:`bundled_rows`, through a
 ``mapInArrow`` behind Spark's Kafka source (:func:`parse_events`). A record that fails it is
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from namesrv.events.schema import (
+from common.contract import (
     EVENT_FIELDS,
     Event,
     EventType,

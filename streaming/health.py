@@ -24,8 +24,7 @@ import orjson
 
 from common import redis_clients
 from common.alerts import MAX_RESOLVED  # the nodes keep MONITOR_DOWN's resolutions there too
-from common.redis_keys import RedisKeys
-from namesrv.events.schema import (
+from common.contract import (
     EPOCH_MILLIS,
     HEARTBEAT_TIMEOUT,
     LONG,
@@ -35,6 +34,7 @@ from namesrv.events.schema import (
     IsBool,
     SchemaError,
 )
+from common.redis_keys import RedisKeys
 from streaming.alerts import MAX_MESSAGE_CHARS, Alert, AlertKind, AlertState, cut, decode_alert
 
 log = logging.getLogger(__name__)

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from common.contract import wall_ms
 from common.metrics import Buckets, MetricsServer, histogram_buckets, serve
-from namesrv.events.schema import wall_ms
 
 if TYPE_CHECKING:
     from streaming.config import StreamingConfig

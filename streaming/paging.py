@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from common.contract import wall_ms
 from common.paging import (
     ENDS_AT_RESENDS,
     DeliveryError,
@@ -31,7 +32,6 @@ from common.paging import (
     request_body,
 )
 from common.retrying import retry_until_stopped
-from namesrv.events.schema import wall_ms
 from streaming.alerts import Alert
 
 if TYPE_CHECKING:

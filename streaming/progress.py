@@ -20,7 +20,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from namesrv.events.schema import wall_ms
+from common.contract import wall_ms
 from streaming.status import MonitorStatus
 
 log = logging.getLogger(__name__)

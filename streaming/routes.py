@@ -19,8 +19,8 @@ from typing import Any, cast
 
 from common import redis_clients
 from common.alerts import NODE_OWNED_KINDS
+from common.contract import wall_ms
 from common.redis_keys import RedisKeys
-from namesrv.events.schema import wall_ms
 from namesrv.protocol import bodies
 from namesrv.protocol.types import TopicRouteData
 from namesrv.routes import RouteSettings

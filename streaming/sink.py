@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from common import redis_clients
-from namesrv.events.schema import (
+from common.contract import (
     MAX_REASON_CHARS,
     Action,
     ActionType,

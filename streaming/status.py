@@ -14,8 +14,8 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from common.contract import Action
 from common.metrics import Buckets
-from namesrv.events.schema import Action
 
 #: micro-batches take from a fraction of a second to tens of seconds on a loaded machine
 BATCH_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from common import kafka_clients
+from common.contract import Action, ActionType, SchemaError, decode_action, wall_ms
 from common.kafka_clients import KafkaSecurity
 from common.logs import LogThrottle
 from common.retrying import retry_until_stopped
-from namesrv.events.schema import Action, ActionType, SchemaError, decode_action, wall_ms
 from namesrv.handlers import NodeObserver
 from namesrv.liveness import REFUSAL_LOG_INTERVAL_S, Departure, MonitorTrust, MonitorWatchdog, departure
 from namesrv.routes.manager import RouteInfoManager

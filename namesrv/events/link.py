@@ -13,6 +13,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
+from common.contract import MAX_NAME_CHARS
 from common.kafka_clients import bootstrap_list
 from namesrv.config import ConfigError, NamesrvConfig
 from namesrv.events.actions import (
@@ -24,7 +25,6 @@ from namesrv.events.actions import (
     loop_deliverer,
 )
 from namesrv.events.publisher import EventPublisher, PublisherSettings, PublisherStats
-from namesrv.events.schema import MAX_NAME_CHARS
 from namesrv.handlers import HandlerContext
 from namesrv.liveness import ExpiryScan, MonitorTrust, MonitorWatchdog, trusted_monitors
 

@@ -1,7 +1,7 @@
 """Publish what a node sees about brokers to Kafka without ever slowing a request down.
 
 :class:`EventPublisher` is the node's :class:`~namesrv.handlers.NodeObserver`.  On the event loop a
-call only builds an :class:`~namesrv.events.schema.Event`, stamps it with the node's clock and the
+call only builds an :class:`~common.contract.Event`, stamps it with the node's clock and the
 next sequence number, and appends it to a bounded :class:`EventQueue`; a daemon thread drains the
 queue into kafka-python's producer with few events in flight, so while Kafka is slow or down events
 wait in our queue, where heartbeats and ticks are dropped before registrations and failed heavy
@@ -25,9 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from common import kafka_clients
-from common.kafka_clients import KafkaSecurity
-from common.logs import LogThrottle
-from namesrv.events.schema import (
+from common.contract import (
     MAX_HEARTBEAT_TIMEOUT_MILLIS,
     MAX_REASON_CHARS,
     MIN_HEARTBEAT_TIMEOUT_MILLIS,
@@ -46,6 +44,8 @@ from namesrv.events.schema import (
     is_light,
     wall_ms,
 )
+from common.kafka_clients import KafkaSecurity
+from common.logs import LogThrottle
 from namesrv.handlers import AdminChange, NodeObserver
 from namesrv.liveness import Cause, Departure, SilenceWatch
 from namesrv.protocol import fastjson

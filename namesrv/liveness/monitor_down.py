@@ -23,6 +23,7 @@ import orjson
 
 from common import redis_clients
 from common.alerts import MAX_RESOLVED, Alert, AlertKind, AlertState, Severity, decode_alert, encode_alert
+from common.contract import wall_ms
 from common.paging import (
     ENDS_AT_RESENDS,
     DeliveryError,
@@ -35,7 +36,6 @@ from common.paging import (
 )
 from common.redis_keys import RedisKeys
 from namesrv.config import NamesrvConfig, alert_receivers
-from namesrv.events.schema import wall_ms
 from namesrv.liveness.redis_fallback import connect_node_redis
 from namesrv.liveness.watchdog import MonitorWatchdog
 

@@ -25,9 +25,9 @@ from concurrent.futures import Executor
 from typing import TYPE_CHECKING, TypeVar
 
 from common import redis_clients
+from common.contract import wall_ms
 from common.logs import LogThrottle
 from common.redis_keys import RedisKeys
-from namesrv.events.schema import wall_ms
 from namesrv.liveness.watchdog import MonitorWatchdog
 from namesrv.routes.manager import RouteInfoManager
 from namesrv.routes.materialised import (

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 
-from namesrv.events.schema import wall_ms
+from common.contract import wall_ms
 from namesrv.liveness.expiry import ExpiryScan
 
 log = logging.getLogger("namesrv.liveness")

@@ -16,8 +16,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.contract import AdminOp, Event, EventType, SchemaError
 from common.redis_keys import RedisKeys
-from namesrv.events.schema import AdminOp, Event, EventType, SchemaError
 from namesrv.protocol import bodies, fastjson
 from namesrv.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig, TopicRouteData
 from namesrv.routes.manager import RouteInfoManager

@@ -26,7 +26,7 @@ import orjson
 from aiohttp import web
 
 from common import redis_clients
-from namesrv.events.schema import MAX_NAME_CHARS
+from common.contract import MAX_NAME_CHARS
 from streaming.console import snapshot
 from streaming.health import HealthReader
 

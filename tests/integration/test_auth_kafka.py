@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from common import kafka_clients
+from common.contract import Action, ActionType, EventType
 from common.kafka_clients import KafkaSecurity
 from infra.services import KafkaService
 from namesrv.client import NameServerClient
-from namesrv.events.schema import Action, ActionType, EventType
 from tests.support.brokers import register_broker
 from tests.support.kafka import CLIENT, EventReader, fresh_topics, kafka_broker, publish_actions
 from tests.support.node import running_node

@@ -13,9 +13,9 @@ import time
 import pytest
 
 from common import kafka_clients
+from common.contract import Action, ActionType, DataVersionInfo, EventType, QueueInfo
 from infra.services import KafkaService, TopicSpec, ensure_topics, kafka_admin
 from namesrv.client import NameServerClient
-from namesrv.events.schema import Action, ActionType, DataVersionInfo, EventType, QueueInfo
 from namesrv.protocol import bodies
 from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.types import DataVersion, QueueData, TopicRouteData

@@ -20,7 +20,7 @@ import pytest
 import redis
 from kafka import TopicPartition
 
-from common import kafka_clients
+from common import kafka_clients, procfs
 from infra.services import (
     KafkaService,
     RedisBackend,
@@ -33,7 +33,6 @@ from infra.services import (
     pid_alive,
     port_is_free,
 )
-from namesrv import procfs
 
 TOPICS = (TopicSpec("ev", 4), TopicSpec("act", 1))
 

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 import pytest
 from kafka.partitioner.default import murmur2
 
-from namesrv.events.schema import wall_ms
+from common.contract import wall_ms
 from tests.support.backends import ReplicatedInfra
 from tests.support.liveness import Gone, Stack, Watch, bounds_now, last_heard_ms, running
 from tests.support.report import report

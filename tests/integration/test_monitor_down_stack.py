@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
+from common.contract import wall_ms
 from infra.apps import ConsoleService
 from namesrv.client import NameServerClient
-from namesrv.events.schema import wall_ms
 from tests.support import alertmanager
 from tests.support.backends import ProcessInfra
 from tests.support.liveness import bounds_now

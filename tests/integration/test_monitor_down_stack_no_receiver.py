@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from common.alerts import AlertKind, AlertState, Severity, decode_alert
+from common.contract import wall_ms
 from common.redis_keys import RedisKeys
 from infra.apps import ConsoleService
 from namesrv.client import NameServerClient
-from namesrv.events.schema import wall_ms
 from streaming import cli
 from streaming.routes import RouteLookup
 from tests.integration.test_monitor_down_stack import console_alerts, monitor_down

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from namesrv.events.schema import wall_ms
+from common.contract import wall_ms
 from tests.support.backends import ProcessInfra
 from tests.support.fleet import FleetRunner
 from tests.support.liveness import bounds_now, known_in_redis

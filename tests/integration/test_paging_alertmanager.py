@@ -14,7 +14,7 @@ import time
 import orjson
 import pytest
 
-from namesrv.events.schema import Event, EventType, encode_event
+from common.contract import Event, EventType, encode_event
 from streaming.alerts import AlertKind, AlertState, Severity
 from streaming.decide import BrokerState, LivenessSettings, broker_events, broker_timer
 from streaming.events import bundled_rows

@@ -31,9 +31,9 @@ from pathlib import Path
 
 import pytest
 
+from common.contract import wall_ms
 from infra.services import ServiceError, free_port
 from namesrv.client import NameServerClient
-from namesrv.events.schema import wall_ms
 from streaming.routes import RouteLookup
 from tests.support import report as summary
 from tests.support.backends import ProcessInfra

@@ -78,7 +78,7 @@ def test_with_the_job_killed_a_dead_broker_leaves_redis_at_its_deadline_and_the_
 ):
     import threading
 
-    from namesrv.events.schema import wall_ms
+    from common.contract import wall_ms
     from tests.support.backends import ProcessInfra
     from tests.support.liveness import Stack, bounds_now, gone_times, known_in_redis, last_heard_ms
     from tests.support.system import SHIPPED, System

@@ -27,8 +27,7 @@ from pathlib import Path
 import pytest
 
 from common import kafka_clients
-from infra.services import TopicSpec
-from namesrv.events.schema import (
+from common.contract import (
     DataVersionInfo,
     Event,
     EventType,
@@ -37,6 +36,7 @@ from namesrv.events.schema import (
     encode_event,
     event_key,
 )
+from infra.services import TopicSpec
 from streaming.routes import RouteLookup
 from tests.support.spark_cluster import SparkCluster, spark_cluster
 from tests.support.system import ACTIONS, ALERTS, EVENTS, KafkaTap, log_tail
@@ -147,7 +147,7 @@ class SubmittedJob:
 
     def kill(self) -> None:
         """Whatever is left of the job's session (it leads one of its own), by PID."""
-        from namesrv import procfs
+        from common import procfs
 
         for pid, st in procfs.all_stats().items():
             if st.session == self.pid:

@@ -18,8 +18,7 @@ import pytest
 from kafka import TopicPartition
 
 from common import kafka_clients
-from infra.services import TopicSpec, free_port
-from namesrv.events.schema import (
+from common.contract import (
     ActionType,
     DataVersionInfo,
     Event,
@@ -30,6 +29,7 @@ from namesrv.events.schema import (
     event_key,
     wall_ms,
 )
+from infra.services import TopicSpec, free_port
 from streaming import job
 from streaming.alerts import decode_alert
 from streaming.config import load_config

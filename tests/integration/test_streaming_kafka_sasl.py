@@ -24,11 +24,8 @@ from pathlib import Path
 import pytest
 from kafka import TopicPartition
 
-from common import kafka_clients
-from common.kafka_clients import KafkaSecurity
-from infra.services import KafkaService, TopicSpec, free_port, pid_alive
-from namesrv import procfs
-from namesrv.events.schema import (
+from common import kafka_clients, procfs
+from common.contract import (
     ActionType,
     DataVersionInfo,
     Event,
@@ -38,6 +35,8 @@ from namesrv.events.schema import (
     encode_event,
     event_key,
 )
+from common.kafka_clients import KafkaSecurity
+from infra.services import KafkaService, TopicSpec, free_port, pid_alive
 from streaming import job, session
 from streaming.config import load_config
 from tests.support.wait import wait_until

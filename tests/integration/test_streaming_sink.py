@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 
+from common.contract import ActionType, Event, EventType, decode_action, encode_event
 from infra.services import free_port
-from namesrv.events.schema import ActionType, Event, EventType, decode_action, encode_event
 from namesrv.routes.materialised import encode_removal
 from streaming.alerts import decode_alert
 from streaming.liveness import KIND_ROUTE

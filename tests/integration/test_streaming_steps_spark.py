@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from namesrv.events.schema import Event, EventType, encode_event
+from common.contract import Event, EventType, encode_event
 from streaming import job
 from streaming.config import load_config
 from streaming.events import broker_key

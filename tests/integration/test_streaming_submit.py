@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from common import kafka_clients
+from common import kafka_clients, procfs
+from common.contract import DataVersionInfo, Event, EventType, QueueInfo, encode_event, event_key
 from infra.apps import REPO, StreamingJob
 from infra.services import TopicSpec, pid_alive
-from namesrv import procfs
-from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo, encode_event, event_key
 from streaming.routes import RouteLookup
 from tests.support.system import _start_time, descendants, log_tail
 from tests.support.wait import wait_until

@@ -14,9 +14,9 @@ import time
 
 import pytest
 
+from common.contract import DataVersionInfo, Event, EventType, QueueInfo
 from infra.services import RedisService, free_port
 from namesrv.client import NameServerClient
-from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo
 from namesrv.protocol import bodies
 from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.protocol.types import DataVersion

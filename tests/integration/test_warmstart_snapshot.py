@@ -99,7 +99,7 @@ def original_and_snapshot(tmp_path, redis_url: str, prefix: str) -> tuple[Node, 
     """
     import redis
 
-    from namesrv.events.schema import decode_event, encode_event
+    from common.contract import decode_event, encode_event
     from streaming.routes import RedisKeys, RedisRouteStore, RouteModel
 
     original = Node(tmp_path, "before", Clock(), publish=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo
+from common.contract import DataVersionInfo, Event, EventType, QueueInfo
 
 CLUSTER = "DefaultCluster"
 ADDR = "10.0.0.1:10911"

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from common import redis_clients
+from common.contract import Event, wall_ms
 from namesrv.client import NameServerClient
-from namesrv.events.schema import Event, wall_ms
 from streaming.routes import RouteLookup
 from tests.support.fleet import FleetRunner
 from tests.support.routes import brokers_at

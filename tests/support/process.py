@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from namesrv import procfs
+from common import procfs
 from namesrv.client import NameServerClient
 from tests.support.node import REPO, free_port
 from tests.support.wait import wait_until

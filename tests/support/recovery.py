@@ -15,9 +15,9 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+from common.contract import wall_ms
 from infra.services import ProcessService
 from infra.stack import Supervisor, _end_dead_session
-from namesrv.events.schema import wall_ms
 from tests.support.wait import wait_until
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo
+from common.contract import DataVersionInfo, Event, EventType, QueueInfo
 from namesrv.protocol import fastjson
 
 T0 = 1_700_000_000_000

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo, encode_event
+from common.contract import DataVersionInfo, Event, EventType, QueueInfo, encode_event
 from streaming.config import load_config
 from streaming.liveness import KIND_ACTION, KIND_ROUTE, OUTPUT_COLUMNS
 from streaming.routes import RedisRouteStore

@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from common import kafka_clients
+from common import kafka_clients, procfs
 from infra.apps import NodeService, StreamingJob
 from infra.services import DEFAULT_TOPICS, ServiceError, free_port, pid_alive
-from namesrv import procfs
 from tests.support.wait import wait_until
 
 if TYPE_CHECKING:
@@ -447,7 +446,7 @@ class KafkaTap:
     def __init__(self, bootstrap: str, topics: tuple[str, ...] = (EVENTS, ACTIONS, ALERTS)) -> None:
         from kafka import TopicPartition
 
-        from namesrv.events.schema import decode_action, decode_event
+        from common.contract import decode_action, decode_event
         from streaming.alerts import decode_alert
 
         self._decoders = {EVENTS: decode_event, ACTIONS: decode_action, ALERTS: decode_alert}

@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from namesrv.events.schema import wall_ms
+from common.contract import wall_ms
 
 
 @dataclass(frozen=True)

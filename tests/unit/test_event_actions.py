@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+from common.contract import Action, ActionType, encode_action
 from namesrv.config import load_config
 from namesrv.events.actions import (
     ActionApplier,
@@ -13,7 +14,6 @@ from namesrv.events.actions import (
     Outcome,
     action_stats,
 )
-from namesrv.events.schema import Action, ActionType, encode_action
 from namesrv.handlers import NodeObserver
 from namesrv.liveness import (
     Departure,

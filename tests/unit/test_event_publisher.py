@@ -11,10 +11,7 @@ import pytest
 from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError, NotLeaderForPartitionError
 from kafka.future import Future
 
-from namesrv.config import ConfigError
-from namesrv.events.link import check_bootstrap_servers
-from namesrv.events.publisher import UNREGISTER_SOURCES, EventPublisher, EventQueue, PublisherSettings
-from namesrv.events.schema import (
+from common.contract import (
     AdminOp,
     DataVersionInfo,
     Event,
@@ -24,6 +21,9 @@ from namesrv.events.schema import (
     encode_event,
     event_key,
 )
+from namesrv.config import ConfigError
+from namesrv.events.link import check_bootstrap_servers
+from namesrv.events.publisher import UNREGISTER_SOURCES, EventPublisher, EventQueue, PublisherSettings
 from namesrv.handlers import AdminChange
 from namesrv.liveness import Cause, departure
 from namesrv.protocol import fastjson

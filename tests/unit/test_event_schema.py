@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from namesrv.events import schema
-from namesrv.events.schema import (
+from common import contract
+from common.contract import (
     Action,
     ActionType,
     AdminOp,
@@ -25,6 +25,7 @@ from namesrv.events.schema import (
     SchemaError,
     action_ddl,
     action_key,
+    codec,
     decode_action,
     decode_event,
     encode_action,
@@ -241,7 +242,7 @@ def test_schema_error_is_a_value_error_for_callers_that_catch_broadly():
 
 def test_spark_ddl_names_every_field_once_in_schema_order():
     types = event_field_types()
-    assert list(types) == [f.name for f in schema.EVENT_FIELDS]
+    assert list(types) == [f.name for f in contract.EVENT_FIELDS]
     assert types["eventTime"] == "BIGINT" and types["enableActingMaster"] == "BOOLEAN"
     assert types["topics"].startswith("MAP<STRING, STRUCT<readQueueNums: INT")
     assert types["filterServerList"] == "ARRAY<STRING>"
@@ -258,19 +259,25 @@ def test_every_written_field_is_in_the_ddl():
     written = set(json.loads(encode_event(REGISTER))) | set(json.loads(encode_action(EXPIRE)))
     for event in EVENTS:
         written |= set(json.loads(encode_event(event)))
-    assert written <= set(event_field_types()) | set(schema.action_field_types())
+    assert written <= set(event_field_types()) | set(contract.action_field_types())
 
 
-def test_schema_module_imports_neither_kafka_nor_spark():
-    tree = ast.parse(Path(schema.__file__).read_text())
-    imported = {n.names[0].name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)}
-    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported <= {"__future__", "enum", "collections", "dataclasses", "typing", "time", "orjson"}
+#: all the contract's modules import besides each other: Spark's Python workers import it
+_CONTRACT_MAY_IMPORT = {"__future__", "enum", "collections", "dataclasses", "typing", "time", "orjson"}
+
+
+def test_the_contract_imports_neither_kafka_nor_spark_nor_the_rest_of_the_project():
+    for path in Path(contract.__file__).parent.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        others = {m.split(".")[0] for m in imported if not m.startswith("common.contract.")}
+        assert others <= _CONTRACT_MAY_IMPORT, (path.name, others - _CONTRACT_MAY_IMPORT)
 
 
 # --- bounds: every value at its edge passes both ways, one past it fails both ways ---------------
 
-_N = schema.MAX_NAME_CHARS
+_N = contract.MAX_NAME_CHARS
 _I32, _I64 = 2**31 - 1, 2**63 - 1
 HEARTBEAT = Event(EventType.HEARTBEAT, "ns-1", 5, 8, cluster_name="c", broker_name="b", broker_id=0,
                   broker_addr="a:1", source="REGISTER_BROKER", heartbeat_timeout_millis=30000,
@@ -294,7 +301,7 @@ def _q(**kw) -> QueueInfo:
 
 #: (id, base event, attribute, value at the edge, value just past it, what the error names)
 EVENT_EDGES = [
-    ("eventTime-max", HEARTBEAT, "event_time", schema.MAX_EPOCH_MILLIS, schema.MAX_EPOCH_MILLIS + 1,
+    ("eventTime-max", HEARTBEAT, "event_time", contract.MAX_EPOCH_MILLIS, contract.MAX_EPOCH_MILLIS + 1,
      "event.eventTime: 253402300800000 is out of range [0, 253402300799999]"),
     ("eventTime-min", HEARTBEAT, "event_time", 0, -1, "event.eventTime: -1 is out of range"),
     ("seq-max", HEARTBEAT, "seq", _I64, _I64 + 1, "event.seq: 9223372036854775808 is out of range"),
@@ -344,25 +351,25 @@ EVENT_EDGES = [
 )
 def test_an_event_value_at_its_bound_passes_and_one_past_it_is_refused_both_ways(base, attr, edge, past, message):
     ok = replace(base, **{attr: edge})
-    schema.check_event(ok)
+    contract.check_event(ok)
     assert decode_event(encode_event(ok)) == ok
     bad = replace(base, **{attr: past})
     with pytest.raises(SchemaError) as by_check:
-        schema.check_event(bad)
+        contract.check_event(bad)
     with pytest.raises(SchemaError) as by_decode:
-        decode_event(_wire(bad, schema.EVENT_FIELDS))
+        decode_event(_wire(bad, contract.EVENT_FIELDS))
     assert message in str(by_check.value)
     assert message in str(by_decode.value)
 
 
 #: (id, attribute, value at the edge, value just past it, what the error names)
 ACTION_EDGES = [
-    ("decidedAt", "decided_at", schema.MAX_EPOCH_MILLIS, schema.MAX_EPOCH_MILLIS + 1,
+    ("decidedAt", "decided_at", contract.MAX_EPOCH_MILLIS, contract.MAX_EPOCH_MILLIS + 1,
      "action.decidedAt: 253402300800000 is out of range [0, 253402300799999]"),
-    ("lastHeartbeat-max", "last_heartbeat", schema.MAX_EPOCH_MILLIS, 2**64 - 1,
+    ("lastHeartbeat-max", "last_heartbeat", contract.MAX_EPOCH_MILLIS, 2**64 - 1,
      "action.lastHeartbeat: 18446744073709551615 is out of range [0, 253402300799999]"),
     ("lastHeartbeat-min", "last_heartbeat", 0, -1, "action.lastHeartbeat: -1 is out of range"),
-    ("watermark", "watermark", schema.MAX_EPOCH_MILLIS, schema.MAX_EPOCH_MILLIS + 1, "action.watermark:"),
+    ("watermark", "watermark", contract.MAX_EPOCH_MILLIS, contract.MAX_EPOCH_MILLIS + 1, "action.watermark:"),
     ("monitor", "monitor", "m" * _N, "m" * (_N + 1), "action.monitor: 1025 characters, more than the 1024 allowed"),
     ("brokerAddr", "broker_addr", "a" * _N, "a" * (_N + 1), "action.brokerAddr: 1025 characters"),
     ("clusterName", "cluster_name", "c" * _N, "c" * (_N + 1), "action.clusterName: 1025 characters"),
@@ -377,13 +384,13 @@ ACTION_EDGES = [
 )
 def test_an_action_value_at_its_bound_passes_and_one_past_it_is_refused_both_ways(attr, edge, past, message):
     ok = replace(EXPIRE, **{attr: edge})
-    schema.check_action(ok)
+    contract.check_action(ok)
     assert decode_action(encode_action(ok)) == ok
     bad = replace(EXPIRE, **{attr: past})
     with pytest.raises(SchemaError) as by_check:
-        schema.check_action(bad)
+        contract.check_action(bad)
     with pytest.raises(SchemaError) as by_decode:
-        decode_action(_wire(bad, schema.ACTION_FIELDS))
+        decode_action(_wire(bad, contract.ACTION_FIELDS))
     assert message in str(by_check.value)
     assert message in str(by_decode.value)
 
@@ -410,15 +417,15 @@ def test_poison_records_are_refused_with_a_short_message():
 
 def test_check_event_applies_the_decoders_rules_too():
     with pytest.raises(SchemaError, match="HEARTBEAT event.source: unknown value 'PING'"):
-        schema.check_event(replace(HEARTBEAT, source="PING"))
+        contract.check_event(replace(HEARTBEAT, source="PING"))
     with pytest.raises(SchemaError, match="REGISTER event: missing required field"):
-        schema.check_event(replace(REGISTER, topics=None))
+        contract.check_event(replace(REGISTER, topics=None))
     with pytest.raises(SchemaError, match="event.brokerId: expected an integer, got bool"):
-        schema.check_event(replace(HEARTBEAT, broker_id=True))
+        contract.check_event(replace(HEARTBEAT, broker_id=True))
     with pytest.raises(SchemaError, match="EXPIRE action: missing required field.s. lastHeartbeat"):
-        schema.check_action(replace(EXPIRE, last_heartbeat=None))
+        contract.check_action(replace(EXPIRE, last_heartbeat=None))
     for event in EVENTS:
-        schema.check_event(event)
+        contract.check_event(event)
 
 
 def test_the_spark_schema_keeps_its_shape():
@@ -441,25 +448,25 @@ def test_the_spark_schema_keeps_its_shape():
     )
 
 
-@pytest.mark.parametrize("field", [*schema.EVENT_FIELDS, *schema.ACTION_FIELDS], ids=lambda f: f.name)
+@pytest.mark.parametrize("field", [*contract.EVENT_FIELDS, *contract.ACTION_FIELDS], ids=lambda f: f.name)
 def test_every_scalar_bound_fits_its_spark_column(field):
     sql_range = {"INT": (-(2**31), 2**31 - 1), "BIGINT": (-(2**63), 2**63 - 1)}
     if field.ddl in sql_range:
         lo, hi = sql_range[field.ddl]
-        assert isinstance(field.bound, schema.IntRange) and lo <= field.bound.lo <= field.bound.hi <= hi
+        assert isinstance(field.bound, contract.IntRange) and lo <= field.bound.lo <= field.bound.hi <= hi
     elif field.ddl == "STRING":
-        assert isinstance(field.bound, schema.MaxChars | schema.Member)
+        assert isinstance(field.bound, contract.MaxChars | contract.Member)
     if field.name in ("eventTime", "decidedAt", "lastHeartbeat", "watermark"):
-        assert field.bound == schema.IntRange(0, schema.MAX_EPOCH_MILLIS)
+        assert field.bound == contract.IntRange(0, contract.MAX_EPOCH_MILLIS)
 
 
 # --- the decoder walks the fields a record carries; the table walk stays the reference ----------
 
 
-_ENUM_TEXTS = [m.value for e in (EventType, ActionType, AdminOp, schema.HeartbeatSource, schema.UnregisterSource)
+_ENUM_TEXTS = [m.value for e in (EventType, ActionType, AdminOp, contract.HeartbeatSource, contract.UnregisterSource)
                for m in e]  # fmt: skip
-_EDGE_INTS = [0, 1, -1, 2**31 - 1, 2**31, -(2**31) - 1, 2**63 - 1, 2**63, -(2**63) - 1, schema.MAX_EPOCH_MILLIS,
-              schema.MAX_EPOCH_MILLIS + 1, 864_000_000, 864_000_001, 10**40]  # fmt: skip
+_EDGE_INTS = [0, 1, -1, 2**31 - 1, 2**31, -(2**31) - 1, 2**63 - 1, 2**63, -(2**63) - 1, contract.MAX_EPOCH_MILLIS,
+              contract.MAX_EPOCH_MILLIS + 1, 864_000_000, 864_000_001, 10**40]  # fmt: skip
 _EDGE_LENGTHS = [0, 1024, 1025, 4096, 4097, 65536, 65537]
 #: what a hostile writer could put in a field: every JSON type, each bound's edges, enum texts
 _VALUES = st.recursive(
@@ -468,7 +475,7 @@ _VALUES = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
     max_leaves=6,
 )  # fmt: skip
-_NAMES = sorted({f.name for f in (*schema.EVENT_FIELDS, *schema.ACTION_FIELDS)} | {"addedLater", ""})
+_NAMES = sorted({f.name for f in (*contract.EVENT_FIELDS, *contract.ACTION_FIELDS)} | {"addedLater", ""})
 _VALID_EVENTS = [json.loads(encode_event(e)) for e in EVENTS]
 _VALID_ACTIONS = [json.loads(encode_action(a)) for a in (EXPIRE, Action(ActionType.MONITOR_HEARTBEAT, "m", 1))]
 
@@ -497,15 +504,15 @@ def _by_table_walk(fields, rules, make, what):
     """The decoder as it was: every field of the table, in table order, each row's read then bound."""
 
     def decode(record):
-        values = schema._walk_fields(record, fields, what)
+        values = codec._walk_fields(record, fields, what)
         rules(values)
         return make(**values)
 
     return decode
 
 
-_EVENT_BY_TABLE = _by_table_walk(schema.EVENT_FIELDS, schema._event_rules, Event, "event")
-_ACTION_BY_TABLE = _by_table_walk(schema.ACTION_FIELDS, schema._action_rules, Action, "action")
+_EVENT_BY_TABLE = _by_table_walk(contract.EVENT_FIELDS, codec._event_rules, Event, "event")
+_ACTION_BY_TABLE = _by_table_walk(contract.ACTION_FIELDS, codec._action_rules, Action, "action")
 
 
 @pytest.mark.slow

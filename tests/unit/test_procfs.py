@@ -1,4 +1,4 @@
-"""namesrv.procfs: /proc read and parsed in one place, with gone processes as None."""
+"""common.procfs: /proc read and parsed in one place, with gone processes as None."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from namesrv import procfs
+from common import procfs
 from tests.support.wait import wait_until
 
 

@@ -12,7 +12,7 @@ import orjson
 import pytest
 from routes_support import Clock
 
-from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo
+from common.contract import DataVersionInfo, Event, EventType, QueueInfo
 from namesrv.protocol import bodies, fastjson
 from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
 from namesrv.routes import BrokerAddrInfo, RouteInfoManager, RouteSettings

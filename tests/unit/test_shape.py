@@ -1,5 +1,11 @@
 """The shape a newcomer relies on: layers that import one way, no cycles, one class per name, short
-module docstrings, a pipeline that reads in one sitting, a README that is an entry point."""
+module docstrings, a pipeline that reads in one sitting, a README that is an entry point.
+
+The layers, bottom up: the node<->monitor contract (``common.contract``), the rest of ``common``,
+the node (``namesrv``), the monitor (``streaming``), the local stack (``infra``).  Of the node, the
+monitor reads only the protocol's encoders and the route tables its Redis model runs
+(:data:`STREAMING_FROM_NAMESRV`), and what Spark's Python workers import reaches only the protocol.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +16,35 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("common", "namesrv", "streaming", "infra")
-#: which package may import which: the node and the monitor stand on common, the monitor may read the
-#: node's protocol and tables, and the local stack starts them all; never the other way
+#: the node<->monitor contract: a layer of its own, below the rest of common
+CONTRACT = "common.contract"
+#: which layer may import which: the contract imports nothing of ours, the node and the monitor stand
+#: on it and on common, the monitor may read the node's protocol and route tables, and the local stack
+#: starts them all; never the other way
 MAY_IMPORT = {
-    "common": set(),
-    "namesrv": {"common"},
-    "streaming": {"common", "namesrv"},
-    "infra": {"common", "namesrv", "streaming"},
+    CONTRACT: set(),
+    "common": {CONTRACT},
+    "namesrv": {CONTRACT, "common"},
+    "streaming": {CONTRACT, "common", "namesrv"},
+    "infra": {CONTRACT, "common", "namesrv", "streaming"},
 }
+#: all the monitor may import of the node: any module of the protocol (its encoders, codes and wire
+#: types), and the route model the job writes to Redis, which runs the node's own route tables so that a
+#: route in Redis is byte for byte what a node answers: these three modules of namesrv.routes (the first
+#: for RouteSettings); nothing else (not the events, the CLI, /proc)
+PROTOCOL = "namesrv.protocol"
+STREAMING_FROM_NAMESRV = {PROTOCOL, "namesrv.routes", "namesrv.routes.materialised", "namesrv.routes.snapshot"}
+#: the modules Spark's Python workers import (streaming.spark_daemon.PRELOAD): of the node, they may reach
+#: the protocol only
+WORKER_MODULES = ("streaming.events", "streaming.liveness")
+
+
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def layer(module: str) -> str:
+    return CONTRACT if within(module, CONTRACT) else module.split(".")[0]
 
 
 def module_name(path: Path) -> str:
@@ -69,9 +96,41 @@ def test_layers_import_one_way():
         f"{name} imports {target}"
         for name, targets in imports().items()
         for target in targets
-        if (top := target.split(".")[0]) != name.split(".")[0] and top not in MAY_IMPORT[name.split(".")[0]]
+        if (to := layer(target)) != layer(name) and to not in MAY_IMPORT[layer(name)]
     )
     assert not wrong, wrong
+
+
+def _from(source: str, top: str) -> dict[str, set[str]]:
+    """What each module of layer ``source`` imports of package ``top``."""
+    found = {
+        name: {t for t in targets if layer(t) == top} for name, targets in imports().items() if layer(name) == source
+    }
+    return {name: targets for name, targets in found.items() if targets}
+
+
+def test_the_contract_imports_neither_the_node_nor_the_monitor_nor_the_rest_of_common():
+    for other in ("namesrv", "streaming", "common", "infra"):
+        assert _from(CONTRACT, other) == {}, other
+
+
+def test_the_node_imports_nothing_of_the_monitor():
+    assert _from("namesrv", "streaming") == {}
+
+
+def test_the_monitor_takes_from_the_node_only_the_protocol_and_the_route_model():
+    taken = {t for targets in _from("streaming", "namesrv").values() for t in targets}
+    assert {t for t in taken if t not in STREAMING_FROM_NAMESRV and not within(t, PROTOCOL)} == set()
+
+
+def test_what_sparks_workers_import_reaches_of_the_node_only_the_protocol():
+    graph, seen, todo = imports(), set(), list(WORKER_MODULES)
+    while todo:
+        if (name := todo.pop()) not in seen:
+            seen.add(name)
+            todo += graph.get(name, ())
+    node = {m for m in seen if layer(m) == "namesrv"}
+    assert node and all(within(m, PROTOCOL) for m in node), sorted(node)
 
 
 def test_no_import_cycles():

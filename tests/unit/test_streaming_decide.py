@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from namesrv.events.schema import DataVersionInfo, Event, EventType, QueueInfo, encode_event
+from common.contract import DataVersionInfo, Event, EventType, QueueInfo, encode_event
 from streaming.decide import (
     NO_TIMER,
     REPLAY_GAP_MS,

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import orjson
 import pytest
 
-from namesrv.events.schema import SchemaError
+from common.contract import SchemaError
 from streaming import liveness
 from streaming.alerts import Alert, AlertKind, AlertState, Severity, encode_alert
 from streaming.console.snapshot import build, shown_redis_url

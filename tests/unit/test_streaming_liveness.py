@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import Row
 from pyspark.sql.streaming.tws_tester import TwsTester
 
-from namesrv.events.schema import Event, EventType, encode_event
+from common.contract import Event, EventType, encode_event
 from streaming.events import PACKED, STATE_BUCKETS, broker_key, bundled_rows, group_key
 from streaming.health import KIND_HEALTH
 from streaming.liveness import KIND_ACTION, KIND_ALERT, KIND_ROUTE, LivenessProcessor, LivenessSettings

@@ -5,9 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from namesrv.config import load_config
-from namesrv.events.publisher import EventPublisher, PublisherSettings
-from namesrv.events.schema import (
+from common.contract import (
     AdminOp,
     BrokerQueueInfo,
     Event,
@@ -16,6 +14,8 @@ from namesrv.events.schema import (
     decode_event,
     encode_event,
 )
+from namesrv.config import load_config
+from namesrv.events.publisher import EventPublisher, PublisherSettings
 from namesrv.handlers import HandlerContext, dispatch
 from namesrv.kvconfig import KVConfigManager
 from namesrv.protocol import bodies, fastjson

@@ -10,8 +10,7 @@ import logging
 
 import pytest
 
-from namesrv.events import schema
-from namesrv.events.schema import ActionType, Event, decode_action, encode_event
+from common.contract import EVENT_FIELDS, ActionType, Event, decode_action, encode_event
 from streaming import events, job
 from streaming.alerts import decode_alert
 from streaming.events import parse_record
@@ -110,7 +109,7 @@ def test_parse_record_flags_what_it_cannot_read():
 def _event_row(event: Event) -> dict:
     """The row as the source made it from the decoded Event (what parse_record did before it skipped the Event)."""
     raw = encode_event(event).decode() if event.type in events.RAW_TYPES else None
-    attrs = {f.name: f.attr for f in schema.EVENT_FIELDS}
+    attrs = {f.name: f.attr for f in EVENT_FIELDS}
     row = {"key": events.group_key(event), **{c: getattr(event, attrs[c]) for c in events.LIVENESS_FIELDS}}
     return {**row, "type": str(event.type), "raw": raw, "error": None}
 
@@ -159,7 +158,7 @@ def test_each_state_layout_has_its_own_checkpoint_and_an_old_one_is_named(tmp_pa
 def test_a_read_becomes_one_bundle_per_state_key_and_a_report_of_what_was_refused():
     import orjson
 
-    from namesrv.events.schema import EventType
+    from common.contract import EventType
 
     clock, skew = T0, 10_000
     tick = lambda node, t, seq: Event(type=EventType.TICK, node=node, event_time=t, seq=seq)  # noqa: E731
@@ -189,7 +188,7 @@ def test_a_read_becomes_one_bundle_per_state_key_and_a_report_of_what_was_refuse
 
 
 def test_a_bundle_is_closed_at_its_byte_bound_and_another_begun(monkeypatch):
-    from namesrv.events.schema import EventType
+    from common.contract import EventType
 
     monkeypatch.setattr(events, "BUNDLE_MAX_BYTES", 300)
     values = [encode_event(Event(type=EventType.TICK, node="n1", event_time=T0 + i, seq=i)) for i in range(10)]

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common import redis_clients
+from common.contract import wall_ms
 from namesrv.client import NameServerClient
-from namesrv.events.schema import wall_ms
 from tests.support.alertmanager import Alertmanager
 from tests.support.liveness import known_in_redis, quick_lookup
 from tests.support.routes import route_or_none
