@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +27,7 @@ from common.logs import RateLimited
 from namesrv import config as config_mod
 from namesrv import gcpolicy
 from namesrv.acl import ACCESS_KEY, BROKER_CODES, BROKER_WARNING_S, Acl, peer_address
+from namesrv.answer_cache import AnswerCache
 from namesrv.config import NamesrvConfig
 from namesrv.kvconfig import KVConfigManager, KVRefused
 from namesrv.liveness import Departure, departure
@@ -122,9 +123,8 @@ class HandlerContext:
     acl: Acl | None = None
     #: the topic tables brokers registered last, so an unchanged one is not parsed again
     register_bodies: bodies.RegisterBodyCache = field(default_factory=bodies.RegisterBodyCache)
-    _cache: dict[Any, bytes] = field(default_factory=dict)
-    _cache_key: Any = None
-    _cache_bytes: int = 0
+    #: encoded answers, valid while :meth:`answer_generation` stays the same
+    answers: AnswerCache = field(default_factory=AnswerCache)
 
     def close(self) -> None:
         """Finish the work already started off the loop, then stop its threads."""
@@ -141,40 +141,10 @@ class HandlerContext:
         config = self.config
         return (self.routes.version, self.kv.version, config.order_message_enable, config.support_acting_master)
 
-    def cached(self, key: Any, build: Callable[[], bytes]) -> bytes:
-        """Encoded answers stay valid until the route tables, the KV store or the settings change.
-
-        The cache holds at most :data:`CACHE_MAX_BYTES` of answers and keys (a route's key holds its
-        topic name, which a client chooses), oldest out first; an entry larger than a quarter of that
-        is built every time.
-        """
-        generation = self.answer_generation()
-        if generation != self._cache_key:
-            self._cache.clear()
-            self._cache_bytes = 0
-            self._cache_key = generation
-        body = self._cache.get(key)
-        if body is None:
-            body = build()
-            cost = _cache_cost(key, body)
-            if cost <= CACHE_MAX_BYTES // 4:
-                while self._cache_bytes + cost > CACHE_MAX_BYTES:
-                    old_key = next(iter(self._cache))
-                    self._cache_bytes -= _cache_cost(old_key, self._cache.pop(old_key))
-                self._cache[key] = body
-                self._cache_bytes += cost
-        return body
-
-
-#: bytes of encoded answers (and their keys) the node keeps; route answers are a few KiB each
-CACHE_MAX_BYTES = 32 * 1024 * 1024
-#: a dict slot, the key tuple and the bytes object's header, roughly
-_CACHE_ENTRY_OVERHEAD = 200
-
-
-def _cache_cost(key: Any, body: bytes) -> int:
-    key_size = len(key[1]) if type(key) is tuple and len(key) > 1 and type(key[1]) is str else 0
-    return len(body) + key_size + _CACHE_ENTRY_OVERHEAD
+    def cached(self, key: Hashable, build: Callable[[], bytes]) -> bytes:
+        """The encoded answer for ``key``, built by ``build`` unless :attr:`answers` holds it for the
+        current :meth:`answer_generation` (the route tables, the KV store and the settings unchanged)."""
+        return self.answers.get_or_build(key, self.answer_generation(), build)
 
 
 @dataclass(slots=True)

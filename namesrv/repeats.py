@@ -351,7 +351,7 @@ def _answer_template(response: RemotingCommand, frame: bytes) -> tuple[bytes, by
     if m is None:
         return None
     a, b = m.span(1)
-    body = response.body or b""  # the node cache's own object, when the answer came from it
+    body = response.body or b""  # the answer cache's own object, when the answer came from it
     if frame[header_end:] != body:
         return None
     template = (frame[8:a], frame[b:header_end], body, length - (b - a), header_len - (b - a))
