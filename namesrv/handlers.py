@@ -1,6 +1,6 @@
 """One function per request code, and one table from code to function.
 
-Handlers are plain functions ``(node, request, channel) -> response``: no sockets, no awaiting, so a
+Handlers are plain functions ``(context, request, channel) -> response``: no sockets, no awaiting, so a
 test calls them directly the way RocketMQ's ``RequestProcessorTest`` calls ``processRequest``.
 :func:`dispatch` is the only place that turns an unknown code or an escaping exception into a
 response, and the only place that knows oneway requests get no answer.
@@ -211,7 +211,7 @@ def handles(code: RequestCode) -> Callable[[Handler], Handler]:
 
 
 def dispatch(
-    node: HandlerContext, request: RemotingCommand, channel: object, *, wait: bool = True
+    context: HandlerContext, request: RemotingCommand, channel: object, *, wait: bool = True
 ) -> RemotingCommand | Pending | None:
     """Answer one request, or None when no answer is owed (oneway requests, stray responses).
 
@@ -223,17 +223,18 @@ def dispatch(
         log.debug("dropping a response frame nobody asked for: code=%s opaque=%s", request.code, request.opaque)
         return None
     handler = HANDLERS.get(request.code)
+    acl = context.acl
     if handler is None:
         response = request.response(
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
         )
-    elif node.acl is not None and (refusal := node.acl.check(request, getattr(channel, "peer", None))) is not None:
+    elif acl is not None and (refusal := acl.check(request, getattr(channel, "peer", None))) is not None:
         # before the handler, so a refused request changes nothing
-        _log_refusal(node, node.acl, request, getattr(channel, "peer", "?"), refusal)
+        _log_refusal(context, acl, request, getattr(channel, "peer", "?"), refusal)
         response = request.response(ResponseCode.NO_PERMISSION, refusal)
     else:
         try:
-            answer = handler(node, request, channel)
+            answer = handler(context, request, channel)
         except Exception as e:
             answer = _failed(request, e)
         if isinstance(answer, Pending):
@@ -250,7 +251,7 @@ _bug_log = RateLimited(log, per_minute=10)
 _acl_log = RateLimited(logging.getLogger("namesrv.acl"), per_minute=20)
 
 
-def _log_refusal(node: HandlerContext, acl: Acl, request: RemotingCommand, peer: str, refusal: str) -> None:
+def _log_refusal(context: HandlerContext, acl: Acl, request: RemotingCommand, peer: str, refusal: str) -> None:
     """A WARNING for each refused request but a broker's: one per broker every BROKER_WARNING_S, naming
     it and what to change (a broker that cannot sign, refused every 30 s, would say nothing new)."""
     broker = None
@@ -279,7 +280,7 @@ def _log_refusal(node: HandlerContext, acl: Acl, request: RemotingCommand, peer:
         peer,
         refusal,
         fix,
-        node.config.acl_file_path,
+        context.config.acl_file_path,
         BROKER_WARNING_S / 3600,
     )
 
@@ -303,26 +304,26 @@ def min_broker_id_change_request(change: MinBrokerIdChange, opaque: int) -> Remo
 
 
 @handles(RequestCode.PUT_KV_CONFIG)
-def put_kv_config(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
+def put_kv_config(context: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
     h = decode_header(KVConfigHeader, request.ext_fields)
     namespace, key, value = h.namespace, h.key, h.value
     if namespace is None or key is None:
         return request.response(ResponseCode.SYSTEM_ERROR, "namespace or key is null")
-    problem = node.kv.refusal(namespace, key, value)
+    problem = context.kv.refusal(namespace, key, value)
     if problem is not None:
         return request.response(ResponseCode.SYSTEM_ERROR, problem)
 
     def stored(_: None) -> RemotingCommand:
-        node.observer.kv_config_changed(namespace, key, value)
+        context.observer.kv_config_changed(namespace, key, value)
         return request.response()
 
-    return Pending(request, node.kv.submit_put(namespace, key, value), stored)
+    return Pending(request, context.kv.submit_put(namespace, key, value), stored)
 
 
 @handles(RequestCode.GET_KV_CONFIG)
-def get_kv_config(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
+def get_kv_config(context: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(KVConfigHeader, request.ext_fields)
-    value = node.kv.get(h.namespace, h.key) if h.namespace is not None and h.key is not None else None
+    value = context.kv.get(h.namespace, h.key) if h.namespace is not None and h.key is not None else None
     if value is None:
         return request.response(
             ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {h.namespace} Key: {h.key}", ext_fields={}
@@ -331,23 +332,23 @@ def get_kv_config(node: HandlerContext, request: RemotingCommand, channel: objec
 
 
 @handles(RequestCode.DELETE_KV_CONFIG)
-def delete_kv_config(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
+def delete_kv_config(context: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
     h = decode_header(KVConfigHeader, request.ext_fields)
     namespace, key = h.namespace, h.key
     if namespace is None or key is None:
         return request.response()
 
     def deleted(_: None) -> RemotingCommand:
-        node.observer.kv_config_changed(namespace, key, None)
+        context.observer.kv_config_changed(namespace, key, None)
         return request.response()
 
-    return Pending(request, node.kv.submit_delete(namespace, key), deleted)
+    return Pending(request, context.kv.submit_delete(namespace, key), deleted)
 
 
 @handles(RequestCode.GET_KVLIST_BY_NAMESPACE)
-def get_kvlist_by_namespace(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
+def get_kvlist_by_namespace(context: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(KVConfigHeader, request.ext_fields)
-    table = node.kv.get_namespace(h.namespace) if h.namespace is not None else None
+    table = context.kv.get_namespace(h.namespace) if h.namespace is not None else None
     if table is None:
         return request.response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {h.namespace}")
     return request.response(body=bodies.encode_kv_table(table))
@@ -368,7 +369,7 @@ REUSED_ON_LOOP_BODY_BYTES = 256 * 1024
 
 
 @handles(RequestCode.REGISTER_BROKER)
-def register_broker(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
+def register_broker(context: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
     h = decode_header(RegisterBrokerHeader, request.ext_fields)
 
     key = (h.cluster_name, h.broker_addr)
@@ -380,9 +381,11 @@ def register_broker(node: HandlerContext, request: RemotingCommand, channel: obj
         body = (
             reused
             if reused is not None
-            else node.register_bodies.decode(key, request.body, compressed=bool(h.compressed), version=request.version)
+            else context.register_bodies.decode(
+                key, request.body, compressed=bool(h.compressed), version=request.version
+            )
         )
-        result = node.routes.register_broker(
+        result = context.routes.register_broker(
             h.cluster_name,
             h.broker_addr,
             h.broker_name,
@@ -403,16 +406,16 @@ def register_broker(node: HandlerContext, request: RemotingCommand, channel: obj
         body, result = registered
         if result is None:
             return request.response(ResponseCode.SYSTEM_ERROR, "register broker failed")
-        node.observer.broker_registered(h, body, result)
+        context.observer.broker_registered(h, body, result)
         if result.min_broker_id_change is not None:
-            node.min_broker_id_changed(result.min_broker_id_change)
+            context.min_broker_id_changed(result.min_broker_id_change)
         ext: dict[str, str] = {}
         if result.ha_server_addr is not None:
             ext["haServerAddr"] = result.ha_server_addr
         if result.master_addr is not None:
             ext["masterAddr"] = result.master_addr
         order_table = (
-            node.kv.get_namespace(ORDER_TOPIC_CONFIG) if node.config.return_order_topic_config_to_broker else None
+            context.kv.get_namespace(ORDER_TOPIC_CONFIG) if context.config.return_order_topic_config_to_broker else None
         )
         return request.response(
             ext_fields=ext, body=bodies.encode_kv_table(order_table) if order_table is not None else None
@@ -426,33 +429,35 @@ def register_broker(node: HandlerContext, request: RemotingCommand, channel: obj
         return answer(register())
     if size <= REUSED_ON_LOOP_BODY_BYTES:
         # the broker's periodic re-registration of an unchanged table: no parse, a short walk of the rows
-        reused = node.register_bodies.reuse(key, request.body, compressed=bool(h.compressed), version=request.version)
+        reused = context.register_bodies.reuse(
+            key, request.body, compressed=bool(h.compressed), version=request.version
+        )
         if reused is not None:
             return answer(register(reused))
-    return Pending.off_loop(node.worker, request, functools.partial(gcpolicy.run_large_change, register), answer)
+    return Pending.off_loop(context.worker, request, functools.partial(gcpolicy.run_large_change, register), answer)
 
 
 @handles(RequestCode.UNREGISTER_BROKER)
-def unregister_broker(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
+def unregister_broker(context: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(BrokerIdentityHeader, request.ext_fields)
     unregister = UnregisterRequest(
         cluster_name=h.cluster_name,
         broker_addr=h.broker_addr,
         broker_name=h.broker_name or "",
         broker_id=h.broker_id,
-        decided_seq=node.routes.next_seq(),
+        decided_seq=context.routes.next_seq(),
     )
-    if not node.submit_unregister([unregister]):
+    if not context.submit_unregister([unregister]):
         return request.response(ResponseCode.SYSTEM_ERROR)
-    node.observer.broker_unregistered(unregister, departure.BROKER_ASKED)
+    context.observer.broker_unregistered(unregister, departure.BROKER_ASKED)
     return request.response()
 
 
 @handles(RequestCode.QUERY_DATA_VERSION)
-def query_data_version(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
+def query_data_version(context: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(BrokerIdentityHeader, request.ext_fields)
-    held = node.routes.touch(h.cluster_name, h.broker_addr)
-    node.observer.broker_heartbeat(h.cluster_name, h.broker_addr, _QUERY_DATA_VERSION)
+    held = context.routes.touch(h.cluster_name, h.broker_addr)
+    context.observer.broker_heartbeat(h.cluster_name, h.broker_addr, _QUERY_DATA_VERSION)
     return data_version_answer(request, held)
 
 
@@ -466,18 +471,18 @@ def data_version_answer(request: RemotingCommand, held: DataVersion | None) -> R
 
 
 @handles(RequestCode.BROKER_HEARTBEAT)
-def broker_heartbeat(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
+def broker_heartbeat(context: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(BrokerIdentityHeader, request.ext_fields)
-    node.routes.update_broker_info_update_timestamp(h.cluster_name, h.broker_addr)
-    node.observer.broker_heartbeat(h.cluster_name, h.broker_addr, RequestCode.BROKER_HEARTBEAT)
+    context.routes.update_broker_info_update_timestamp(h.cluster_name, h.broker_addr)
+    context.observer.broker_heartbeat(h.cluster_name, h.broker_addr, RequestCode.BROKER_HEARTBEAT)
     return request.response()
 
 
 @handles(RequestCode.GET_BROKER_MEMBER_GROUP)
-def get_broker_member_group(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
+def get_broker_member_group(context: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(BrokerMemberGroupHeader, request.ext_fields)
     # the group's own cluster label is not answered (the header's is): a request without one reads as ""
-    group = node.routes.get_broker_member_group(h.cluster_name or "", h.broker_name)
+    group = context.routes.get_broker_member_group(h.cluster_name or "", h.broker_name)
     return request.response(body=bodies.encode_broker_member_group(h.cluster_name, h.broker_name, group.broker_addrs))
 
 
@@ -485,9 +490,9 @@ def get_broker_member_group(node: HandlerContext, request: RemotingCommand, chan
 
 
 @handles(RequestCode.GET_ROUTEINFO_BY_TOPIC)
-def get_routeinfo_by_topic(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
-    cfg = node.config
-    if cfg.need_wait_for_service and node.now() - node.started_at < cfg.wait_seconds_for_service:
+def get_routeinfo_by_topic(context: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
+    cfg = context.config
+    if cfg.need_wait_for_service and context.now() - context.started_at < cfg.wait_seconds_for_service:
         return request.response(ResponseCode.SYSTEM_ERROR, "name server not ready")
     h = decode_header(TopicHeader, request.ext_fields)
     zone = _zone_filter(request)
@@ -495,12 +500,12 @@ def get_routeinfo_by_topic(node: HandlerContext, request: RemotingCommand, chann
     # a client of 5.4.0 or later gets the standard dialect as its release's NameServer writes it (fastjson2)
     fj2 = standard and request.version >= Version.V5_4_0
     if len(h.topic) <= _TOPIC_MAX_CHARS:
-        body = node.cached(
-            ("route", h.topic, standard, zone, fj2), lambda: _encode_route(node, h.topic, standard, zone, fj2)
+        body = context.cached(
+            ("route", h.topic, standard, zone, fj2), lambda: _encode_route(context, h.topic, standard, zone, fj2)
         )
         shown = h.topic
     else:  # no broker creates such a topic (RocketMQ's TopicValidator stops at 127): neither keep nor echo it
-        body = _encode_route(node, h.topic, standard, zone, fj2)
+        body = _encode_route(context, h.topic, standard, zone, fj2)
         shown = f"{h.topic[:_TOPIC_MAX_CHARS]}... ({len(h.topic)} characters)"
     if not body:
         return request.response(
@@ -521,13 +526,13 @@ def _zone_filter(request: RemotingCommand) -> str | None:
     return zone
 
 
-def _encode_route(node: HandlerContext, topic: str, standard: bool, zone: str | None, fastjson2: bool) -> bytes:
+def _encode_route(context: HandlerContext, topic: str, standard: bool, zone: str | None, fastjson2: bool) -> bytes:
     """The encoded route of a topic, or b"" when there is none (cached like a route)."""
-    route = node.routes.pickup_topic_route_data(topic)
+    route = context.routes.pickup_topic_route_data(topic)
     if route is None:
         return b""
-    if node.config.order_message_enable:
-        route.order_topic_conf = node.kv.get(ORDER_TOPIC_CONFIG, topic)
+    if context.config.order_message_enable:
+        route.order_topic_conf = context.kv.get(ORDER_TOPIC_CONFIG, topic)
     if zone is not None:
         route = _keep_zone(route, zone)
     return bodies.encode_route(route, standard=standard, fastjson2=fastjson2)
@@ -550,19 +555,19 @@ def _keep_zone(route: TopicRouteData, zone: str) -> TopicRouteData:
 
 
 @handles(RequestCode.GET_BROKER_CLUSTER_INFO)
-def get_broker_cluster_info(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
+def get_broker_cluster_info(context: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     return request.response(
-        body=node.cached("cluster", lambda: bodies.encode_cluster_info(*node.routes.get_all_cluster_info()))
+        body=context.cached("cluster", lambda: bodies.encode_cluster_info(*context.routes.get_all_cluster_info()))
     )
 
 
 def _write_perm_handler(code: RequestCode, change: Callable[[RouteInfoManager, str], int], count_key: str) -> None:
     """WIPE and ADD_WRITE_PERM_OF_BROKER differ only in what they do to each queue's perm."""
 
-    def handler(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
+    def handler(context: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
         h = decode_header(BrokerNameHeader, request.ext_fields)
-        count = change(node.routes, h.broker_name)
-        node.observer.route_changed_by_admin(AdminChange(code, broker_name=h.broker_name, topic_count=count))
+        count = change(context.routes, h.broker_name)
+        context.observer.route_changed_by_admin(AdminChange(code, broker_name=h.broker_name, topic_count=count))
         return request.response(ext_fields={count_key: str(count)})
 
     handler.__name__ = code.name.lower()
@@ -574,23 +579,23 @@ _write_perm_handler(RequestCode.ADD_WRITE_PERM_OF_BROKER, RouteInfoManager.add_w
 
 
 @handles(RequestCode.DELETE_TOPIC_IN_NAMESRV)
-def delete_topic_in_namesrv(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
+def delete_topic_in_namesrv(context: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(TopicHeader, request.ext_fields)
-    node.routes.delete_topic(h.topic, h.cluster_name or None)
-    node.observer.route_changed_by_admin(
+    context.routes.delete_topic(h.topic, h.cluster_name or None)
+    context.observer.route_changed_by_admin(
         AdminChange(RequestCode.DELETE_TOPIC_IN_NAMESRV, topic=h.topic, cluster_name=h.cluster_name or None)
     )
     return request.response()
 
 
 @handles(RequestCode.REGISTER_TOPIC_IN_NAMESRV)
-def register_topic_in_namesrv(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
+def register_topic_in_namesrv(context: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(TopicHeader, request.ext_fields)
     if request.body:
         queue_datas = bodies.decode_route(request.body).queue_datas
         if queue_datas:
-            node.routes.register_topic(h.topic, queue_datas)
-            node.observer.route_changed_by_admin(
+            context.routes.register_topic(h.topic, queue_datas)
+            context.observer.route_changed_by_admin(
                 AdminChange(RequestCode.REGISTER_TOPIC_IN_NAMESRV, topic=h.topic, queue_datas=tuple(queue_datas))
             )
     return request.response()
@@ -600,10 +605,12 @@ def register_topic_in_namesrv(node: HandlerContext, request: RemotingCommand, ch
 
 
 def _topic_list_handler(code: RequestCode, list_topics: Callable[[RouteInfoManager], list[str]], switch: str) -> None:
-    def handler(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
-        if not getattr(node.config, switch):
+    def handler(context: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
+        if not getattr(context.config, switch):
             return request.response(ResponseCode.SYSTEM_ERROR, "disable")
-        return request.response(body=node.cached(code, lambda: bodies.encode_topic_list(list_topics(node.routes))))
+        return request.response(
+            body=context.cached(code, lambda: bodies.encode_topic_list(list_topics(context.routes)))
+        )
 
     handler.__name__ = code.name.lower()
     handles(code)(handler)
@@ -624,16 +631,18 @@ _topic_list_handler(
 
 
 @handles(RequestCode.GET_TOPICS_BY_CLUSTER)
-def get_topics_by_cluster(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
-    if not node.config.enable_topic_list:
+def get_topics_by_cluster(context: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
+    if not context.config.enable_topic_list:
         return request.response(ResponseCode.SYSTEM_ERROR, "disable")
     h = decode_header(ClusterHeader, request.ext_fields)
-    return request.response(body=bodies.encode_topic_list(node.routes.get_topics_by_cluster(h.cluster)))
+    return request.response(body=bodies.encode_topic_list(context.routes.get_topics_by_cluster(h.cluster)))
 
 
 @handles(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS)
-def get_system_topic_list_from_ns(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
-    topics, broker_addr = node.routes.get_system_topic_list()
+def get_system_topic_list_from_ns(
+    context: HandlerContext, request: RemotingCommand, channel: object
+) -> RemotingCommand:
+    topics, broker_addr = context.routes.get_system_topic_list()
     return request.response(body=bodies.encode_topic_list(topics, broker_addr))
 
 
@@ -657,18 +666,22 @@ MAX_REQUEST_HEADER_BYTES = 128 * 1024
 
 
 @handles(RequestCode.UPDATE_NAMESRV_CONFIG)
-def update_namesrv_config(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
+def update_namesrv_config(
+    context: HandlerContext, request: RemotingCommand, channel: object
+) -> RemotingCommand | Pending:
     if request.body_dropped:
         refused = config_mod.oversized_update(request.body_dropped)
         return request.response(refused.code, refused.remark)
     if not request.body:
         return request.response()
-    update = functools.partial(config_mod.apply_update, node.config, request.body)
-    return Pending.off_loop(node.worker, request, update, lambda result: request.response(result.code, result.remark))
+    update = functools.partial(config_mod.apply_update, context.config, request.body)
+    return Pending.off_loop(
+        context.worker, request, update, lambda result: request.response(result.code, result.remark)
+    )
 
 
 @handles(RequestCode.GET_NAMESRV_CONFIG)
-def get_namesrv_config(node: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
+def get_namesrv_config(context: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     # every key with its value, as Java answers, also those the option table marks as having no effect
     # here: tools compare this answer with Java's, so the annotation lives in the README only
-    return request.response(body=config_mod.render_properties(node.config).encode("utf-8"))
+    return request.response(body=config_mod.render_properties(context.config).encode("utf-8"))

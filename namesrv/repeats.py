@@ -83,8 +83,8 @@ class Repeat:
 class Repeats:
     """The node's learnt requests, shared by its connections (see the module notes)."""
 
-    def __init__(self, node: HandlerContext, max_bytes: int = REPEATS_MAX_BYTES) -> None:
-        self.node = node
+    def __init__(self, context: HandlerContext, max_bytes: int = REPEATS_MAX_BYTES) -> None:
+        self.context = context
         self.max_bytes = max_bytes
         self._table: dict[bytes, Repeat] = {}
         self._bytes = 0
@@ -103,13 +103,13 @@ class Repeats:
         return len(self._table)
 
     def _current_generation(self) -> tuple[Any, ...]:
-        node = self.node
-        config = node.config
+        context = self.context
+        config = context.config
         return (
-            node.answer_generation(),
+            context.answer_generation(),
             config.need_wait_for_service,
             config.wait_seconds_for_service,
-            node.acl is None,
+            context.acl is None,
         )
 
     def _check_generation(self) -> None:
@@ -134,7 +134,7 @@ class Repeats:
         if size - pos < 8:
             return 0, started
         self._check_generation()
-        if self.node.acl is not None:
+        if self.context.acl is not None:
             return 0, started
         table = self._table
         search = _OPAQUE.search
@@ -208,7 +208,7 @@ class Repeats:
         """Refresh the brokers of the heartbeats answered, as their handler would; from the first whose
         answer no longer holds on, the answers are taken back (the full path answers them).  Returns
         the end of the frames answered, and the bytes of their answers."""
-        held = self.node.routes.touch_each([entry.broker for entry, _, _, _ in beats])  # type: ignore[misc]
+        held = self.context.routes.touch_each([entry.broker for entry, _, _, _ in beats])  # type: ignore[misc]
         for i, (entry, index, start, a) in enumerate(beats):
             if held[i] is not entry.held and entry.held is not _ANY_HELD:
                 # the later frames' brokers were refreshed too, and will be again: harmless
@@ -219,7 +219,7 @@ class Repeats:
                 pos = start
                 beats = beats[:i]
                 break
-        observer = self.node.observer
+        observer = self.context.observer
         if type(observer).broker_heartbeat is not NodeObserver.broker_heartbeat:
             for entry, _, _, _ in beats:
                 broker = entry.broker
@@ -276,13 +276,13 @@ class Repeats:
             return None
         if not _opaque_only(request, key, tail, header_len - len(key)):
             return None
-        node = self.node
+        context = self.context
         broker: tuple[str, str] | None = None
         source: RequestCode | None = None
         held: Any = _ANY_HELD
         if request.code == _ROUTE:
-            config = node.config
-            if config.need_wait_for_service and node.now() - node.started_at < config.wait_seconds_for_service:
+            config = context.config
+            if config.need_wait_for_service and context.now() - context.started_at < config.wait_seconds_for_service:
                 return None  # "not ready" holds until the clock says otherwise
         else:
             if response.code != _SUCCESS:
@@ -293,7 +293,7 @@ class Repeats:
                 return None
             broker, source = (h.cluster_name, h.broker_addr), _HEARTBEATS[request.code]
             if request.code == _QUERY_DATA_VERSION:
-                held = node.routes.data_version(*broker)
+                held = context.routes.data_version(*broker)
                 # as the handler answers for the DataVersion held now (the worker thread may have
                 # registered the broker since the handler ran)
                 expected = data_version_answer(request, held)
