@@ -81,8 +81,8 @@ def main() -> None:
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="hotpath-")
     config = load_config(None, {"kvConfigPath": f"{tmp}/kv.json", "configStorePath": f"{tmp}/namesrv.properties"})
-    node, _, _ = build_node(config)
-    server = RemotingServer(node)
+    context = build_node(config).context
+    server = RemotingServer(context)
     brokers = Connection(server)
     brokers.connection_made(Transport())  # type: ignore[arg-type]
     for b in range(10):
@@ -111,7 +111,7 @@ def main() -> None:
             client.data_received(data)
         best = min(best, time.process_time() - began)
     print(f"{args.workload}, {args.depth} per read: {best / (POOL * 100) * 1e6:.2f} us per request (best of 5)")
-    node.close()
+    context.close()
 
 
 if __name__ == "__main__":

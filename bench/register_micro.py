@@ -66,14 +66,14 @@ def main() -> None:
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="register-micro-")
     config = load_config(None, {"kvConfigPath": f"{tmp}/kv.json", "configStorePath": f"{tmp}/namesrv.properties"})
-    node, _, _ = build_node(config)
-    connection = Connection(RemotingServer(node))
+    context = build_node(config).context
+    connection = Connection(RemotingServer(context))
     transport = Transport()
     connection.connection_made(transport)  # type: ignore[arg-type]
     tables = [topic_table(b, args.topics) for b in range(args.brokers)]
     counter = 1
     for b in range(args.brokers):  # first registrations: parsed on the worker thread, waited for here
-        response = dispatch(node, decode_frame(registration(b, counter, tables)), connection)
+        response = dispatch(context, decode_frame(registration(b, counter, tables)), connection)
         assert isinstance(response, RemotingCommand) and response.code == 0, response
         counter += 1
 
@@ -97,7 +97,7 @@ def main() -> None:
         return
     best = min(feed(20 * args.brokers) for _ in range(5))
     print(f"{best * 1e6:.1f} us per registration (best of 5)")
-    node.close()
+    context.close()
 
 
 if __name__ == "__main__":

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 from namesrv import gcpolicy
 from namesrv.acl import Acl, AclFileError, load_acl_file
 from namesrv.config import ConfigError, NamesrvConfig
-from namesrv.handlers import HandlerContext
+from namesrv.handlers import HandlerContext, NodeObserver
 from namesrv.kvconfig import KVConfigManager
-from namesrv.liveness import ExpiryScan, MonitorDownPager, RedisFallback, UnregisterBatcher
+from namesrv.liveness import ExpiryScan, MinIdOutlet, MonitorDownPager, RedisFallback, UnregisterBatcher
+from namesrv.notify import BrokerNotifier
 from namesrv.routes.manager import RouteInfoManager
 from namesrv.server import RemotingServer
 from namesrv.tls import tls_settings
@@ -37,6 +38,8 @@ class Node:
     context: HandlerContext
     unregistrations: UnregisterBatcher
     expiry: ExpiryScan
+    #: sends the NOTIFY_MIN_BROKER_ID_CHANGE requests
+    notifier: BrokerNotifier
     #: events out / actions in; None when kafkaBootstrapServers is empty
     kafka: KafkaLink | None = None
     #: what warm start loaded from Redis; None when it is off or found nothing usable
@@ -52,6 +55,7 @@ class Node:
 
     async def stop(self) -> None:
         await self.server.stop()
+        await self.notifier.stop()  # after the server, whose connections and tasks may still change a minimum
         if self.kafka is not None:  # after the server, so closed connections are still published
             await self.kafka.stop()
         if self.metrics is not None:
@@ -60,30 +64,66 @@ class Node:
             await asyncio.to_thread(self.fallback.close)
 
 
-def build_node(config: NamesrvConfig) -> tuple[HandlerContext, UnregisterBatcher, ExpiryScan]:
-    """The node's parts; raises AclFileError when ``aclEnable`` is on and the accounts file is unusable."""
+@dataclass(frozen=True, slots=True)
+class NodeParts:
+    """What :func:`build_node` wires together, before anything runs."""
+
+    context: HandlerContext
+    unregistrations: UnregisterBatcher
+    expiry: ExpiryScan
+    #: events out / actions in; None when kafkaBootstrapServers is empty
+    kafka: KafkaLink | None
+
+
+def build_node(
+    config: NamesrvConfig, *, notify_brokers: MinIdOutlet | None = None, observer: NodeObserver | None = None
+) -> NodeParts:
+    """The node's parts, each built with everything it needs, those it reports to first.
+
+    ``notify_brokers`` sends each NOTIFY_MIN_BROKER_ID_CHANGE (None: nothing is sent, a node without a
+    server); ``observer`` is told about brokers and routes (None: the event publisher when
+    ``kafkaBootstrapServers`` is set, else one that tells no one).  Raises AclFileError when
+    ``aclEnable`` is on and the accounts file is unusable, ConfigError for unusable Kafka settings.
+    """
     acl = Acl(load_acl_file(config.acl_file_path), config.acl_check_reads) if config.acl_enable else None
     routes = RouteInfoManager(config)
     kv = KVConfigManager(config.kv_config_file)
     kv.load()
-    unregistrations = UnregisterBatcher(routes, config.un_register_broker_queue_capacity)
+    unregistrations = UnregisterBatcher(
+        routes, config.un_register_broker_queue_capacity, on_min_broker_id_change=notify_brokers
+    )
+    publisher = None
+    if config.kafka_bootstrap_servers.strip():
+        from namesrv.events.link import event_publisher  # only nodes with Kafka import kafka-python
+
+        if observer is not None:
+            raise ValueError("a node with Kafka has the event publisher as its observer")
+        publisher = observer = event_publisher(config, routes)
+    if observer is None:
+        observer = NodeObserver()
+    expiry = ExpiryScan(
+        routes,
+        config.scan_not_active_broker_interval,
+        on_expired=observer.broker_unregistered,
+        on_min_broker_id_change=notify_brokers,
+    )
     context = HandlerContext(
         config=config,
         routes=routes,
         kv=kv,
         submit_unregister=unregistrations.submit,
+        observer=observer,
         started_at=time.monotonic(),
         now=time.monotonic,
+        notify_brokers=notify_brokers,
         acl=acl,
     )
-    unregistrations.on_min_broker_id_change = context.min_broker_id_changed
-    expiry = ExpiryScan(
-        routes,
-        config.scan_not_active_broker_interval,
-        on_expired=lambda r, why: context.observer.broker_unregistered(r, why),
-        on_min_broker_id_change=context.min_broker_id_changed,
-    )
-    return context, unregistrations, expiry
+    kafka = None
+    if publisher is not None:
+        from namesrv.events.link import KafkaLink
+
+        kafka = KafkaLink.build(config, publisher, context, expiry)
+    return NodeParts(context, unregistrations, expiry, kafka)
 
 
 async def start_node(config: NamesrvConfig, *, own_process: bool = False) -> Node:
@@ -91,18 +131,14 @@ async def start_node(config: NamesrvConfig, *, own_process: bool = False) -> Nod
     garbage-collector policy is switched on (:mod:`namesrv.gcpolicy`); a node started inside another
     process (the tests') leaves that process's collector as it is."""
     tls_settings(config)  # unusable TLS keys or files are refused before anything starts
-    context, unregistrations, expiry = build_node(config)
+    notifier = BrokerNotifier.from_config(config)
+    parts = build_node(config, notify_brokers=notifier.notify)
+    context, unregistrations, expiry, kafka = parts.context, parts.unregistrations, parts.expiry, parts.kafka
     # before listening, so the first client already gets the provisional routes
     warm = await warm_start(config, context.routes)
-    kafka = None
-    if config.kafka_bootstrap_servers.strip():
-        from namesrv.events.link import KafkaLink, default_node_name  # only nodes with Kafka import kafka-python
-
-        kafka = KafkaLink.attach(config, context, expiry)
     if own_process:
         gcpolicy.enable()  # what start-up built, warm-started routes included, is frozen before the first client
     server = RemotingServer(context, catching_up=kafka.watchdog.catching_up if kafka is not None else lambda: False)
-    context.notify_brokers = server.notify_min_broker_id_change
     await server.start(config.bind_address, config.listen_port)
     server.spawn(unregistrations.run(context.worker), "batch-unregistration")
     server.spawn(expiry.run(context.worker), "expiry-scan")
@@ -113,6 +149,8 @@ async def start_node(config: NamesrvConfig, *, own_process: bool = False) -> Nod
         )
     fallback = None
     if kafka is not None:
+        from namesrv.events.link import default_node_name
+
         node_name = config.node_name or default_node_name(server.port)
         kafka.start(asyncio.get_running_loop(), server.spawn, node_name, context.worker)
         if config.redis_url.strip():  # the nodes keep the routes in Redis right when no monitor decides in time
@@ -134,7 +172,7 @@ async def start_node(config: NamesrvConfig, *, own_process: bool = False) -> Nod
             server.spawn(
                 reload_acl(context.acl, config.acl_file_path, config.acl_reload_interval_millis / 1000), "acl-reload"
             )
-    running = Node(server, context, unregistrations, expiry, kafka, warm, fallback=fallback)
+    running = Node(server, context, unregistrations, expiry, notifier, kafka, warm, fallback=fallback)
     if config.stats_interval_millis > 0:
         server.spawn(_log_stats(running, config.stats_interval_millis / 1000), "stats")
     if config.metrics_port > 0:

@@ -42,7 +42,6 @@ from namesrv.protocol.codes import (
     Version,
 )
 from namesrv.protocol.command import RemotingCommand
-from namesrv.protocol.command import request as new_request
 from namesrv.protocol.headers import (
     BrokerIdentityHeader,
     BrokerMemberGroupHeader,
@@ -50,11 +49,9 @@ from namesrv.protocol.headers import (
     ClusterHeader,
     HeaderError,
     KVConfigHeader,
-    NotifyMinBrokerIdChangeHeader,
     RegisterBrokerHeader,
     TopicHeader,
     decode_header,
-    encode_header,
 )
 from namesrv.protocol.types import BodyError, DataVersion, QueueData, RegisterBrokerBody, TopicRouteData
 from namesrv.routes.manager import RouteInfoManager, UnregisterRequest
@@ -100,21 +97,26 @@ class NodeObserver:
     def kv_config_changed(self, namespace: str, key: str, value: str | None) -> None: ...
 
 
-@dataclass
+@dataclass(frozen=True, slots=True, eq=False)
 class HandlerContext:
-    """Everything a handler may touch: the tables, the KV store, the settings, and the outlets."""
+    """Everything a handler may touch: the tables, the KV store, the settings, and the outlets.
+
+    Built whole, once, before the server serves (:func:`namesrv.app.build_node`); nothing is set on
+    it afterwards.
+    """
 
     config: NamesrvConfig
     routes: RouteInfoManager
     kv: KVConfigManager
     #: queue unregistrations for the batch service; False when its queue is full
     submit_unregister: Callable[[list[UnregisterRequest]], bool]
+    #: told about brokers and routes (the event publisher, when the node has Kafka)
     observer: NodeObserver = field(default_factory=NodeObserver)
     #: monotonic seconds at start, for needWaitForService
     started_at: float = 0.0
     now: Callable[[], float] = field(default=lambda: 0.0)
-    #: sends a NOTIFY_MIN_BROKER_ID_CHANGE to its targets without blocking; the server installs it
-    #: when it listens (None: nothing is sent, e.g. a node driven by tests without a server)
+    #: sends a NOTIFY_MIN_BROKER_ID_CHANGE to its targets without blocking
+    #: (:meth:`namesrv.notify.BrokerNotifier.notify`); None: nothing is sent (a node without a server)
     notify_brokers: Callable[[MinBrokerIdChange], None] | None = None
     #: runs blocking or large work off the event loop (config persistence, big registration bodies);
     #: one thread, so such work from any number of connections never takes more than one core
@@ -290,14 +292,6 @@ def _failed(request: RemotingCommand, e: Exception) -> RemotingCommand:
     if not isinstance(e, _REFUSALS):
         _bug_log.log(logging.ERROR, "handler for code %s failed", request.code, exc_info=e)
     return request.response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
-
-
-def min_broker_id_change_request(change: MinBrokerIdChange, opaque: int) -> RemotingCommand:
-    """The oneway NOTIFY_MIN_BROKER_ID_CHANGE a member of ``change``'s group is sent (absent values omitted)."""
-    header = NotifyMinBrokerIdChangeHeader(
-        change.min_broker_id, change.min_broker_addr, change.offline_broker_addr, change.ha_broker_addr
-    )
-    return new_request(RequestCode.NOTIFY_MIN_BROKER_ID_CHANGE, encode_header(header), opaque=opaque, oneway=True)
 
 
 # --- KV config ------------------------------------------------------------------------------

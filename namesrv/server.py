@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
 import logging
 import socket
 import time
@@ -23,7 +22,6 @@ from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
 from common.logs import LogThrottle, RateLimited
-from namesrv.client import parse_addr
 from namesrv.flow import Credit, large_holders, may_resume
 from namesrv.handlers import (
     BODY_LIMITS,
@@ -31,7 +29,6 @@ from namesrv.handlers import (
     HandlerContext,
     Pending,
     dispatch,
-    min_broker_id_change_request,
 )
 from namesrv.handshake import Acceptor, TransportSecurity, plaintext_only
 from namesrv.liveness import Departure, OnConnectionEnd, departure
@@ -41,16 +38,11 @@ from namesrv.protocol.codes import ResponseCode, SerializeType
 from namesrv.protocol.command import RemotingCommand
 from namesrv.repeats import Repeats
 from namesrv.request_stats import ONEWAY, RequestStats
-from namesrv.routes.model import MinBrokerIdChange
 
 log = logging.getLogger("namesrv.server")
 
 #: answers are written in batches of about this size, so one large read cannot queue without bound
 _WRITE_BATCH_BYTES = 64 * 1024
-#: how long Java's name-server client waits for a connection (NettyClientConfig.connectTimeoutMillis)
-NOTIFY_CONNECT_TIMEOUT_S = 3.0
-#: and for a oneway NOTIFY_MIN_BROKER_ID_CHANGE to be written (RouteInfoManager passes 300 ms)
-NOTIFY_SEND_TIMEOUT_S = 0.3
 #: node-wide bytes held for peers (unfinished frames, unread answers) before the largest holders wait
 BUFFER_BUDGET_BYTES = 64 * 1024 * 1024
 #: a connection holding less than this is never held back for the budget
@@ -398,7 +390,6 @@ class RemotingServer:
         mode = context.config.response_serialize_type.upper()
         self._echo_type = mode == "ECHO"
         self._response_type = SerializeType.ROCKETMQ if mode == "ROCKETMQ" else SerializeType.JSON
-        self._opaque = itertools.count(1)
         self.loop: asyncio.AbstractEventLoop | None = None
         #: bytes held for all connections as last counted (see Connection.held)
         self.held_total = 0
@@ -596,36 +587,6 @@ class RemotingServer:
         if policy is OnConnectionEnd.UNREGISTER:
             for r in requests:
                 self.context.observer.broker_unregistered(r, why)
-
-    def notify_min_broker_id_change(self, change: MinBrokerIdChange) -> None:
-        """Send the change to each of its targets in the background; failures are logged, never raised."""
-        log.info(
-            "min broker id of %s is now %d (%s), offline %s: notifying %s",
-            change.broker_name,
-            change.min_broker_id,
-            change.min_broker_addr,
-            change.offline_broker_addr,
-            list(change.notify_addrs),
-        )
-        for addr in change.notify_addrs:
-            cmd = min_broker_id_change_request(change, next(self._opaque))
-            cmd.serialize_type = self._response_type
-            self.spawn(self._send_oneway(addr, encode(cmd)), f"notify-{addr}")
-
-    async def _send_oneway(self, addr: str, frame: bytes) -> None:
-        try:
-            host, port = parse_addr(addr)
-            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), NOTIFY_CONNECT_TIMEOUT_S)
-        except (OSError, ValueError, asyncio.TimeoutError) as e:
-            log.info("could not connect to broker %s to notify it: %r", addr, e)
-            return
-        try:
-            writer.write(frame)
-            await asyncio.wait_for(writer.drain(), NOTIFY_SEND_TIMEOUT_S)
-        except (OSError, asyncio.TimeoutError) as e:
-            log.info("could not notify broker %s: %r", addr, e)
-        finally:
-            writer.close()  # flushes what is buffered, then closes
 
     def _read_socket_settings(self) -> None:
         """Netty reads these once, when it binds; so do we (an update at run time changes nothing)."""

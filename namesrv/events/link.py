@@ -27,8 +27,9 @@ from namesrv.events.actions import (
 from namesrv.events.publisher import EventPublisher, PublisherSettings, PublisherStats
 from namesrv.handlers import HandlerContext
 from namesrv.liveness import ExpiryScan, MonitorTrust, MonitorWatchdog, trusted_monitors
+from namesrv.routes.manager import RouteInfoManager
 
-__all__ = ["KafkaLink", "check_bootstrap_servers", "check_names", "default_node_name"]
+__all__ = ["KafkaLink", "check_bootstrap_servers", "check_names", "default_node_name", "event_publisher"]
 
 log = logging.getLogger("namesrv.events")
 
@@ -56,6 +57,14 @@ def check_names(config: NamesrvConfig) -> None:
             )
 
 
+def event_publisher(config: NamesrvConfig, routes: RouteInfoManager) -> EventPublisher:
+    """The observer of a node with Kafka, built before the parts that report to it; refuses settings
+    kafka-python or the event schema would choke on."""
+    check_bootstrap_servers(config.kafka_bootstrap_servers)
+    check_names(config)
+    return EventPublisher(PublisherSettings.from_config(config), routes)
+
+
 @dataclass
 class KafkaLink:
     """The Kafka side of one node: publisher (its observer), action consumer, applier, watchdog."""
@@ -68,19 +77,17 @@ class KafkaLink:
     consumer: ActionConsumer | None = None
 
     @classmethod
-    def attach(cls, config: NamesrvConfig, node: HandlerContext, expiry: ExpiryScan) -> KafkaLink:
-        """Build the parts and make the publisher the node's observer (before the server serves)."""
-        check_bootstrap_servers(config.kafka_bootstrap_servers)
-        check_names(config)
-        publisher = EventPublisher(PublisherSettings.from_config(config), node.routes)
-        node.observer = publisher
+    def build(
+        cls, config: NamesrvConfig, publisher: EventPublisher, context: HandlerContext, expiry: ExpiryScan
+    ) -> KafkaLink:
+        """The parts around ``publisher``, which ``context`` has as its observer (before the server serves)."""
         watchdog = MonitorWatchdog(
             expiry, config.monitor_silence_fallback_millis, grace_ms=config.monitor_decision_grace_millis
         )
         trust = MonitorTrust(trusted_monitors(config), watchdog)
         applier = ActionApplier(
-            node.routes,
-            node.submit_unregister,
+            context.routes,
+            context.submit_unregister,
             publisher.last_event_time,
             publisher,
             watchdog,

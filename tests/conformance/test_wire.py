@@ -279,10 +279,9 @@ def test_idle_connections_are_closed_and_their_brokers_unregistered(tmp_path):
 
 def test_a_closed_and_an_idled_out_connection_each_drop_their_broker_and_say_which(tmp_path):
     """Both end in CHANNEL_CLOSED (the observer's broker_unregistered) with a reason telling them apart."""
-    from namesrv.handlers import NodeObserver
     from tests.support.node import running_node
 
-    class Closes(NodeObserver):
+    class Closes:
         def __init__(self) -> None:
             self.reasons: dict[str, str] = {}
 
@@ -292,7 +291,8 @@ def test_a_closed_and_an_idled_out_connection_each_drop_their_broker_and_say_whi
     closes = Closes()
     cluster = V3_EXT["clusterName"]
     with running_node(tmp_path, serverChannelMaxIdleTimeSeconds="1") as n:
-        n.call(setattr, n.running.context, "observer", closes)
+        # the node's observer (one that tells no one, without Kafka) reports to the test as well
+        n.call(setattr, n.running.context.observer, "broker_unregistered", closes.broker_unregistered)
         with NameServerClient(n.addr) as idle:
             assert register_v3(idle).code == ResponseCode.SUCCESS  # 127.0.0.1:10911, then silent
             with NameServerClient(n.addr) as leaving:

@@ -436,9 +436,9 @@ def node_with_acl(tmp_path):
         None,
         {"kvConfigPath": str(tmp_path / "kv.json"), "aclEnable": "true", "aclFile": str(acl_file)},
     )
-    node, _, _ = build_node(config)
-    yield node
-    node.close()
+    context = build_node(config).context
+    yield context
+    context.close()
 
 
 def test_acl_off_by_default_and_the_file_under_rocketmq_home(tmp_path):

@@ -183,17 +183,16 @@ def harness(tmp_path, monkeypatch) -> Harness:
         "kvConfigPath": str(tmp_path / "kv.json"), "configStorePath": str(tmp_path / "namesrv.properties"),
         "serverChannelMaxIdleTimeSeconds": str(IDLE_LIMIT_S),
     })  # fmt: skip
-    node, unregistration, _ = build_node(config)
     observer = Departures()
-    node.observer = observer
+    parts = build_node(config, observer=observer)
     clock = Clock()
-    server = RemotingServer(node, clock=clock.seconds)
+    server = RemotingServer(parts.context, clock=clock.seconds)
     loop = FakeLoop(clock)
     server.loop = loop  # type: ignore[assignment]
     # the drop warnings are rate-limited per process: give this test its own budget
     monkeypatch.setattr(server_mod, "_drop_log", RateLimited(server_mod.log, per_minute=20))
-    yield Harness(server, loop, clock, observer, unregistration.drain_now)
-    node.close()
+    yield Harness(server, loop, clock, observer, parts.unregistrations.drain_now)
+    parts.context.close()
 
 
 def register_frame(broker_addr: str = BROKER, opaque: int = 1) -> bytes:

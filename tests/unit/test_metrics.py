@@ -115,7 +115,8 @@ def test_rpc_latency_is_rocketmqs_histogram_in_milliseconds_with_its_labels(tmp_
 
 def _node(tmp_path):
     config = load_config(None, {"kvConfigPath": str(tmp_path / "kv.json"), "configStorePath": str(tmp_path / "p")})
-    return build_node(config)
+    parts = build_node(config)
+    return parts.context, parts.unregistrations, parts.expiry
 
 
 def test_node_gauges_are_read_from_the_tables_and_the_scan_at_scrape_time(tmp_path):

@@ -84,11 +84,10 @@ def make_node(tmp_path, name: str, repeats: bool, **settings: str) -> Node:
         "kvConfigPath": str(tmp_path / f"{name}-kv.json"),
         "configStorePath": str(tmp_path / f"{name}.properties"), **settings,
     })  # fmt: skip
-    node, _, _ = build_node(config)
-    node.routes.now_ms = lambda: 5_000  # both nodes refresh their brokers to the same time
     observer = Heartbeats()
-    node.observer = observer
-    server = RemotingServer(node)
+    context = build_node(config, observer=observer).context
+    context.routes.now_ms = lambda: 5_000  # both nodes refresh their brokers to the same time
+    server = RemotingServer(context)
     if not repeats:
         server.repeats = None
     n = Node(server, observer)
@@ -252,7 +251,6 @@ def test_frames_that_only_look_repeatable_take_the_full_path(pair):
 
 def test_nothing_is_repeated_while_the_node_is_not_ready(tmp_path):
     waiting = make_node(tmp_path, "waiting", True, needWaitForService="true", waitSecondsForService="3600")
-    waiting.server.context.started_at = waiting.server.context.now()
     waiting.feed(route("T1", 1) * 4)
     assert [a.remark for a in commands(waiting.taken())] == ["name server not ready"] * 4
     assert len(waiting.server.repeats) == 0
