@@ -473,7 +473,7 @@ def make_run_start(tmp: Path, timeout: float = 300.0) -> Run:
     """``python -m infra.stack up`` (``make run``) on free ports in ``tmp``: its start to the job's first heartbeat."""
     import subprocess
 
-    from infra.services import free_port, tcp_answers
+    from infra.processes import free_port, tcp_answers
     from infra.stack import UP_STOP_TIMEOUT_S
     from tests.support.recovery import first_heartbeat
     from tests.support.system import ACTIONS, KafkaTap

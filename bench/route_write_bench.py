@@ -27,7 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from common import redis_clients  # noqa: E402
-from infra.services import RedisService, free_port  # noqa: E402
+from infra.processes import free_port  # noqa: E402
+from infra.redis import RedisService  # noqa: E402
 from streaming.routes import RedisRouteStore, RouteModel  # noqa: E402
 from tests.support.route_events import reg_event  # noqa: E402
 

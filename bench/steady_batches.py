@@ -25,7 +25,7 @@ import streaming_bench as sb  # this directory: the throughput bench's stack, lo
 
 from common import kafka_clients
 from common.contract import encode_event, event_key
-from infra.services import TopicSpec
+from infra.config import TopicSpec
 
 #: the parts of a batch Spark reports (``StreamingQueryProgress.durationMs``), in the order they happen
 PARTS = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution")

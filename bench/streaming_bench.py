@@ -48,7 +48,10 @@ from common.contract import (  # noqa: E402
     encode_event,
     event_key,
 )
-from infra.services import KafkaService, RedisService, TopicSpec, free_port  # noqa: E402
+from infra.config import TopicSpec  # noqa: E402
+from infra.kafka import KafkaService  # noqa: E402
+from infra.processes import free_port  # noqa: E402
+from infra.redis import RedisService  # noqa: E402
 from streaming.config import CONSUMER_OPTIONS  # noqa: E402
 from streaming.events import EVENTS_METRIC  # noqa: E402
 
@@ -701,7 +704,7 @@ class Live:
 
 def shipped_settings(system) -> list[tuple[str, str]]:
     """The settings the job and the nodes run with, read from the conf files with the stack's overrides."""
-    from infra.services import DEFAULT_TOPICS
+    from infra.config import DEFAULT_TOPICS
     from namesrv.config import load_config as node_config
     from streaming.config import load_config as job_config_of
 

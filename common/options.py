@@ -2,7 +2,7 @@
 
 Each table stays next to what it configures, because the tables are the documentation
 (:class:`namesrv.config.NamesrvConfig`, :data:`streaming.config.OPTIONS`,
-:data:`infra.services.OPTIONS`).  What they share lives here, so that a value means the same thing
+:data:`infra.config.OPTIONS`).  What they share lives here, so that a value means the same thing
 in every file: one error (:class:`ConfigError`), one message shape for a value that does not parse
 (:func:`convert`), typed converters (:class:`Converter`), one boolean syntax (:func:`parse_bool`),
 Java's integer syntax, and one way to keep a secret out of the file that names it

@@ -1,34 +1,11 @@
-"""Local services for development and tests: Apache Kafka (one KRaft node) and Redis on loopback ports.
+"""The local system's processes, for development, tests and ``make run``; ``infra/deploy/`` deploys for real.
 
-See :mod:`infra.services` (``python -m infra.services start|stop|status``) and
-``infra/deploy/`` for a real deployment. Names are re-exported lazily so that
-``python -m infra.services`` does not import the module twice.
+Each module is one room: :mod:`infra.processes` (the base of every service: a tracked child process, its
+pidfile, ports, PIDs, binaries), :mod:`infra.config` (``conf/services.properties``), :mod:`infra.kafka`
+(Apache Kafka, one KRaft node or a cluster, and topic admin), :mod:`infra.redis` (Redis),
+:mod:`infra.apps` (a name-server node, the console, the Spark job), :mod:`infra.supervisor` (restarting
+what dies), :mod:`infra.stack` (``python -m infra.stack``: ``make run`` and ``make stop``),
+:mod:`infra.services` (``python -m infra.services``: Kafka and Redis by hand), and the replicated
+topology's parts: :mod:`infra.topology`, :mod:`infra.redis_cluster`, :mod:`infra.spark_cluster`,
+:mod:`infra.rocketmq`.
 """
-
-from __future__ import annotations
-
-import importlib
-from typing import Any
-
-__all__ = [
-    "BinaryNotFoundError",
-    "ConfigError",
-    "KafkaService",
-    "PortInUseError",
-    "RedisBackend",
-    "RedisService",
-    "ServiceError",
-    "ServiceStatus",
-    "ServicesConfig",
-    "TopicSpec",
-    "free_port",
-    "load_config",
-    "parse_topics",
-    "services_from_config",
-]
-
-
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        return getattr(importlib.import_module("infra.services"), name)
-    raise AttributeError(f"module 'infra' has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """The system's own processes as services: a name-server node, the console, and the Spark liveness job.
 
-Each is a :class:`infra.services.ProcessService` (a child in a session of its own, with a pidfile and a log
+Each is a :class:`infra.processes.ProcessService` (a child in a session of its own, with a pidfile and a log
 in its run dir), started by ``make run``'s stack (:mod:`infra.stack`) and by the replicated topology
 (:mod:`infra.topology`). :class:`StreamingJob` runs under ``python -m streaming`` or spark-submit and
 stops everything it left in its session; the ``/proc`` helpers below tell the job's processes from
@@ -15,20 +15,19 @@ import os
 import shutil
 import signal
 import sys
-import time
 from enum import StrEnum
 from pathlib import Path
 
 from common import procfs
 from common.options import ConfigError
-from infra.services import (
+from infra.processes import (
     LOOPBACK,
     BinaryNotFoundError,
     ProcessService,
     ServiceError,
+    end_session,
     jvm_jars,
     package_file,
-    pid_alive,
 )
 from streaming.config import StreamingConfig
 from streaming.config import load_config as load_streaming_config
@@ -282,7 +281,7 @@ class StreamingJob(ProcessService):
                 )
             super().stop(timeout)
         if leader is not None and leader.session == pid:
-            _end_session(pid)
+            end_session(pid)
         return True
 
 
@@ -310,35 +309,3 @@ def _submitted_driver(pid: int) -> int | None:
             if any(a.endswith(f"streaming{os.sep}__main__.py") for a in child_args):
                 return child
     return None
-
-
-def _end_session(sid: int, grace: float = 10.0) -> None:
-    """Wait ``grace`` seconds for what is left in session ``sid`` to exit by itself, then SIGKILL it.
-
-    Only called for a session whose leader we started and just stopped: a session's ID stays taken
-    while any member lives, so nothing else can be in it.
-    """
-
-    def members() -> list[int]:
-        return [p for p, st in procfs.all_stats().items() if st.session == sid and p != os.getpid() and pid_alive(p)]
-
-    deadline = time.monotonic() + grace
-    while (left := members()) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for pid in left:
-        log.warning("streaming: pid %d of the job's session outlived the job by %.0fs; SIGKILL", pid, grace)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 5.0
-    while members() and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-def _end_dead_session(sid: int, grace: float) -> None:
-    """End what is left in the session of a dead leader ``sid`` (every service is started as one).
-
-    While any member lives the kernel keeps the number ``sid`` taken, so a live process with that
-    PID means the session is gone and the number reused: then there is nothing of ours to end.
-    """
-    if not pid_alive(sid):
-        _end_session(sid, grace)

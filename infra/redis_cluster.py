@@ -11,7 +11,7 @@ file from an earlier run lets the nodes meet again from them instead. Either way
 a deadline, until every node says ``cluster_state:ok``, every replica's link is up and every replica
 has acknowledged a write of its master (:meth:`RedisCluster.streaming`). Nothing is persisted unless
 ``appendonly`` is set. :meth:`RedisCluster.stop` SIGTERMs each server by PID, then SIGKILLs it if it
-lingers. A missing redis-server or redis-cli is a :class:`~infra.services.BinaryNotFoundError`.
+lingers. A missing redis-server or redis-cli is a :class:`~infra.processes.BinaryNotFoundError`.
 :attr:`RedisCluster.url` is the project's cluster URL naming every node (``docs/redis-keys.md``).
 
 Faults: :meth:`RedisCluster.owner` names the master serving a key's slot (``CLUSTER KEYSLOT``,
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from common import procfs
-from infra.services import (
+from infra.processes import (
     LOOPBACK,
     BinaryNotFoundError,
     PortInUseError,

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from infra.services import free_port, java_binary, jvm_jars, poll_until
+from infra.processes import free_port, java_binary, jvm_jars, poll_until
 from namesrv.client import NameServerClient
 
 T = TypeVar("T")

@@ -14,8 +14,8 @@ the executor's Python workers), as a host that dies takes them all; :meth:`Spark
 starts it again with its cores, memory and work directory, so the cluster gets its capacity back. The
 environment the daemons get is the caller's plus ``SPARK_LOCAL_IP``: executors inherit it, so a
 ``PYTHONPATH`` the caller sets reaches the executors' Python workers as well. A missing pyspark is a
-:class:`~infra.services.BinaryNotFoundError`; a daemon that exits or a deadline passed, a
-:class:`~infra.services.ServiceError`.
+:class:`~infra.processes.BinaryNotFoundError`; a daemon that exits or a deadline passed, a
+:class:`~infra.processes.ServiceError`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common import procfs
-from infra.services import (
+from infra.processes import (
     LOOPBACK,
     BinaryNotFoundError,
     ServiceError,

@@ -3,7 +3,7 @@
 ``python -m infra.stack up --topology ha`` starts it and keeps it in the foreground; ``make chaos``
 puts faults on it. It is the reference production layout of ``docs/deploy.md``, on loopback:
 
-- Apache Kafka, three KRaft nodes (:class:`infra.services.KafkaCluster`): the topics on 3 replicas,
+- Apache Kafka, three KRaft nodes (:class:`infra.kafka.KafkaCluster`): the topics on 3 replicas,
   ``min.insync.replicas`` 2; the nodes' and the monitor's producers write with ``acks=all`` and
   idempotence;
 - Redis Cluster, three masters and three replicas (:class:`infra.redis_cluster.RedisCluster`), with
@@ -31,16 +31,10 @@ from pathlib import Path
 
 from common import procfs
 from infra.apps import REPO, NodeService, StreamingJob
+from infra.config import DEFAULT_TOPICS
+from infra.kafka import KafkaCluster
+from infra.processes import LOOPBACK, ProcessService, ServiceError, free_port, pid_alive
 from infra.redis_cluster import RedisCluster
-from infra.services import (
-    DEFAULT_TOPICS,
-    LOOPBACK,
-    KafkaCluster,
-    ProcessService,
-    ServiceError,
-    free_port,
-    pid_alive,
-)
 from infra.spark_cluster import SparkCluster
 
 __all__ = ["Layout", "Part", "Topology"]

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from infra.services import KafkaService, RedisService, free_port
+from infra.kafka import KafkaService
+from infra.processes import free_port
+from infra.redis import RedisService
 from tests.integration.images import build
 from tests.support import alertmanager
 from tests.support.backends import (

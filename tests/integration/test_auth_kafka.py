@@ -20,7 +20,7 @@ import pytest
 from common import kafka_clients
 from common.contract import Action, ActionType, EventType
 from common.kafka_clients import KafkaSecurity
-from infra.services import KafkaService
+from infra.kafka import KafkaService
 from namesrv.client import NameServerClient
 from tests.support.brokers import register_broker
 from tests.support.kafka import CLIENT, EventReader, fresh_topics, kafka_broker, publish_actions

@@ -21,7 +21,8 @@ import pytest
 import redis
 
 from common.redis_clients import RedisUrlError, connect, describe_error, redact_url
-from infra.services import RedisServerTls, RedisService, free_port
+from infra.processes import free_port
+from infra.redis import RedisServerTls, RedisService
 from namesrv.config import NamesrvConfig
 from namesrv.routes import RouteSettings
 from namesrv.routes.manager import RouteInfoManager

@@ -190,7 +190,7 @@ def test_redis_unreachable_is_shown_not_fatal(writer: Writer):
         stream.close()
 
     async def main() -> None:
-        from infra.services import free_port
+        from infra.processes import free_port
 
         url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
         client = redis_clients.connect(url, timeout_s=0.5)

@@ -1,7 +1,7 @@
 """The console in a real browser: a broker ``namesrv simulate`` registers shows up, then turns expired when it goes silent.
 
 Kafka, Redis, one node and the Spark job as processes (:class:`tests.support.system.System`),
-the console as ``make run`` starts it (:class:`infra.stack.ConsoleService`), the simulator as the
+the console as ``make run`` starts it (:class:`infra.apps.ConsoleService`), the simulator as the
 README shows it (``namesrv simulate ... --silent 1 --silent-after S``, the brokers' own timeout
 short), and Debian's headless Chromium driven by selenium. The test reads only the page's DOM,
 polled with a deadline: the rows, their ``data-state`` and the open alerts, as a person would see
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from infra.apps import ConsoleService
-from infra.services import free_port
+from infra.processes import free_port
 from tests.support.backends import ProcessInfra
 from tests.support.system import REPO, System, Timing
 from tests.support.wait import wait_until

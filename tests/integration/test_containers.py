@@ -74,7 +74,9 @@ def test_testcontainers_runs_redis_and_apache_kafka_from_them(docker_host, image
     from testcontainers.community.redis import RedisContainer
     from testcontainers.core.container import DockerContainer
 
-    from infra.services import TopicSpec, ensure_topics, free_port
+    from infra.config import TopicSpec
+    from infra.kafka import ensure_topics
+    from infra.processes import free_port
 
     with docker_env(docker_host):
         t0 = time.monotonic()

@@ -14,7 +14,8 @@ import pytest
 
 from common import kafka_clients
 from common.contract import Action, ActionType, DataVersionInfo, EventType, QueueInfo
-from infra.services import KafkaService, TopicSpec, ensure_topics, kafka_admin
+from infra.config import TopicSpec
+from infra.kafka import KafkaService, ensure_topics, kafka_admin
 from namesrv.client import NameServerClient
 from namesrv.protocol import bodies
 from namesrv.protocol.codes import RequestCode, ResponseCode

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from common import procfs, redis_clients
+from infra.processes import pid_alive, port_is_free
 from infra.redis_cluster import BUS_PORT_OFFSET
-from infra.services import pid_alive, port_is_free
 from infra.spark_cluster import SparkCluster
 from tests.support.redis_cluster import RedisCluster, redis_cluster
 from tests.support.wait import wait_until

@@ -21,18 +21,11 @@ import redis
 from kafka import TopicPartition
 
 from common import kafka_clients, procfs
-from infra.services import (
-    KafkaService,
-    RedisBackend,
-    RedisService,
-    ServiceError,
-    TopicSpec,
-    free_port,
-    kafka_admin,
-    main,
-    pid_alive,
-    port_is_free,
-)
+from infra.config import RedisBackend, TopicSpec
+from infra.kafka import KafkaService, kafka_admin
+from infra.processes import ServiceError, free_port, pid_alive, port_is_free
+from infra.redis import RedisService
+from infra.services import main
 
 TOPICS = (TopicSpec("ev", 4), TopicSpec("act", 1))
 

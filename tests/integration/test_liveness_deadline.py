@@ -20,7 +20,7 @@ import pytest
 
 from common import kafka_clients
 from common.contract import Action, ActionType, Event, EventType, encode_action, encode_event, wall_ms
-from infra.services import pid_alive
+from infra.processes import pid_alive
 from tests.support import report as summary
 from tests.support.backends import ProcessInfra
 from tests.support.liveness import Stack, bounds_now, gone_times, last_heard_ms, running

@@ -168,7 +168,7 @@ def test_a_node_warm_starts_from_the_cluster_and_the_cli_reads_it(cluster: Redis
 def test_an_unreachable_cluster_is_a_redis_error_at_the_first_command(tmp_path: Path) -> None:
     from redis.exceptions import ConnectionError
 
-    from infra.services import free_port
+    from infra.processes import free_port
 
     client = redis_clients.connect(f"redis+cluster://127.0.0.1:{free_port()}", timeout_s=1, retries=False)
     with pytest.raises(ConnectionError):

@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from common.contract import wall_ms
-from infra.services import ServiceError, free_port
+from infra.processes import ServiceError, free_port
 from namesrv.client import NameServerClient
 from streaming.routes import RouteLookup
 from tests.support import report as summary

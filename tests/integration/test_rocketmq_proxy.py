@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from infra.processes import BinaryNotFoundError, jvm_jars
 from infra.rocketmq import (
     REPO,
     ROCKETMQ_5,
@@ -39,7 +40,6 @@ from infra.rocketmq import (
     start_broker,
     start_proxy,
 )
-from infra.services import BinaryNotFoundError, jvm_jars
 from tests.support.node import running_node
 from tests.support.rocketmq import start_java_namesrv
 

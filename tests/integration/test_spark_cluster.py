@@ -36,7 +36,7 @@ from common.contract import (
     encode_event,
     event_key,
 )
-from infra.services import TopicSpec
+from infra.config import TopicSpec
 from streaming.routes import RouteLookup
 from tests.support.spark_cluster import SparkCluster, spark_cluster
 from tests.support.system import ACTIONS, ALERTS, EVENTS, KafkaTap, log_tail

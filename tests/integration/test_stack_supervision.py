@@ -25,7 +25,9 @@ import pytest
 import redis
 
 from infra.apps import NodeService, StreamingJob
-from infra.services import ProcessService, RedisService, _read_pidfile, free_port, pid_alive, port_is_free
+from infra.processes import ProcessService, free_port, pid_alive, port_is_free
+from infra.processes import read_pidfile as _read_pidfile
+from infra.redis import RedisService
 from infra.stack import UP_PIDFILE, build_parser, build_stack
 from namesrv.client import NameServerClient
 from streaming.routes import RouteLookup

@@ -29,7 +29,8 @@ from common.contract import (
     event_key,
     wall_ms,
 )
-from infra.services import TopicSpec, free_port
+from infra.config import TopicSpec
+from infra.processes import free_port
 from streaming import job
 from streaming.alerts import decode_alert
 from streaming.config import load_config

@@ -36,7 +36,9 @@ from common.contract import (
     event_key,
 )
 from common.kafka_clients import KafkaSecurity
-from infra.services import KafkaService, TopicSpec, free_port, pid_alive
+from infra.config import TopicSpec
+from infra.kafka import KafkaService
+from infra.processes import free_port, pid_alive
 from streaming import job, session
 from streaming.config import load_config
 from tests.support.wait import wait_until

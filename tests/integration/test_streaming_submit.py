@@ -23,7 +23,8 @@ import pytest
 from common import kafka_clients, procfs
 from common.contract import DataVersionInfo, Event, EventType, QueueInfo, encode_event, event_key
 from infra.apps import REPO, StreamingJob
-from infra.services import TopicSpec, pid_alive
+from infra.config import TopicSpec
+from infra.processes import pid_alive
 from streaming.routes import RouteLookup
 from tests.support.system import _start_time, descendants, log_tail
 from tests.support.wait import wait_until

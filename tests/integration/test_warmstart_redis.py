@@ -15,7 +15,8 @@ import time
 import pytest
 
 from common.contract import DataVersionInfo, Event, EventType, QueueInfo
-from infra.services import RedisService, free_port
+from infra.processes import free_port
+from infra.redis import RedisService
 from namesrv.client import NameServerClient
 from namesrv.protocol import bodies
 from namesrv.protocol.codes import RequestCode, ResponseCode

@@ -21,17 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from infra.services import (
-    DEFAULT_TOPICS,
-    KafkaCluster,
-    KafkaService,
-    RedisService,
-    ServiceError,
-    ensure_topics,
-    free_port,
-    kafka_admin,
-    tcp_answers,
-)
+from infra.config import DEFAULT_TOPICS
+from infra.kafka import KafkaCluster, KafkaService, ensure_topics, kafka_admin
+from infra.processes import ServiceError, free_port, tcp_answers
+from infra.redis import RedisService
 from tests.integration.images import build
 from tests.support.system import ACTIONS, ALERTS, EVENTS, SystemFailure, log_tail
 from tests.support.wait import wait_until
@@ -155,7 +148,7 @@ REPLICATED_LAYOUT = {
 class ReplicatedInfra:
     """Apache Kafka as three KRaft nodes and redis-server as local processes on free loopback ports.
 
-    The replicated layout of docs/deploy.md (:class:`infra.services.KafkaCluster`: every node a broker and
+    The replicated layout of docs/deploy.md (:class:`infra.kafka.KafkaCluster`: every node a broker and
     a controller, the topics on three replicas with ``min.insync.replicas`` 2), its leaders placed as
     :data:`REPLICATED_LAYOUT` says. A test kills, restarts and freezes its Kafka nodes one at a time, by
     node id (1..3); each run of a node logs in a directory of its own, so the log of the run that was

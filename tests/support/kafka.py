@@ -10,7 +10,9 @@ from typing import Any
 
 from common import kafka_clients
 from common.contract import Action, Event, decode_event, encode_action
-from infra.services import KafkaService, TopicSpec, free_port
+from infra.config import TopicSpec
+from infra.kafka import KafkaService
+from infra.processes import free_port
 from tests.support.wait import wait_until
 
 #: settings of the tests' clients (common.kafka_clients): pinned, like the node's, and quick to give up

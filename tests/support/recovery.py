@@ -1,6 +1,6 @@
 """How long the monitor is away after its job dies: ``make run``'s restart, watched from outside.
 
-:class:`Supervising` runs ``make run``'s own :class:`infra.stack.Supervisor` over the job, in a
+:class:`Supervising` runs ``make run``'s own :class:`infra.supervisor.Supervisor` over the job, in a
 thread, as ``up`` does, and notes each death it handled and each restart, with the wall clock the
 nodes stamp events with. :func:`first_heartbeat` finds the first MONITOR_HEARTBEAT decided after a
 moment: the nodes hand expiry back to the monitor at that beat, so it is the new job's first
@@ -16,8 +16,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from common.contract import wall_ms
-from infra.services import ProcessService
-from infra.stack import Supervisor, _end_dead_session
+from infra.processes import ProcessService
+from infra.processes import end_dead_session as _end_dead_session
+from infra.supervisor import Supervisor
 from tests.support.wait import wait_until
 
 

@@ -1,7 +1,7 @@
 """The Redis Cluster of :mod:`infra.redis_cluster`, for tests: the same, but a test skips when redis-server is missing.
 
 :class:`RedisCluster` and :func:`redis_cluster` are infra's with one difference: where infra's raise
-:class:`~infra.services.BinaryNotFoundError` (no redis-server or redis-cli on PATH), these skip the test.
+:class:`~infra.processes.BinaryNotFoundError` (no redis-server or redis-cli on PATH), these skip the test.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from infra import redis_cluster as _infra
+from infra.processes import BinaryNotFoundError
 from infra.redis_cluster import NODE_TIMEOUT_MS
-from infra.services import BinaryNotFoundError
 
 __all__ = ["NODE_TIMEOUT_MS", "RedisCluster", "redis_cluster"]
 

@@ -20,6 +20,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from infra.processes import java_binary
+
 # the process parts live in infra.rocketmq, for programs that are not tests; re-exported for the tests
 from infra.rocketmq import (
     _OUTPUT_TAIL,
@@ -43,7 +45,6 @@ from infra.rocketmq import (
     restart_broker,
     start_broker,
 )
-from infra.services import java_binary
 from namesrv.client import NameServerClient
 from namesrv.protocol import fastjson
 from namesrv.protocol.bodies import decode_data_version, decode_kv_table, encode_data_version

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from common import kafka_clients, procfs
 from infra.apps import NodeService, StreamingJob
-from infra.services import DEFAULT_TOPICS, ServiceError, free_port, pid_alive
+from infra.config import DEFAULT_TOPICS
+from infra.processes import ServiceError, free_port, pid_alive
 from tests.support.wait import wait_until
 
 if TYPE_CHECKING:

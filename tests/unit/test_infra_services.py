@@ -17,27 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from infra import services
-from infra.services import (
-    BinaryNotFoundError,
-    ConfigError,
-    KafkaCluster,
-    KafkaService,
-    PortInUseError,
-    RedisBackend,
-    RedisService,
-    ServiceError,
-    ServicesConfig,
-    TopicSpec,
-    config_from_properties,
-    data_dir_locked,
-    free_port,
-    kafka_cluster_id,
-    load_config,
-    main,
-    parse_topics,
-    services_from_config,
-)
+from common.options import ConfigError
+from infra.config import RedisBackend, ServicesConfig, TopicSpec, config_from_properties, load_config, parse_topics
+from infra.kafka import KafkaCluster, KafkaService, data_dir_locked, kafka_cluster_id
+from infra.processes import BinaryNotFoundError, PortInUseError, ServiceError, free_port
+from infra.redis import RedisService
+from infra.services import main, services_from_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -222,14 +207,14 @@ def jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     jvm = tmp_path / "jvm"
     (jvm / "kafka-broker").mkdir(parents=True)
     (jvm / "kafka-broker" / "kafka.jar").write_bytes(b"")
-    monkeypatch.setattr(services, "JVM_DIR", jvm)
+    monkeypatch.setattr("infra.processes.JVM_DIR", jvm)
     return jvm / "kafka-broker"
 
 
 def test_the_command_runs_kafka_with_the_heap_the_config_and_a_quiet_log(
     tmp_path: Path, jars: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(services, "java_binary", lambda: Path("/opt/jdk/bin/java"))
+    monkeypatch.setattr("infra.kafka.java_binary", lambda: Path("/opt/jdk/bin/java"))
     kafka = KafkaService(port=20001, controller_port=20002, run_dir=tmp_path / "run", heap="768m")
     monkeypatch.setattr(kafka, "format_storage", kafka._write_config)  # formatting runs the JVM
     command = kafka._command(Path("/opt/jdk/bin/java"))
@@ -242,7 +227,7 @@ def test_the_command_runs_kafka_with_the_heap_the_config_and_a_quiet_log(
 
 
 def test_missing_jars_say_how_to_get_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(services, "JVM_DIR", tmp_path / "nothing")
+    monkeypatch.setattr("infra.processes.JVM_DIR", tmp_path / "nothing")
     service = KafkaService(port=free_port(), run_dir=tmp_path)
     with pytest.raises(BinaryNotFoundError, match=r"kafka-broker has no jars: run `make setup`"):
         service.start()
@@ -269,7 +254,7 @@ def test_cluster_ids_are_kafka_uuids_and_fresh() -> None:
 
 def test_a_cluster_id_never_starts_with_a_dash_which_kafka_storage_takes_for_an_option(monkeypatch) -> None:
     draws = iter([b"\xf8" + bytes(15), bytes(16)])  # the first encodes to "-AAA...": drawn again
-    monkeypatch.setattr("infra.services.os.urandom", lambda n: next(draws))
+    monkeypatch.setattr("infra.kafka.os.urandom", lambda n: next(draws))
     assert kafka_cluster_id() == "A" * 22
 
 
@@ -288,7 +273,7 @@ def test_a_java_pid_counts_as_kafka_only_if_it_runs_kafka(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], ours: bool
 ) -> None:
     # every JVM's binary is java: this interpreter plays java, and only the command line tells them apart
-    monkeypatch.setattr(services, "java_binary", lambda: Path(sys.executable))
+    monkeypatch.setattr("infra.kafka.java_binary", lambda: Path(sys.executable))
     child = _child(*args)
     try:
         kafka = KafkaService(port=free_port(), run_dir=tmp_path)
@@ -301,7 +286,7 @@ def test_a_java_pid_counts_as_kafka_only_if_it_runs_kafka(
 
 
 def test_a_pid_of_another_binary_is_not_ours(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(services, "java_binary", lambda: Path("/nonexistent/java"))
+    monkeypatch.setattr("infra.kafka.java_binary", lambda: Path("/nonexistent/java"))
     child = _child("kafka.Kafka")
     try:
         kafka = KafkaService(port=free_port(), run_dir=tmp_path)

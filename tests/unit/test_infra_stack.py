@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from infra import apps, stack
+from infra import apps, stack, supervisor
 from infra.apps import REPO, StreamingJob
-from infra.services import ServiceError
+from infra.processes import ServiceError
 from tests.support.clock import Clock
 
 
@@ -102,7 +102,7 @@ def test_a_pid_just_past_exec_with_no_command_line_yet_counts_as_the_job(monkeyp
 
 def test_restarts_back_off_from_one_second_doubling_to_a_minute():
     clock = Clock()
-    policy = stack.RestartPolicy(clock.seconds)
+    policy = supervisor.RestartPolicy(clock.seconds)
     policy.started()
     delays = []
     for _ in range(9):
@@ -116,7 +116,7 @@ def test_restarts_back_off_from_one_second_doubling_to_a_minute():
 
 def test_a_failed_start_counts_as_a_death_with_no_uptime():
     clock = Clock()
-    policy = stack.RestartPolicy(clock.seconds)
+    policy = supervisor.RestartPolicy(clock.seconds)
     policy.started()
     clock.advance(seconds=3600)
     assert policy.died() == 1
@@ -128,7 +128,7 @@ def test_a_failed_start_counts_as_a_death_with_no_uptime():
 @pytest.mark.parametrize("lived, next_delay", [(59.9, 8), (60.0, 1)])
 def test_a_run_that_lasted_stable_after_resets_the_back_off(lived, next_delay):
     clock = Clock()
-    policy = stack.RestartPolicy(clock.seconds)
+    policy = supervisor.RestartPolicy(clock.seconds)
     policy.started()
     for _ in range(3):  # 1, 2, 4
         clock.advance(seconds=policy.died())
@@ -139,7 +139,7 @@ def test_a_run_that_lasted_stable_after_resets_the_back_off(lived, next_delay):
 
 def test_a_restart_is_due_only_once_its_delay_has_passed():
     clock = Clock()
-    policy = stack.RestartPolicy(clock.seconds, first_delay=2.0)
+    policy = supervisor.RestartPolicy(clock.seconds, first_delay=2.0)
     policy.started()
     assert not policy.waiting and not policy.due() and policy.seconds_left() is None
     policy.died()
@@ -155,7 +155,7 @@ def test_a_restart_is_due_only_once_its_delay_has_passed():
 @pytest.mark.parametrize("kwargs", [dict(first_delay=0), dict(first_delay=10, max_delay=5), dict(stable_after=-1)])
 def test_a_back_off_that_cannot_work_is_refused(kwargs):
     with pytest.raises(ValueError, match="restart back-off"):
-        stack.RestartPolicy(Clock().seconds, **kwargs)
+        supervisor.RestartPolicy(Clock().seconds, **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -172,9 +172,9 @@ def test_a_back_off_that_cannot_work_is_refused(kwargs):
     ],
 )
 def test_an_exit_is_said_in_words(code, text):
-    assert text in stack.describe_exit(code)
+    assert text in supervisor.describe_exit(code)
     if code == 255:  # 128 + 127: no signal has that number
-        assert stack.describe_exit(code) == text
+        assert supervisor.describe_exit(code) == text
 
 
 class FakeService:
@@ -213,7 +213,7 @@ def supervised(tmp_path):
     services = {name: FakeService(name, tmp_path, pid) for name, pid in (("kafka", 11), ("namesrv-1", 22))}
     out = io.StringIO()
     ended: list[int] = []
-    sup = stack.Supervisor(
+    sup = supervisor.Supervisor(
         list(services.values()), clock=clock.seconds, out=out, end_session=lambda sid, grace: ended.append(sid)
     )
     return sup, services, clock, out, ended
@@ -319,30 +319,31 @@ ALERT = (
 
 def test_the_job_s_last_error_is_its_own_line_not_spark_s_trace():
     ours_warning = "ts=2025-01-01T00:00:00.000Z level=warning logger=streaming.progress msg=slow"
-    assert stack.own_last_error("\n".join([OWN_ERROR, ours_warning, DYING_QUERY]), WALL) == OWN_ERROR
-    assert stack.own_last_error("\n".join([ours_warning, DYING_QUERY]), WALL) is None
+    assert supervisor.own_last_error("\n".join([OWN_ERROR, ours_warning, DYING_QUERY]), WALL) == OWN_ERROR
+    assert supervisor.own_last_error("\n".join([ours_warning, DYING_QUERY]), WALL) is None
     exit_line = "error: the streaming query failed 6 times within 600 s; last: boom"
-    assert stack.own_last_error("\n".join([OWN_ERROR, exit_line, DYING_QUERY]), WALL) == exit_line
+    assert supervisor.own_last_error("\n".join([OWN_ERROR, exit_line, DYING_QUERY]), WALL) == exit_line
     long = OWN_ERROR + " exc=" + "x" * 5000
-    assert stack.own_last_error(long, WALL) == long[:600] + " ..."
+    assert supervisor.own_last_error(long, WALL) == long[:600] + " ..."
 
 
 def test_an_alert_is_not_the_job_s_error():
-    assert stack.own_last_error("\n".join([ALERT, DYING_QUERY]), WALL) is None
-    assert stack.own_last_error("\n".join([OWN_ERROR, ALERT, DYING_QUERY]), WALL) == OWN_ERROR
+    assert supervisor.own_last_error("\n".join([ALERT, DYING_QUERY]), WALL) is None
+    assert supervisor.own_last_error("\n".join([OWN_ERROR, ALERT, DYING_QUERY]), WALL) == OWN_ERROR
     other = ALERT.replace("logger=streaming.alerts", "logger=streaming.alertsink")
-    assert stack.own_last_error(other, WALL) == other  # only the alerts logger itself, by name
+    assert supervisor.own_last_error(other, WALL) == other  # only the alerts logger itself, by name
 
 
 def test_only_an_error_logged_at_or_after_since_counts_and_the_exit_message_always():
-    assert stack.own_last_error(OWN_ERROR, WALL + 1) == OWN_ERROR
-    assert stack.own_last_error(OWN_ERROR, WALL + 1.001) is None
+    assert supervisor.own_last_error(OWN_ERROR, WALL + 1) == OWN_ERROR
+    assert supervisor.own_last_error(OWN_ERROR, WALL + 1.001) is None
     older = OWN_ERROR.replace("00:00:01.000Z", "00:00:00.500Z")
-    assert stack.own_last_error("\n".join([OWN_ERROR, older]), WALL + 1) == OWN_ERROR  # the last in time, not in place
+    # the last in time, not in place
+    assert supervisor.own_last_error("\n".join([OWN_ERROR, older]), WALL + 1) == OWN_ERROR
     unreadable = OWN_ERROR.replace("2025-01-01T00:00:01.000Z", "yesterday")
-    assert stack.own_last_error(unreadable, 0) is None  # no time to judge it by: not a last word
+    assert supervisor.own_last_error(unreadable, 0) is None  # no time to judge it by: not a last word
     exit_line = "error: the streaming query failed 6 times within 600 s; last: boom"
-    assert stack.own_last_error("\n".join([OWN_ERROR, exit_line]), WALL + 3600) == exit_line
+    assert supervisor.own_last_error("\n".join([OWN_ERROR, exit_line]), WALL + 3600) == exit_line
 
 
 def job_dies(tmp_path: Path, code: int, last_words: str, *, alive_at: float = WALL + 2) -> tuple[str, StreamingJob]:
@@ -354,7 +355,7 @@ def job_dies(tmp_path: Path, code: int, last_words: str, *, alive_at: float = WA
     j.running_pid, j.exit_code = fake.running_pid, fake.exit_code  # type: ignore[method-assign]
     wall = Clock()
     wall.set(seconds=alive_at)
-    sup = stack.Supervisor(
+    sup = supervisor.Supervisor(
         [j], clock=Clock().seconds, out=out, end_session=lambda sid, grace: None, wall_clock=wall.seconds
     )
     fake.die(code, last_words)
@@ -408,7 +409,7 @@ def test_the_job_s_last_seconds_follow_the_supervisor_s_last_sight_of_it_alive(t
     j.running_pid, j.exit_code = fake.running_pid, fake.exit_code  # type: ignore[method-assign]
     wall, out = Clock(), io.StringIO()
     wall.set(seconds=WALL - 600)
-    sup = stack.Supervisor(
+    sup = supervisor.Supervisor(
         [j], clock=Clock().seconds, out=out, end_session=lambda sid, grace: None, wall_clock=wall.seconds
     )
     wall.set(seconds=WALL + 3)  # seen alive at every poll, the last one 2 s after the error

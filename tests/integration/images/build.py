@@ -30,16 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from infra.services import (
-    KAFKA_JVM_OPTIONS,
-    KAFKA_LOG4J2,
-    KAFKA_MAIN,
-    BinaryNotFoundError,
-    KafkaService,
-    java_binary,
-    jvm_jars,
-    package_file,
-)
+from infra.kafka import KAFKA_JVM_OPTIONS, KAFKA_LOG4J2, KAFKA_MAIN, KafkaService
+from infra.processes import BinaryNotFoundError, java_binary, jvm_jars, package_file
 
 if TYPE_CHECKING:
     import docker

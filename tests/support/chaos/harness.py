@@ -43,8 +43,9 @@ from kafka.partitioner.default import murmur2
 
 from common import redis_clients
 from common.contract import wall_ms
-from infra.services import DEFAULT_TOPICS, tcp_answers
-from infra.stack import Supervisor
+from infra.config import DEFAULT_TOPICS
+from infra.processes import tcp_answers
+from infra.supervisor import Supervisor
 from infra.topology import Layout, Part, Topology
 from tests.support.chaos.checks import Observer, Pager, same_routes_everywhere, tracebacks
 from tests.support.chaos.schedule import BROKER_TIMEOUT_S, Fault, On
