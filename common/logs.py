@@ -96,7 +96,7 @@ def setup_logging(level: str = "WARNING") -> None:
         # and consumer report the outage once, in words an operator can act on
         logging.getLogger("kafka").setLevel(logging.CRITICAL)
         # and why a broker refused them, which kafka-python's lost-connection ERRORs say: those are still
-        # made, read, and shown only as the "kafka" logger's level says (common.kafka_clients._RefusalLog)
+        # made, read, and shown only as the "kafka" logger's level says (common.kafka_refusals, once installed)
         logging.getLogger("kafka.net.connection").setLevel(logging.ERROR)
     else:
         logging.getLogger("kafka.net.connection").setLevel(logging.NOTSET)

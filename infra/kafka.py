@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from common import kafka_clients, procfs
+from common.kafka_security import KafkaSecurity
 from common.options import ConfigError
 from common.properties import parse_properties
 from infra.config import SOURCE, ServicesConfig, TopicSpec, format_topics
@@ -71,7 +72,7 @@ logger.started.level = info
 
 @contextlib.contextmanager
 def kafka_admin(
-    bootstrap_servers: str, timeout: float = 10.0, security: kafka_clients.KafkaSecurity | None = None
+    bootstrap_servers: str, timeout: float = 10.0, security: KafkaSecurity | None = None
 ) -> Iterator[KafkaAdminClient]:
     """A kafka-python admin client that is closed on exit."""
     admin = kafka_clients.admin(
@@ -90,7 +91,7 @@ def ensure_topics(
     replication_factor: int = 1,
     configs: Mapping[str, str] | None = None,
     timeout: float = 10.0,
-    security: kafka_clients.KafkaSecurity | None = None,
+    security: KafkaSecurity | None = None,
 ) -> list[str]:
     """Create the topics that are missing on a Kafka cluster; return the names created.
 
@@ -202,7 +203,7 @@ class KafkaService(ProcessService):
         listener: str = "PLAINTEXT",
         broker_properties: Mapping[str, str] | None = None,
         format_args: Sequence[str] = (),
-        security: kafka_clients.KafkaSecurity | None = None,
+        security: KafkaSecurity | None = None,
         node_id: int = 1,
         voters: Sequence[tuple[int, str]] = (),
         cluster_id: str | None = None,

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from common import kafka_clients
 from common.options import ConfigError
 from infra.config import DEFAULT_CONFIG_PATH, RedisBackend, ServicesConfig, format_topics, load_config
 from infra.kafka import KafkaCluster, KafkaService, ensure_topics
@@ -109,6 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     # kafka-python narrates every connection at INFO; keep -v about what we do.
     logging.getLogger("kafka").setLevel(logging.WARNING)
+    kafka_clients.demote_slow_step_warnings()
     try:
         config = load_config(args.config)
         if args.redis_backend:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from common import procfs
+from common import kafka_clients, procfs
 from infra.apps import LAUNCHER_ENV, REPO, ConsoleService, Launcher, NodeService, StreamingJob
 from infra.config import load_config
 from infra.kafka import KafkaService
@@ -339,6 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    kafka_clients.demote_slow_step_warnings()  # a false alarm of kafka-python, off the console (common.kafka_clients)
     if args.command == "up":
         return up_ha(args) if args.topology == "ha" else up(args)
     if args.command == "down":

@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 import javaproperties
 
-from common.kafka_clients import SECRET_KEYS as _KAFKA_SECRETS
-from common.kafka_clients import KafkaSecurity
+from common.kafka_security import SECRET_KEYS as _KAFKA_SECRETS
+from common.kafka_security import KafkaSecurity
 from common.options import (
     BOOLEAN,
     ConfigError,
@@ -480,7 +480,7 @@ class NamesrvConfig:
     )
     events_topic: str = _opt("namesrv-events", "eventsTopic", "String", _O, "Kafka topic nodes publish events to")
     actions_topic: str = _opt("namesrv-actions", "actionsTopic", "String", _O, "Kafka topic of the monitor's actions")
-    # Kafka security: the Kafka client's own names (common.kafka_clients.SECURITY_KEYS), as in the job's file
+    # Kafka security: the Kafka client's own names (common.kafka_security.SECURITY_KEYS), as in the job's file
     kafka_security_protocol: str = _opt(
         "PLAINTEXT",
         "kafka.security.protocol",

@@ -6,7 +6,7 @@ tables) and a line of documentation.  Loading is strict: a value that does not p
 is not in the table, stops the job naming it, so a typo cannot silently fall back to a default.
 Keys starting with ``spark.`` go to the SparkSession builder unchanged.  Kafka security uses the
 Kafka client's own names after ``kafka.``, checked whole at load
-(:class:`~common.kafka_clients.KafkaSecurity`); ``redis.url`` is checked by
+(:class:`~common.kafka_security.KafkaSecurity`); ``redis.url`` is checked by
 :func:`common.redis_clients.check_url`.  ``docs/internals/config.md`` has more.
 """
 
@@ -22,7 +22,8 @@ from typing import Any
 
 from common import options, redis_clients
 from common.contract import MAX_NAME_CHARS
-from common.kafka_clients import BOOTSTRAP, SECURITY_KEYS, KafkaSecurity
+from common.kafka_clients import BOOTSTRAP
+from common.kafka_security import SECURITY_KEYS, KafkaSecurity
 from common.options import ConfigError, Option
 from common.paging import http_url
 from common.properties import parse_properties

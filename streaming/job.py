@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from common import kafka_clients, kafka_refusals
 from common.redis_clients import redact_url
 from streaming.config import StreamingConfig
 from streaming.events import PACKED, count_events, parse_events, valid_events
@@ -183,6 +184,9 @@ def start(
 
     None if ``stopping`` is set first; :class:`~streaming.publisher.KafkaLoginRefused` if Kafka refuses the job.
     """
+    # before the driver's first client: a refused start quotes why Kafka refused it (common.kafka_refusals)
+    kafka_refusals.install_refusal_tracking()
+    kafka_clients.demote_slow_step_warnings()
     publisher = KafkaPublisher.connect(cfg.kafka_bootstrap, stopping, cfg.kafka_security)
     if publisher is None:
         return None

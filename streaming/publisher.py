@@ -4,7 +4,7 @@ It is built once per run, when Kafka first answers: the job may start before Kaf
 :meth:`KafkaPublisher.connect` waits with back-off and says once what it is waiting for. A broker
 that refuses the job's credentials or certificate will not change its mind, so that ends the wait
 with :class:`KafkaLoginRefused`, quoting the broker's own reason and the settings to fix; the
-reason is read as the node reads it (:mod:`common.kafka_clients`, "Why Kafka refused").
+reason is read as the node reads it (:mod:`common.kafka_refusals`).
 
 A batch sends its records, then :meth:`KafkaPublisher.flush` waits for them: a record Kafka refuses
 as too large is skipped and counted (replaying the batch would not make it smaller), any other
@@ -18,7 +18,8 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from common import kafka_clients
+from common import kafka_clients, kafka_refusals
+from common.kafka_security import KafkaSecurity
 from common.retrying import retry_until_stopped
 from streaming.config import ConfigError
 
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 
 #: one attempt to reach Kafka at start-up; short, so a stop request is answered within it
 BOOTSTRAP_ATTEMPT_MS = 5_000
-#: names the publisher's connections, so that a broker's refusal of them is kept (common.kafka_clients)
+#: names the publisher's connections, so that a broker's refusal of them is kept (common.kafka_refusals)
 CLIENT_ID = "namesrv-monitor"
 #: how long a request may go unanswered before it is sent again: a leader that stops answering (a frozen
 #: process, a hung host) keeps our connection open, and kafka-python's 30 s default held every action and
@@ -57,7 +58,7 @@ class KafkaPublisher:
         cls,
         bootstrap_servers: str,
         stopping: threading.Event | None = None,
-        security: kafka_clients.KafkaSecurity | None = None,
+        security: KafkaSecurity | None = None,
     ) -> KafkaPublisher | None:
         """A publisher once Kafka answers, retrying with back-off meanwhile; None if ``stopping`` is set first.
 
@@ -66,7 +67,7 @@ class KafkaPublisher:
         """
         from kafka.errors import KafkaError
 
-        security = security or kafka_clients.KafkaSecurity()
+        security = security or KafkaSecurity()
         started = time.monotonic()
 
         def producer() -> KafkaProducer:
@@ -88,11 +89,10 @@ class KafkaPublisher:
                     bootstrap_timeout_ms=BOOTSTRAP_ATTEMPT_MS,
                 )
             except KafkaError:
-                refused = kafka_clients.last_refusal(bootstrap_servers, since=started)
+                refused = kafka_refusals.last_refusal(bootstrap_servers, since=started)
                 if refused is not None and security.protocol != "PLAINTEXT":
                     raise KafkaLoginRefused(
-                        f"Kafka at {bootstrap_servers} refuses the job's credentials"
-                        + security.failure_hint(bootstrap_servers, since=started)
+                        f"Kafka at {bootstrap_servers} refuses the job's credentials" + security.failure_hint(refused)
                     ) from None
                 raise
 
@@ -104,7 +104,7 @@ class KafkaPublisher:
             first_wait_s=0.5,
             max_wait_s=10.0,
             problem=lambda: f"Kafka at {bootstrap_servers} does not answer yet: is it up, and is kafka.bootstrap "
-            "right?" + security.failure_hint(bootstrap_servers, since=started),
+            "right?" + security.failure_hint(kafka_refusals.last_refusal(bootstrap_servers, since=started)),
         )
         return None if made is None else cls(made)
 

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from common import kafka_clients
+from common import kafka_clients, kafka_refusals
 from common.contract import Action, ActionType, SchemaError, decode_action, wall_ms
-from common.kafka_clients import KafkaSecurity
+from common.kafka_security import KafkaSecurity
 from common.logs import LogThrottle
 from common.retrying import retry_until_stopped
 from namesrv.handlers import NodeObserver
@@ -289,7 +289,8 @@ class ActionConsumer:
         settings, since = self.settings, time.monotonic()
 
         def problem() -> str:
-            return f"cannot {what} yet{settings.security.failure_hint(settings.bootstrap_servers, since=since)}"
+            refused = kafka_refusals.last_refusal(settings.bootstrap_servers, since=since)
+            return f"cannot {what} yet{settings.security.failure_hint(refused)}"
 
         return retry_until_stopped(lambda: fn(*args), self._stopping, problem=problem, log=log)
 

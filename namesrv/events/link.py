@@ -13,6 +13,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
+from common import kafka_clients, kafka_refusals
 from common.contract import MAX_NAME_CHARS
 from common.kafka_clients import bootstrap_list
 from namesrv.config import ConfigError, NamesrvConfig
@@ -98,6 +99,9 @@ class KafkaLink:
 
     def start(self, loop: asyncio.AbstractEventLoop, spawn: Spawn, node_name: str, worker: Executor) -> None:
         """Start the threads and the loop tasks (the watchdog's removals on ``worker``); nothing here waits for Kafka."""
+        # before any client is built: the consumer's warnings quote why Kafka refuses the node's clients
+        kafka_refusals.install_refusal_tracking()
+        kafka_clients.demote_slow_step_warnings()
         self.publisher.node_name = node_name
         self.consumer = ActionConsumer(
             ConsumerSettings.from_config(self.config, client_id=f"namesrv-actions-{node_name}"),

@@ -44,7 +44,7 @@ from common.contract import (
     is_light,
     wall_ms,
 )
-from common.kafka_clients import KafkaSecurity
+from common.kafka_security import KafkaSecurity
 from common.logs import LogThrottle
 from namesrv.handlers import AdminChange, NodeObserver
 from namesrv.liveness import Cause, Departure, SilenceWatch

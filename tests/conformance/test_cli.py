@@ -96,7 +96,7 @@ def test_get_kv_config_of_a_missing_key_says_so_and_exits_non_zero(served):
 SLOW_KAFKA_STEP = """
 import logging, sys, time
 logging.basicConfig(level=sys.argv[1], format="%(levelname)s %(name)s: %(message)s")  # as `make run`'s console
-import infra.services  # what `make run` imports before its Kafka probes
+from common import kafka_clients; kafka_clients.demote_slow_step_warnings()  # as `make run` does before its Kafka probes
 from kafka.net.selector import NetworkSelector
 
 async def step():

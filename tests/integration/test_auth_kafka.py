@@ -19,7 +19,7 @@ import pytest
 
 from common import kafka_clients
 from common.contract import Action, ActionType, EventType
-from common.kafka_clients import KafkaSecurity
+from common.kafka_security import KafkaSecurity
 from infra.kafka import KafkaService
 from namesrv.client import NameServerClient
 from tests.support.brokers import register_broker

@@ -35,7 +35,7 @@ from common.contract import (
     encode_event,
     event_key,
 )
-from common.kafka_clients import KafkaSecurity
+from common.kafka_security import KafkaSecurity
 from infra.config import TopicSpec
 from infra.kafka import KafkaService
 from infra.processes import free_port, pid_alive

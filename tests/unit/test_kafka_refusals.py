@@ -7,16 +7,27 @@ from __future__ import annotations
 import logging
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kafka import errors
 from kafka.net.transport import KafkaSSLTransport, KafkaTCPTransport
 
 from common import kafka_clients
-from common.kafka_clients import CONNECTION_LOGGER, MASK, KafkaSecurity, Refusal, _Refusals, refusal_of
+from common.kafka_refusals import (
+    CONNECTION_LOGGER,
+    Refusal,
+    Refusals,
+    install_refusal_tracking,
+    last_refusal,
+    refusal_of,
+)
+from common.kafka_security import MASK, KafkaSecurity
 from common.logs import setup_logging
 from common.retrying import retry_until_stopped
 from tests.support.clock import Clock
@@ -68,6 +79,12 @@ def kafka_levels() -> Iterator[dict[str, int]]:
     yield saved
     for name, level in saved.items():
         logging.getLogger(name).setLevel(level)
+
+
+@pytest.fixture
+def tracking() -> Refusals:
+    """Refusal tracking installed in this process, as the node's Kafka link and the job's driver install it."""
+    return install_refusal_tracking()
 
 
 @pytest.fixture
@@ -213,7 +230,7 @@ def test_reasons_are_one_clipped_line() -> None:
 
 def test_the_last_refusal_is_kept_per_bootstrap_list_and_known_by_client_id() -> None:
     clock = Clock()
-    refusals = _Refusals(max_entries=2, clock=clock.seconds)
+    refusals = Refusals(max_entries=2, clock=clock.seconds)
     refusals.client("admin-a", ["a:1", "a:2"])
     refusals.client("consumer-a", ["a:1", "a:2"])
     refusals.client("admin-b", ["b:1"])
@@ -231,7 +248,7 @@ def test_the_last_refusal_is_kept_per_bootstrap_list_and_known_by_client_id() ->
 
 
 def test_refusals_are_bounded() -> None:
-    refusals = _Refusals(max_entries=3)
+    refusals = Refusals(max_entries=3)
     for i in range(50):
         refusals.client(f"c{i}", [f"h{i}:1"])
         refusals.note(f"c{i}", sasl_refused(str(i)))
@@ -242,35 +259,36 @@ def test_refusals_are_bounded() -> None:
 # --------------------------------------------------------------------------- read from kafka-python's log
 
 
-def test_lost_connections_are_read_quietly_and_the_hint_says_why(quiet_node, caplog) -> None:
+def test_lost_connections_are_read_quietly_and_the_hint_says_why(tracking, quiet_node, caplog) -> None:
     servers = "refused-a:9092,refused-b:9092"
     # as the node's clients are built: this client id now means these servers
-    kafka_clients._config(servers, "k", True, None, {"client_id": "quiet-admin"}, SASL)
+    kafka_clients._tracked(kafka_clients._config(servers, "k", True, None, {"client_id": "quiet-admin"}, SASL))
     started = time.monotonic()
-    assert "; with security.protocol=SASL_PLAINTEXT" in SASL.failure_hint(servers, since=started)  # nothing seen yet
+    assert last_refusal(servers, since=started) is None  # nothing seen yet
+    assert "; with security.protocol=SASL_PLAINTEXT" in SASL.failure_hint(last_refusal(servers, since=started))
     with caplog.at_level(logging.DEBUG, logger="namesrv"):
         lose("quiet-admin", errors.KafkaConnectionError("socket disconnected"))
         lose("quiet-admin", sasl_refused(f"Authentication failed: Invalid username or password {PASSWORD}"))
     assert not [r for r in caplog.records if r.name.startswith("kafka")]  # read, not shown
-    hint = SASL.failure_hint(servers, since=started)
+    hint = SASL.failure_hint(last_refusal(servers, since=started))
     assert hint == (
         f"; Kafka refused the login: 'Authentication failed: Invalid username or password {MASK}' "
         "(security.protocol=SASL_PLAINTEXT sasl.mechanism=PLAIN sasl.username='node-a'): "
         "check kafka.sasl.username and kafka.sasl.password (or kafka.sasl.jaas.config)"
     )
     assert PASSWORD not in hint
-    assert SASL.failure_hint("elsewhere:9092") == SASL.failure_hint()  # another list: the generic reminder
+    assert last_refusal("elsewhere:9092") is None  # another list: the generic reminder
     assert "this is also what a broker looks like" in SASL.failure_hint()
 
 
-def test_with_debug_logs_kafka_python_s_record_is_shown_too(kafka_levels, caplog) -> None:
+def test_with_debug_logs_kafka_python_s_record_is_shown_too(tracking, kafka_levels, caplog) -> None:
     for name in kafka_levels:
         logging.getLogger(name).setLevel(logging.NOTSET)
-    kafka_clients._config("shown:9092", "k", True, None, {"client_id": "shown-admin"}, SASL)
+    kafka_clients._tracked(kafka_clients._config("shown:9092", "k", True, None, {"client_id": "shown-admin"}, SASL))
     with caplog.at_level(logging.DEBUG):
         lose("shown-admin", sasl_refused("Authentication failed: Invalid username or password"))
     assert [r.name for r in caplog.records] == [CONNECTION_LOGGER]
-    assert "refused the login" in SASL.failure_hint("shown:9092")
+    assert "refused the login" in SASL.failure_hint(last_refusal("shown:9092"))
 
 
 @pytest.mark.parametrize(
@@ -321,8 +339,8 @@ def test_the_warning_asks_for_the_reason_only_when_it_is_written(caplog) -> None
 
 @pytest.fixture
 def transport() -> Iterator[tuple[KafkaTCPTransport, socket.socket]]:
-    kafka_clients._keep_last_reply()
-    kafka_clients._keep_last_reply()  # once is enough: no second wrapper
+    install_refusal_tracking()
+    install_refusal_tracking()  # once is enough: no second wrapper
     ours, broker = socket.socketpair()
     ours.setblocking(False)
     try:
@@ -352,3 +370,31 @@ def test_reads_without_a_close_are_unchanged(transport) -> None:
     broker.close()
     data, err = conn._sock_recv()
     assert data == b"" and isinstance(err, errors.KafkaConnectionError)
+
+
+# --------------------------------------------------------------------------- nothing until installed
+
+UNTOUCHED = """
+import logging
+from common import kafka_clients, kafka_refusals, kafka_security
+from kafka.net.transport import KafkaSSLTransport, KafkaTCPTransport
+
+def state():
+    filters = [len(logging.getLogger(name).filters) for name in (kafka_refusals.CONNECTION_LOGGER, kafka_clients.SELECTOR_LOGGER)]
+    wrapped = [getattr(c.__dict__["_sock_recv"], "_namesrv_keeps_last_reply", False) for c in (KafkaTCPTransport, KafkaSSLTransport)]
+    return filters, wrapped
+
+security = kafka_security.KafkaSecurity.from_settings({"security.protocol": "SASL_PLAINTEXT", "sasl.username": "u", "sasl.password": "p"})
+kafka_clients.producer("127.0.0.1:1", pinned=True, security=security, client_id="c", max_block_ms=100).close(0)
+assert state() == ([0, 0], [False, False]), state()
+assert kafka_refusals._installed is None and kafka_refusals.last_refusal("127.0.0.1:1") is None
+for _ in range(2):
+    kafka_refusals.install_refusal_tracking()
+    kafka_clients.demote_slow_step_warnings()
+assert state() == ([1, 1], [True, True]), state()
+"""
+
+
+def test_importing_and_building_clients_change_nothing_until_the_tracking_is_installed() -> None:
+    # a fresh interpreter: this one's tests have installed it; installing twice installs once
+    subprocess.run([sys.executable, "-c", UNTOUCHED], check=True, timeout=60, cwd=Path(__file__).resolve().parents[2])

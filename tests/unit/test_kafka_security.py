@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from common import kafka_clients
-from common.kafka_clients import KafkaSecurity
+from common.kafka_security import KafkaSecurity
 from namesrv.config import (
     Blacklisted,
     ConfigError,
