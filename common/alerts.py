@@ -149,7 +149,7 @@ _FIELDS = (
 )
 
 
-def encode_alert(alert: Alert, *, monitor: str, emitted_at: int, max_topics: int = MAX_NAMED_TOPICS) -> bytes:
+def encode_alert(alert: Alert, *, raised_by: str, emitted_at: int, max_topics: int = MAX_NAMED_TOPICS) -> bytes:
     """The alert's JSON, version 1; fields without a value are not written, and the Kafka key is ``id``::
 
         {"v": 1, "id": "BROKER_EXPIRED|DefaultCluster|10.0.0.1:10911", "kind": "BROKER_EXPIRED",
@@ -172,7 +172,7 @@ def encode_alert(alert: Alert, *, monitor: str, emitted_at: int, max_topics: int
         named = sorted(alert.topics, key=lambda t: (rank[topic_class(t, alert.cluster_name, alert.broker_name)], t))
         out["topics"] = named[:max_topics]
         out["topicCount"] = len(alert.topics)
-    out["monitor"] = monitor
+    out["monitor"] = raised_by  # the job's monitor id, or the node that raised MONITOR_DOWN
     out["emittedAt"] = emitted_at
     return orjson.dumps(out)
 

@@ -46,7 +46,9 @@ class PagingSettings:
     resend_ms: int = 60_000
     timeout_ms: int = 10_000
     generator_url: str = ""
-    monitor: str = ""
+    #: who sends: the job's monitor id, or the name of the node that pages MONITOR_DOWN itself (the
+    #: notices' and the webhook's ``monitor`` field)
+    raised_by: str = ""
 
     @property
     def enabled(self) -> bool:
@@ -134,7 +136,7 @@ def labels_of(alert: Alert) -> dict[str, str]:
     return out
 
 
-def notice_of(alert: Alert, monitor: str, now: int, opened: Notice | None = None) -> Notice:
+def notice_of(alert: Alert, raised_by: str, now: int, opened: Notice | None = None) -> Notice:
     """The notice for ``alert``; a resolution takes labels, annotations, start and the webhook's fields
     (severity included) from ``opened`` when known."""
     what = " ".join(v for v in (alert.cluster_name, alert.broker_name, alert.broker_addr, alert.node, alert.topic) if v)
@@ -142,9 +144,9 @@ def notice_of(alert: Alert, monitor: str, now: int, opened: Notice | None = None
         "summary": cut(f"{alert.kind} {what}".strip(), 300),
         "description": alert.message,
         "incident": alert.incident,
-        "monitor": monitor,
+        "monitor": raised_by,
     }
-    body = orjson.loads(encode_alert(alert, monitor=monitor, emitted_at=now))
+    body = orjson.loads(encode_alert(alert, raised_by=raised_by, emitted_at=now))
     if alert.state is AlertState.OPEN:
         return Notice(alert.incident, "OPEN", labels_of(alert), annotations, alert.event_time, None, body)
     ended = min(alert.event_time, now)
@@ -180,7 +182,7 @@ def request_body(kind: str, notices: Iterable[Notice], now: int, settings: Pagin
     horizon = ENDS_AT_RESENDS * settings.resend_ms
     if kind == "alertmanager":
         return [n.for_alertmanager(now, horizon, settings.generator_url) for n in notices]
-    return {"version": 1, "monitor": settings.monitor, "alerts": [n.for_webhook(now, horizon) for n in notices]}
+    return {"version": 1, "monitor": settings.raised_by, "alerts": [n.for_webhook(now, horizon) for n in notices]}
 
 
 def http_url(raw: str) -> str:

@@ -232,7 +232,7 @@ class Pager:
                 opened = staged.get(a.incident) or self._open.get(a.incident)
                 if opened is not None and opened.state != "OPEN":
                     opened = None
-                staged[a.incident] = notice_of(a, self.settings.monitor, now, opened)
+                staged[a.incident] = notice_of(a, self.settings.raised_by, now, opened)
         return list(staged.values())
 
     def outbox_entries(self, notices: Iterable[Notice]) -> dict[str, bytes]:
@@ -288,7 +288,7 @@ class Pager:
         """Seed the open alerts (from Redis), re-queue the outbox's resolutions, start the threads."""
         now = self.clock()
         with self.lock:
-            self._open = {i: notice_of(a, self.settings.monitor, now) for i, a in open_alerts.items()}
+            self._open = {i: notice_of(a, self.settings.raised_by, now) for i, a in open_alerts.items()}
         pending: list[Notice] = []
         if self.outbox is not None:
             try:
@@ -328,7 +328,7 @@ def pager_for(cfg: StreamingConfig, store: RedisRouteStore | None) -> Pager | No
         resend_ms=cfg.alerts_resend_interval_millis,
         timeout_ms=cfg.alerts_send_timeout_millis,
         generator_url=cfg.alerts_generator_url,
-        monitor=cfg.monitor_name,
+        raised_by=cfg.monitor_name,
     )
     if not settings.enabled:
         return None

@@ -190,12 +190,12 @@ class RedisRouteStore:
         resolved = 0
         for alert in alerts:
             if alert.state == "OPEN":
-                value = encode_alert(alert, monitor=monitor, emitted_at=now, max_topics=MAX_STORED_TOPICS)
+                value = encode_alert(alert, raised_by=monitor, emitted_at=now, max_topics=MAX_STORED_TOPICS)
                 pipe.hset(k.alerts, alert.incident, value)
                 pipe.hdel(k.alerts_outbox, alert.incident)  # an older resolution of it is moot
             else:
                 pipe.hdel(k.alerts, alert.incident)
-                pipe.lpush(k.alerts_resolved, encode_alert(alert, monitor=monitor, emitted_at=now))
+                pipe.lpush(k.alerts_resolved, encode_alert(alert, raised_by=monitor, emitted_at=now))
                 resolved += 1
         if resolved:
             pipe.ltrim(k.alerts_resolved, 0, MAX_RESOLVED - 1)

@@ -295,7 +295,7 @@ class BatchSink:
     def _publish_alert(self, alert: Alert, at: int) -> None:
         log_alert(alert)
         self.publisher.send(
-            self.cfg.alerts_topic, alert.incident.encode(), encode_alert(alert, monitor=self.monitor, emitted_at=at)
+            self.cfg.alerts_topic, alert.incident.encode(), encode_alert(alert, raised_by=self.monitor, emitted_at=at)
         )
 
     def _write_redis(

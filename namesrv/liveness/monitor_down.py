@@ -134,7 +134,7 @@ class MonitorDownPager:
         ``namesrv-monitor routes alerts`` show it); it only sends nothing.
         """
         alertmanagers, webhook = alert_receivers(config)
-        settings = PagingSettings(alertmanagers, webhook, config.alerts_resend_interval_millis, monitor=node)
+        settings = PagingSettings(alertmanagers, webhook, config.alerts_resend_interval_millis, raised_by=node)
         if not config.redis_url.strip():
             return None
         connected = connect_node_redis(config, "no MONITOR_DOWN page from this node")
@@ -190,7 +190,7 @@ class MonitorDownPager:
         k = self.keys
         # the resolved alert's content does not depend on the stored notice, so it is made before taking it
         blank = down_alert(self.node, None, self.threshold_ms, now).resolved("a liveness monitor decides again", now)
-        entry = encode_alert(blank, monitor=self.node, emitted_at=now)
+        entry = encode_alert(blank, raised_by=self.node, emitted_at=now)
         taken = self.client.eval(_RESOLVE, 4, k.monitor_down, k.alerts, k.alerts_resolved, k.monitor_down_resend,
                                  blank.incident, entry, MAX_RESOLVED, HEARD, self.threshold_ms)  # fmt: skip
         if taken is None:

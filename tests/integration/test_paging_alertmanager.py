@@ -73,7 +73,7 @@ def paged_sink(redis_url: str, prefix: str, url: str):
     """A sink (FakePublisher, real Redis) with a pager to ``url``, its lineage set (the pager started)."""
     sink, _ = make_sink(redis_url, prefix)
     sink.clock = lambda: int(time.time() * 1000)  # the pager's endsAt is wall time
-    settings = PagingSettings(alertmanager_urls=(url,), resend_ms=RESEND_MS, timeout_ms=2000, monitor="m")
+    settings = PagingSettings(alertmanager_urls=(url,), resend_ms=RESEND_MS, timeout_ms=2000, raised_by="m")
     sink.pager = Pager(settings, Outbox(sink.store.client, sink.store.keys.alerts_outbox))
     sink.set_lineage("q")
     return sink
@@ -181,7 +181,7 @@ def test_the_webhook_s_resolution_has_the_severity_and_fields_of_its_open():
     hook = Webhook()
     url = hook.url
     sink, _ = make_sink(None, "w2")
-    sink.pager = Pager(PagingSettings(webhook_url=url, resend_ms=60_000, timeout_ms=2000, monitor="m"))
+    sink.pager = Pager(PagingSettings(webhook_url=url, resend_ms=60_000, timeout_ms=2000, raised_by="m"))
     sink.set_lineage("q")
     broker = Decider()
     try:
@@ -207,7 +207,7 @@ def test_the_webhook_gets_json_batches_after_retrying_an_unavailable_receiver():
     hook = Webhook(refuse_first=1)
     url = hook.url
     sink, _ = make_sink(None, "w")
-    sink.pager = Pager(PagingSettings(webhook_url=url, resend_ms=60_000, timeout_ms=2000, monitor="m"))
+    sink.pager = Pager(PagingSettings(webhook_url=url, resend_ms=60_000, timeout_ms=2000, raised_by="m"))
     sink.set_lineage("q")
     try:
         sink.process([route_row(register()), expired_alert(AlertState.OPEN, T0 + 20_000)], 0)

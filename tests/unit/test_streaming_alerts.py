@@ -42,8 +42,8 @@ def test_open_and_resolved_of_one_incident_share_its_id_and_json_round_trips():
     )
     r = a.resolved("back", T0 + 1)
     assert a.incident == r.incident == "BROKER_EXPIRED|C|1.2.3.4:5"
-    assert decode_alert(encode_alert(a, monitor="m", emitted_at=T0)) == a
-    assert decode_alert(encode_alert(r, monitor="m", emitted_at=T0)) == r
+    assert decode_alert(encode_alert(a, raised_by="m", emitted_at=T0)) == a
+    assert decode_alert(encode_alert(r, raised_by="m", emitted_at=T0)) == r
     with pytest.raises(ValueError):
         decode_alert(b'{"v": 2}')
     with pytest.raises(ValueError):
@@ -125,9 +125,9 @@ def test_the_message_names_a_bounded_number_of_topics_and_the_json_a_bounded_lis
     assert "250 topic(s): T000, T001" in a.message and f"T{MAX_NAMED_TOPICS - 1:03}" in a.message
     assert f"T{MAX_NAMED_TOPICS:03}" not in a.message and f"and {250 - MAX_NAMED_TOPICS} more" in a.message
     assert len(a.message) < 1000
-    raw = orjson.loads(encode_alert(a, monitor="m", emitted_at=T0))
+    raw = orjson.loads(encode_alert(a, raised_by="m", emitted_at=T0))
     assert raw["topicCount"] == 280 and raw["topics"] == [f"T{i:03}" for i in range(MAX_NAMED_TOPICS)]
-    full = decode_alert(encode_alert(a, monitor="m", emitted_at=T0, max_topics=10_000))
+    full = decode_alert(encode_alert(a, raised_by="m", emitted_at=T0, max_topics=10_000))
     assert full == a
 
 

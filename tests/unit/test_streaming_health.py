@@ -152,8 +152,8 @@ def test_entries_that_are_not_json_or_too_big_are_refused_before_parsing():
 
 def test_alerts_read_from_redis_are_bounded_field_by_field():
     good = Alert(AlertKind.NODE_SILENT, AlertState.OPEN, Severity.WARNING, "m" * 10_000, T0, node="n1")
-    assert len(checked_alert(encode_alert(good, monitor="m", emitted_at=T0)).message) == 4096
-    bad = orjson.loads(encode_alert(good, monitor="m", emitted_at=T0))
+    assert len(checked_alert(encode_alert(good, raised_by="m", emitted_at=T0)).message) == 4096
+    bad = orjson.loads(encode_alert(good, raised_by="m", emitted_at=T0))
     bad["node"] = {"nested": "object"}
     with pytest.raises(SchemaError, match="alert.node: expected a string"):
         checked_alert(orjson.dumps(bad))

@@ -13,7 +13,7 @@ from streaming.paging import ENDS_AT_RESENDS, Notice, Pager, PagingSettings, Ref
 
 T0 = 1_700_000_000_000
 NOW = T0 + 60_000
-SETTINGS = PagingSettings(alertmanager_urls=("http://127.0.0.1:1",), resend_ms=1000, monitor="m")
+SETTINGS = PagingSettings(alertmanager_urls=("http://127.0.0.1:1",), resend_ms=1000, raised_by="m")
 
 
 def expired(state: AlertState = AlertState.OPEN, t: int = T0, severity: Severity = Severity.CRITICAL) -> Alert:
@@ -77,7 +77,7 @@ def test_an_open_and_its_resolution_in_one_batch_and_times_that_never_go_backwar
 
 def test_only_resolutions_go_to_the_outbox_and_leave_it_once_every_target_has_them():
     outbox = FakeOutbox()
-    p = Pager(PagingSettings(alertmanager_urls=("http://a:1", "http://b:1"), monitor="m"), outbox, clock=lambda: NOW)  # type: ignore[arg-type]
+    p = Pager(PagingSettings(alertmanager_urls=("http://a:1", "http://b:1"), raised_by="m"), outbox, clock=lambda: NOW)  # type: ignore[arg-type]
     notices = p.stage([expired(), Alert(AlertKind.NODE_SILENT, AlertState.RESOLVED, Severity.INFO, "ok", T0, node="n")])
     assert set(p.outbox_entries(notices)) == {"NODE_SILENT|n"}
     assert Pager(SETTINGS).outbox_entries(notices) == {}  # without Redis there is no outbox
