@@ -29,6 +29,7 @@ from namesrv.config import load_config  # noqa: E402
 from namesrv.protocol.codec import encode  # noqa: E402
 from namesrv.protocol.codes import RequestCode  # noqa: E402
 from namesrv.protocol.command import request  # noqa: E402
+from namesrv.repeats import Repeats  # noqa: E402
 from namesrv.server import Connection, RemotingServer  # noqa: E402
 from tests.support.brokers import registration  # noqa: E402
 from tests.support.frames import json_frame, loadgen_header  # noqa: E402
@@ -82,7 +83,7 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="hotpath-")
     config = load_config(None, {"kvConfigPath": f"{tmp}/kv.json", "configStorePath": f"{tmp}/namesrv.properties"})
     context = build_node(config).context
-    server = RemotingServer(context)
+    server = RemotingServer(context, repeats=Repeats(context))
     brokers = Connection(server)
     brokers.connection_made(Transport())  # type: ignore[arg-type]
     for b in range(10):

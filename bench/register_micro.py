@@ -29,6 +29,7 @@ from namesrv.config import load_config
 from namesrv.handlers import dispatch
 from namesrv.protocol.codec import decode_frame
 from namesrv.protocol.command import RemotingCommand
+from namesrv.repeats import Repeats
 from namesrv.server import Connection, RemotingServer
 
 #: what rmq-loadgen writes before the DataVersion (tools/rmq-loadgen/src/main.rs, REG_PREFIX)
@@ -67,7 +68,7 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="register-micro-")
     config = load_config(None, {"kvConfigPath": f"{tmp}/kv.json", "configStorePath": f"{tmp}/namesrv.properties"})
     context = build_node(config).context
-    connection = Connection(RemotingServer(context))
+    connection = Connection(RemotingServer(context, repeats=Repeats(context)))
     transport = Transport()
     connection.connection_made(transport)  # type: ignore[arg-type]
     tables = [topic_table(b, args.topics) for b in range(args.brokers)]

@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING
 from namesrv import gcpolicy
 from namesrv.acl import Acl, AclFileError, load_acl_file
 from namesrv.config import ConfigError, NamesrvConfig
-from namesrv.handlers import HandlerContext, NodeObserver
+from namesrv.handlers import HANDLERS, HandlerContext, NodeObserver
 from namesrv.kvconfig import KVConfigManager
 from namesrv.liveness import ExpiryScan, MinIdOutlet, MonitorDownPager, RedisFallback, UnregisterBatcher
 from namesrv.notify import BrokerNotifier
+from namesrv.repeats import Repeats
+from namesrv.request_stats import RequestStats
 from namesrv.routes.manager import RouteInfoManager
 from namesrv.server import RemotingServer
 from namesrv.tls import tls_settings
@@ -138,7 +140,13 @@ async def start_node(config: NamesrvConfig, *, own_process: bool = False) -> Nod
     warm = await warm_start(config, context.routes)
     if own_process:
         gcpolicy.enable()  # what start-up built, warm-started routes included, is frozen before the first client
-    server = RemotingServer(context, catching_up=kafka.watchdog.catching_up if kafka is not None else lambda: False)
+    server = RemotingServer(
+        context,
+        catching_up=kafka.watchdog.catching_up if kafka is not None else lambda: False,
+        repeats=Repeats(context),
+        # requests are counted only for the metrics endpoint
+        request_stats=RequestStats(HANDLERS) if config.metrics_port > 0 else None,
+    )
     await server.start(config.bind_address, config.listen_port)
     server.spawn(unregistrations.run(context.worker), "batch-unregistration")
     server.spawn(expiry.run(context.worker), "expiry-scan")
@@ -177,7 +185,7 @@ async def start_node(config: NamesrvConfig, *, own_process: bool = False) -> Nod
         server.spawn(_log_stats(running, config.stats_interval_millis / 1000), "stats")
     if config.metrics_port > 0:
         try:
-            running.metrics = _serve_metrics(running, config)
+            running.metrics = _serve_metrics(running, config, server.request_stats)
         except BaseException:
             await running.stop()  # the node already listens: do not leave it half started
             raise
@@ -191,14 +199,12 @@ async def start_node(config: NamesrvConfig, *, own_process: bool = False) -> Nod
     return running
 
 
-def _serve_metrics(running: Node, config: NamesrvConfig) -> MetricsServer:
-    """Count requests from now on and serve them, with the node's tables and Kafka traffic, over HTTP."""
+def _serve_metrics(running: Node, config: NamesrvConfig, requests: RequestStats | None) -> MetricsServer:
+    """Serve the requests counted, with the node's tables and Kafka traffic, over HTTP."""
     from common.metrics import serve
-    from namesrv.handlers import HANDLERS
     from namesrv.metrics import NodeCollector
-    from namesrv.request_stats import RequestStats
 
-    requests = running.server.request_stats = RequestStats(HANDLERS)
+    assert requests is not None  # counted whenever metricsPort is set
     collector = NodeCollector(
         running.context.routes, lambda: len(running.server.connections), running.expiry, requests, running.kafka
     )

@@ -374,6 +374,8 @@ class RemotingServer:
         clock: Callable[[], float] = time.monotonic,
         *,
         catching_up: Callable[[], bool] = lambda: False,
+        repeats: Repeats | None = None,
+        request_stats: RequestStats | None = None,
     ) -> None:
         self.context = context
         #: monotonic seconds, for the connections' idle limit
@@ -406,9 +408,9 @@ class RemotingServer:
         #: (high, low) write-buffer marks for each transport; None = the transport's defaults
         self._water_marks: tuple[int, int] | None = None
         #: requests counted for the metrics endpoint (namesrv.metrics); None: not counted (metricsPort=0)
-        self.request_stats: RequestStats | None = None
+        self.request_stats = request_stats
         #: route lookups and heartbeats answered again from their bytes; None: every request takes the full path
-        self.repeats: Repeats | None = Repeats(context)
+        self.repeats = repeats
         #: addresses told they began a TLS handshake on this plaintext-only node, and when
         self._tls_clients = LogThrottle(TLS_CLIENT_WARNING_S, clock, max_keys=_TLS_CLIENTS_REMEMBERED)
 

@@ -27,6 +27,7 @@ from namesrv.liveness import Cause, Departure
 from namesrv.protocol.codec import encode
 from namesrv.protocol.codes import FRAME_MAX_LENGTH, RequestCode, ResponseCode
 from namesrv.protocol.command import RemotingCommand, request
+from namesrv.repeats import Repeats
 from namesrv.server import Connection, RemotingServer
 from tests.support.attacks import SMALL_BOMB, zip_bomb_registration
 from tests.support.brokers import registration
@@ -186,7 +187,7 @@ def harness(tmp_path, monkeypatch) -> Harness:
     observer = Departures()
     parts = build_node(config, observer=observer)
     clock = Clock()
-    server = RemotingServer(parts.context, clock=clock.seconds)
+    server = RemotingServer(parts.context, clock=clock.seconds, repeats=Repeats(parts.context))
     loop = FakeLoop(clock)
     server.loop = loop  # type: ignore[assignment]
     # the drop warnings are rate-limited per process: give this test its own budget

@@ -87,9 +87,7 @@ def make_node(tmp_path, name: str, repeats: bool, **settings: str) -> Node:
     observer = Heartbeats()
     context = build_node(config, observer=observer).context
     context.routes.now_ms = lambda: 5_000  # both nodes refresh their brokers to the same time
-    server = RemotingServer(context)
-    if not repeats:
-        server.repeats = None
+    server = RemotingServer(context, repeats=Repeats(context) if repeats else None)
     n = Node(server, observer)
     n.connection = Connection(server)
     n.connection.connection_made(n.transport)  # type: ignore[arg-type]
