@@ -53,6 +53,10 @@ class BinaryNotFoundError(ServiceError):
     """The server binary for the chosen backend is not installed."""
 
 
+class TimedOut(ServiceError):
+    """What :func:`poll_until` waited for did not come in time; the message says what was seen instead."""
+
+
 # --------------------------------------------------------------------------- processes
 
 
@@ -75,7 +79,7 @@ def poll_until(
             return result
         if time.monotonic() >= deadline:
             seen = f"; last seen: {state()}" if state is not None else ""
-            raise ServiceError(f"timed out after {timeout:g} s waiting for {what}{seen}")
+            raise TimedOut(f"timed out after {timeout:g} s waiting for {what}{seen}")
         time.sleep(interval)
 
 

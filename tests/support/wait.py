@@ -10,9 +10,10 @@ called at least once, and once more at the deadline.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TypeVar
+
+from infra.processes import TimedOut, poll_until
 
 __all__ = ["wait_until"]
 
@@ -29,14 +30,13 @@ def wait_until(
     during: Callable[[], object] | None = None,
 ) -> T:
     """Poll ``check`` every ``interval`` s until it is true (returned) or ``timeout`` s pass (AssertionError)."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def probe() -> T:
         if during is not None:
             during()
-        result = check()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            seen = f"; last seen: {state()}" if state is not None else ""
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}{seen}")
-        time.sleep(interval)
+        return check()
+
+    try:
+        return poll_until(probe, timeout, what, interval, state=state)
+    except TimedOut as e:  # a test's wait that times out is a failed assertion, not a broken service
+        raise AssertionError(str(e)) from None
