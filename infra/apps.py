@@ -37,6 +37,35 @@ log = logging.getLogger("infra.stack")
 REPO = Path(__file__).resolve().parents[1]
 
 
+def node_properties(
+    *,
+    port: int,
+    name: str,
+    kafka_bootstrap: str,
+    redis_url: str,
+    data_dir: Path,
+    bind: str = LOOPBACK,
+    metrics_port: int | None = None,
+    warm_start: bool | None = None,
+) -> dict[str, str]:
+    """A node's settings in a stack the project starts: where it listens, its name, its Kafka and Redis,
+    the directory of its KV and configuration files; its metrics port and warm start when given."""
+    properties = {
+        "bindAddress": bind,
+        "listenPort": str(port),
+        "nodeName": name,
+        "kafkaBootstrapServers": kafka_bootstrap,
+        "redisUrl": redis_url,
+        "kvConfigPath": str(data_dir / "kvConfig.json"),
+        "configStorePath": str(data_dir / "namesrv.properties"),
+    }
+    if metrics_port is not None:
+        properties["metricsPort"] = str(metrics_port)
+    if warm_start is not None:
+        properties["warmStartFromRedis"] = str(warm_start).lower()
+    return properties
+
+
 class NodeService(ProcessService):
     """The stack's handle on one node's process: ``namesrv start`` with the repository's configuration."""
 

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from common import kafka_clients, procfs
-from infra.apps import LAUNCHER_ENV, REPO, ConsoleService, Launcher, NodeService, StreamingJob
+from infra.apps import LAUNCHER_ENV, REPO, ConsoleService, Launcher, NodeService, StreamingJob, node_properties
 from infra.config import load_config
 from infra.kafka import KafkaService
 from infra.processes import LOOPBACK, ProcessService, ServiceError, pid_alive, read_pidfile, write_pidfile
@@ -62,16 +62,15 @@ def build_stack(args: argparse.Namespace) -> list[ProcessService]:
                 port=port,
                 run_dir=run_dir,
                 conf=args.namesrv_conf,
-                properties={
-                    "bindAddress": args.bind,
-                    "listenPort": str(port),
-                    "nodeName": f"node-{port}",
-                    "kafkaBootstrapServers": services.kafka_bootstrap,
-                    "redisUrl": services.redis_url,
-                    "kvConfigPath": str(run_dir / f"namesrv-{port}" / "kvConfig.json"),
-                    "configStorePath": str(run_dir / f"namesrv-{port}" / "namesrv.properties"),
-                    "metricsPort": str(metrics_port),
-                },
+                properties=node_properties(
+                    port=port,
+                    name=f"node-{port}",
+                    kafka_bootstrap=services.kafka_bootstrap,
+                    redis_url=services.redis_url,
+                    data_dir=run_dir / f"namesrv-{port}",
+                    bind=args.bind,
+                    metrics_port=metrics_port,
+                ),
             )
         )
     if args.console_port:

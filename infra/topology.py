@@ -30,7 +30,7 @@ from functools import partial
 from pathlib import Path
 
 from common import procfs
-from infra.apps import REPO, NodeService, StreamingJob
+from infra.apps import REPO, NodeService, StreamingJob, node_properties
 from infra.config import DEFAULT_TOPICS
 from infra.kafka import KafkaCluster
 from infra.processes import LOOPBACK, ProcessService, ServiceError, free_port, pid_alive
@@ -274,22 +274,21 @@ class Topology:
 
     def _new_node(self, i: int) -> NodeService:
         port = self.layout.node_ports[i]
-        data = self.layout.run_dir / f"node-{i + 1}-data"
         metrics = self.layout.metrics_ports[1 + i] if self.layout.metrics_ports else 0
         return NodeService(
             port=port,
             run_dir=self._run_dir(f"node-{i + 1}"),
             conf=self.namesrv_conf,
             properties={
-                "bindAddress": LOOPBACK,
-                "listenPort": str(port),
-                "nodeName": f"node-{i + 1}",
-                "kafkaBootstrapServers": self.kafka_bootstrap,
-                "redisUrl": self.redis_url,
-                "warmStartFromRedis": "true",
-                "kvConfigPath": str(data / "kvConfig.json"),
-                "configStorePath": str(data / "namesrv.properties"),
-                "metricsPort": str(metrics),
+                **node_properties(
+                    port=port,
+                    name=f"node-{i + 1}",
+                    kafka_bootstrap=self.kafka_bootstrap,
+                    redis_url=self.redis_url,
+                    data_dir=self.layout.run_dir / f"node-{i + 1}-data",
+                    metrics_port=metrics,
+                    warm_start=True,
+                ),
                 "alerts.alertmanagerUrl": self.layout.alertmanager_url,
             },
         )

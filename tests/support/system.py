@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from common import kafka_clients, procfs
-from infra.apps import NodeService, StreamingJob
+from infra.apps import NodeService, StreamingJob, node_properties
 from infra.config import DEFAULT_TOPICS
 from infra.processes import ServiceError, free_port, pid_alive
 from tests.support.wait import wait_until
@@ -187,19 +187,18 @@ class System:
 
     def node_properties(self, i: int, *, warm_start: bool) -> dict[str, str]:
         t = self.timing
-        data = self.run_dir / f"node-{i + 1}-data"
         return {
-            "bindAddress": "127.0.0.1",
-            "listenPort": str(self.node_ports[i]),
-            "nodeName": f"node-{i + 1}",
-            "kafkaBootstrapServers": self.kafka_bootstrap,
-            "redisUrl": self.redis_url,
-            "warmStartFromRedis": str(warm_start).lower(),
+            **node_properties(
+                port=self.node_ports[i],
+                name=f"node-{i + 1}",
+                kafka_bootstrap=self.kafka_bootstrap,
+                redis_url=self.redis_url,
+                data_dir=self.run_dir / f"node-{i + 1}-data",
+                metrics_port=self.metrics_ports[i] if self.metrics_ports else None,
+                warm_start=warm_start,
+            ),
             **_set("tickIntervalMillis", t.tick_ms),
             **_set("monitorSilenceFallbackMillis", t.monitor_fallback_ms),
-            "kvConfigPath": str(data / "kvConfig.json"),
-            "configStorePath": str(data / "namesrv.properties"),
-            **({"metricsPort": str(self.metrics_ports[i])} if self.metrics_ports else {}),
         }
 
     def start_node(self, i: int, *, warm_start: bool = False) -> float:
