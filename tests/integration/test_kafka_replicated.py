@@ -34,7 +34,7 @@ from kafka.partitioner.default import murmur2
 
 from common.contract import wall_ms
 from tests.support.backends import ReplicatedInfra
-from tests.support.liveness import Gone, Stack, Watch, bounds_now, last_heard_ms, running
+from tests.support.liveness import Gone, Observer, Stack, bounds_now, last_heard_ms, running
 from tests.support.report import report
 from tests.support.system import ACTIONS, EVENTS, SHIPPED, System
 from tests.support.wait import wait_until
@@ -97,10 +97,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicated]:
 
 
 @pytest.fixture(scope="module")
-def watch(stack: Replicated) -> Iterator[Watch]:
+def watch(stack: Replicated) -> Iterator[Observer]:
     """A live broker on every partition of the events topic, watched at every node and in Redis throughout."""
     keep = {stack.add_on(f"keep{p}", p)[0] for p in range(stack.partitions)}
-    w = Watch(stack.system.node_addrs, stack.system.redis_url, keep)
+    w = Observer(stack.system.node_addrs, stack.system.redis_url, keep)
     try:
         yield w
     finally:
@@ -112,7 +112,7 @@ def gone_from_now(stack: Replicated, fleet: str, timeout: float) -> Gone:
     return Gone(stack.system.node_addrs, stack.system.redis_url, stack.fleets.broker(fleet), timeout)
 
 
-def crash_within_bound(stack: Replicated, watch: Watch, fleet: str, label: str) -> None:
+def crash_within_bound(stack: Replicated, watch: Observer, fleet: str, label: str) -> None:
     """Crash ``fleet``'s broker now: gone from both nodes and Redis within FAULT_BOUND_S of its close."""
     gone = gone_from_now(stack, fleet, 90)
     closed = wall_ms()
@@ -125,7 +125,7 @@ def crash_within_bound(stack: Replicated, watch: Watch, fleet: str, label: str) 
     assert all(v <= bound for v in figures.values()), figures
 
 
-def silent_within_bound(stack: Replicated, watch: Watch, gone: Gone, label: str) -> None:
+def silent_within_bound(stack: Replicated, watch: Observer, gone: Gone, label: str) -> None:
     """A broker silenced earlier: gone from both nodes and Redis within FAULT_BOUND_S of its deadline, not before it."""
     times = gone.times()
     watch.left_redis(gone.name)
@@ -195,7 +195,7 @@ def _on_the_topic(stack: Replicated, i: int, node: str, seen: dict[str, float]) 
 
 
 @contextlib.contextmanager
-def frozen_for_30_s(stack: Replicated, watch: Watch, victim: int, led: list[int], label: str) -> Iterator[float]:
+def frozen_for_30_s(stack: Replicated, watch: Observer, victim: int, led: list[int], label: str) -> Iterator[float]:
     """Kafka node ``victim`` SIGSTOPped for FROZEN_S; a broker on events partition ``led[-1]`` falls silent as
     it begins and one on ``led[0]`` crashes 2 s in. The block runs within the freeze (given when it began);
     afterwards the silent broker's deadline, the heartbeats, the catching up and the events are checked."""
@@ -221,7 +221,7 @@ def frozen_for_30_s(stack: Replicated, watch: Watch, victim: int, led: list[int]
 
 
 def test_the_actions_leader_frozen_for_30_s_passes_the_actions_on_and_removes_no_live_broker(
-    stack: Replicated, watch: Watch
+    stack: Replicated, watch: Observer
 ):
     """SIGSTOP the Kafka node leading the actions topic for 30 s: it keeps its connections until they time
     out. The monitor's actions reach every node again once the actions' leadership has moved, within the
@@ -240,7 +240,7 @@ def test_the_actions_leader_frozen_for_30_s_passes_the_actions_on_and_removes_no
 
 
 def test_the_events_leader_killed_then_restarted_loses_nothing_and_removes_no_live_broker(
-    stack: Replicated, watch: Watch
+    stack: Replicated, watch: Observer
 ):
     """kill -9 the Kafka node leading the events partitions; a broker on its partitions crashes and one falls
     silent while it is down; it stays down past the silent broker's deadline, then starts again."""
@@ -268,7 +268,7 @@ def test_the_events_leader_killed_then_restarted_loses_nothing_and_removes_no_li
     watch.check()
 
 
-def test_the_events_leader_frozen_for_30_s_loses_nothing_and_removes_no_live_broker(stack: Replicated, watch: Watch):
+def test_the_events_leader_frozen_for_30_s_loses_nothing_and_removes_no_live_broker(stack: Replicated, watch: Observer):
     """SIGSTOP the Kafka node leading the most events partitions for 30 s. The monitor reads none of its
     batch until its Kafka clients give up on that node (their 30 s request timeout), so it waits and the
     nodes decide meanwhile; once it reads on, no live broker is expired."""

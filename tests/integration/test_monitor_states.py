@@ -22,7 +22,7 @@ import pytest
 
 from tests.support import report as summary
 from tests.support.backends import ProcessInfra
-from tests.support.liveness import Gone, Stack, Watch, bounds_now, last_heard_ms, running
+from tests.support.liveness import Gone, Observer, Stack, bounds_now, last_heard_ms, running
 from tests.support.system import EVENTS, SHIPPED, System
 from tests.support.wait import wait_until
 
@@ -42,10 +42,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 @pytest.fixture
-def watch(stack: Stack) -> Iterator[Watch]:
+def watch(stack: Stack) -> Iterator[Observer]:
     """A broker that keeps talking throughout the test, watched with the rest."""
     survivor, _ = stack.add(f"keep{len(stack.fleets.fleets)}")
-    with Watch(stack.system.node_addrs, stack.system.redis_url, {survivor}) as w:
+    with Observer(stack.system.node_addrs, stack.system.redis_url, {survivor}) as w:
         yield w
 
 
@@ -59,7 +59,7 @@ def report(label: str, figures: dict[str, int]) -> None:
     summary.report(line)
 
 
-def crash_and_check(stack: Stack, watch: Watch, fleet: str, label: str) -> None:
+def crash_and_check(stack: Stack, watch: Observer, fleet: str, label: str) -> None:
     """Crash ``fleet``'s broker: gone at both nodes, then from Redis within the bound of leaving them."""
     gone_at = gone(stack, fleet, 60)
     stack.fleets.crash(fleet)
@@ -78,7 +78,7 @@ def silence(stack: Stack, fleet: str) -> Gone:
     return gone_at
 
 
-def check_silent(stack: Stack, watch: Watch, gone_at: Gone, label: str) -> None:
+def check_silent(stack: Stack, watch: Observer, gone_at: Gone, label: str) -> None:
     """A silenced broker: gone at both nodes within the bound of its deadline, then from Redis within its bound."""
     times = gone_at.times()
     watch.left_redis(gone_at.name)
@@ -102,7 +102,7 @@ def decided_at_most_once(stack: Stack, fleets: list[str]) -> None:
         assert len(decisions) <= 1, (fleet, decisions)
 
 
-def test_a_stalled_monitor_leaves_no_dead_broker_at_the_nodes_or_in_redis(stack: Stack, watch: Watch):
+def test_a_stalled_monitor_leaves_no_dead_broker_at_the_nodes_or_in_redis(stack: Stack, watch: Observer):
     """Stalled for seconds (SIGSTOP): one broker falls silent before the stall, one crashes during it,
     one crashes just before the monitor resumes; the resumed monitor brings none back."""
     for fleet in ("stallquiet", "stallcrash", "stalllate"):
@@ -122,7 +122,7 @@ def test_a_stalled_monitor_leaves_no_dead_broker_at_the_nodes_or_in_redis(stack:
     watch.check()
 
 
-def test_a_monitor_stalled_for_a_minute_leaves_no_dead_broker_in_redis(stack: Stack, watch: Watch):
+def test_a_monitor_stalled_for_a_minute_leaves_no_dead_broker_in_redis(stack: Stack, watch: Observer):
     """The stall outlasts the nodes' monitorSilenceFallbackMillis (30 s): a broker that crashed before the
     nodes took expiry back, and one that fell silent after, leave Redis within seconds all the same."""
     for fleet in ("longcrash", "longquiet"):
@@ -140,7 +140,7 @@ def test_a_monitor_stalled_for_a_minute_leaves_no_dead_broker_in_redis(stack: St
     watch.check()
 
 
-def test_a_killed_then_restarting_monitor_leaves_no_dead_broker_in_redis(stack: Stack, watch: Watch):
+def test_a_killed_then_restarting_monitor_leaves_no_dead_broker_in_redis(stack: Stack, watch: Observer):
     """Killed (SIGKILL): a broker crashes 10 s later; restarted: one crashes and one falls silent while the
     job starts and catches up."""
     for fleet in ("killcrash", "startcrash", "startquiet"):
@@ -160,7 +160,7 @@ def test_a_killed_then_restarting_monitor_leaves_no_dead_broker_in_redis(stack: 
     watch.check()
 
 
-def test_a_slow_monitor_leaves_no_dead_broker_at_the_nodes_or_in_redis(stack: Stack, watch: Watch):
+def test_a_slow_monitor_leaves_no_dead_broker_at_the_nodes_or_in_redis(stack: Stack, watch: Observer):
     """The job runs 0.4 s in every 2 s (stopped the rest, as a driver starved of CPU or pausing for its
     collector is): it still reads, decides and beats, but late, and its word on how far it has decided
     goes stale between runs. A broker that crashes and one that falls silent meanwhile leave the nodes

@@ -37,7 +37,7 @@ from namesrv.client import NameServerClient
 from streaming.routes import RouteLookup
 from tests.support import report as summary
 from tests.support.backends import ProcessInfra
-from tests.support.liveness import Gone, Stack, Watch, bounds_now, last_heard_ms, running
+from tests.support.liveness import Gone, Observer, Stack, bounds_now, last_heard_ms, running
 from tests.support.node import REPO
 from tests.support.redis_cluster import RedisCluster
 from tests.support.routes import route_or_none
@@ -206,7 +206,7 @@ def test_a_killed_master_fails_over_and_no_promise_breaks(stack: Stack):
     survivor, _ = stack.add("keep")
     for fleet in ("crash", "quiet"):
         stack.add(fleet)
-    with Watch(system.node_addrs, system.redis_url, {survivor}) as watch:
+    with Observer(system.node_addrs, system.redis_url, {survivor}) as watch:
         master = cluster.owner(META)
         assert system.redis_url.startswith(f"redis+cluster://127.0.0.1:{master},")  # the dead one seeds first
         replica = cluster.replicas_of(master)
@@ -316,7 +316,7 @@ def test_the_nodes_fallback_writer_follows_a_failover_while_the_job_is_stalled(s
     survivor, _ = stack.add("keep2")
     for fleet in ("during", "after"):
         stack.add(fleet)
-    with Watch(system.node_addrs, system.redis_url, {survivor}) as watch:
+    with Observer(system.node_addrs, system.redis_url, {survivor}) as watch:
         master = cluster.owner(META)
         (fault_bound, redis_bound) = bounds_now(FAULT_BOUND_S, REDIS_AFTER_NODES_S)
         with system.streaming_frozen():

@@ -7,8 +7,8 @@ event times read from the events topic (:func:`last_heard_ms`: a broker's last p
 system saw it). :func:`bounds_now` holds the figures to their targets while the machine is quiet
 enough to meet them and to ``LOADED_FACTOR`` times them past that. :class:`Gone` runs
 :func:`gone_times` in a thread, so a test can measure across a fault it is still causing, and
-:class:`Watch` polls the same places throughout a test for what must never happen: a live broker
-missing, or a broker that left Redis back in it. A :class:`Stack` is a running system with simulated
+:class:`Observer` polls the same places throughout a test for what must never happen (a live broker
+missing, a broker that left Redis back in it) and for when each dying broker left each place. A :class:`Stack` is a running system with simulated
 brokers to add to it, and :func:`running` starts and stops one.
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -140,44 +141,129 @@ class Gone:
         return self._times
 
 
-class Watch:
-    """Every 100 ms, every node and Redis: when a broker in ``keep`` is missing, when one that left Redis is
-    back in it, and when Redis did not answer."""
+#: the place name of the job's Redis entry, beside node-1, node-2 ...
+REDIS = "redis"
 
-    def __init__(self, node_addrs: Sequence[str], redis_url: str, keep: Iterable[str]) -> None:
-        self.node_addrs, self.keep = list(node_addrs), set(keep)
+
+class Observer:
+    """Every ``interval`` s, in one thread, every node not marked faulty (its cluster info over TCP, as a client
+    reads it) and Redis (the job's cluster entry): each time a broker that must stay was missing somewhere
+    (a wrong removal), each time a broker that left Redis was back in it, each look Redis did not answer,
+    and for each broker said to be dying, the first wall ms each place stopped listing it. A place marked
+    faulty (a killed or frozen node) is not asked: it cannot answer, and a frozen one would hold the round
+    for its timeout. ``node_addrs`` in order name the places ``node-1``, ``node-2`` ...; a broker is named
+    by its group's name or by its address."""
+
+    def __init__(
+        self, node_addrs: Sequence[str], redis_url: str, keep: Iterable[str] = (), interval: float = 0.1
+    ) -> None:
+        self.places = {f"node-{i + 1}": addr for i, addr in enumerate(node_addrs)}
         self.lookup = quick_lookup(redis_url)
-        #: (wall ms, broker, place) of each time a kept broker was missing
+        self.interval = interval
+        #: places not asked now (killed or frozen by the harness)
+        self.faulty: set[str] = set()
+        self._keep: set[str] = set(keep)
+        self._left: set[str] = set()
+        self._dying: dict[str, dict[str, int]] = {}
+        #: (wall ms, broker, place): a broker that must stay was missing there
         self.missing: list[tuple[int, str, str]] = []
-        #: (wall ms, broker) of each time a broker that left Redis was back in it
+        #: (wall ms, broker): a broker that left Redis was back in it
         self.back: list[tuple[int, str]] = []
         #: wall ms of each look Redis did not answer
         self.unanswered: list[int] = []
-        self._left: set[str] = set()
+        #: the last answer of each place: broker name -> {id: addr}
+        self.latest: dict[str, dict[str, dict[int, str]]] = {}
+        self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="watch", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="chaos-observer", daemon=True)
         self._thread.start()
+
+    # -- what the harness says
+
+    def keep(self, *names: str) -> None:
+        """From now on these brokers must be listed at every live node and in Redis."""
+        with self._lock:
+            self._keep.update(names)
+
+    def kept(self) -> set[str]:
+        """The brokers that must be listed everywhere now."""
+        with self._lock:
+            return set(self._keep)
+
+    def release(self, *names: str) -> None:
+        """These brokers may go from now on (they are about to die)."""
+        with self._lock:
+            self._keep.difference_update(names)
+
+    def dying(self, name: str) -> None:
+        """Measure from now on when each live place stops listing ``name``."""
+        with self._lock:
+            self._keep.discard(name)
+            self._dying[name] = {}
+
+    def back_again(self, name: str) -> None:
+        """``name`` is starting again: it may be back in Redis."""
+        with self._lock:
+            self._left.discard(name)
+            self._dying.pop(name, None)
 
     def left_redis(self, name: str) -> None:
         """From now on ``name`` must never be in Redis again."""
-        self._left.add(name)
+        with self._lock:
+            self._left.add(name)
+
+    def gone(self, name: str, timeout: float) -> dict[str, int]:
+        """Wait until every place not faulty has stopped listing ``name``; per place, the wall ms it did."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                times = dict(self._dying[name])
+                expected = {p for p in (*self.places, REDIS) if p not in self.faulty}
+            if expected <= set(times):
+                with self._lock:
+                    self._left.add(name)
+                return {p: at for p, at in times.items() if p in expected}
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{name} still listed after {timeout:.0f} s at {sorted(expected - set(times))}")
+            time.sleep(0.05)
+
+    # -- the poller
+
+    def _known(self, clients: dict[str, NameServerClient], place: str) -> dict[str, dict[int, str]]:
+        if place == REDIS:
+            info = self.lookup.cluster_info()
+            return {} if info is None else {n: dict(b.broker_addrs) for n, b in info[0].items() if b.broker_addrs}
+        return {n: dict(b.broker_addrs) for n, b in clients[place].cluster_info()[0].items() if b.broker_addrs}
 
     def _run(self) -> None:
         failures = redis_clients.failures()
-        clients = {f"node-{i + 1}": NameServerClient(a, timeout=2.0) for i, a in enumerate(self.node_addrs)}
+        clients = {p: NameServerClient(a, timeout=1.0) for p, a in self.places.items()}
         try:
-            while not self._stop.wait(0.1):
-                for place, client in clients.items():
-                    with contextlib.suppress(OSError):
-                        known = {n for n, b in client.cluster_info()[0].items() if b.broker_addrs}
-                        self.missing += [(wall_ms(), n, place) for n in self.keep - known]
-                try:
-                    in_redis = known_in_redis(self.lookup)
-                except failures:
-                    self.unanswered.append(wall_ms())
-                    continue
-                self.missing += [(wall_ms(), n, "redis") for n in self.keep - in_redis]
-                self.back += [(wall_ms(), n) for n in self._left & in_redis]
+            while not self._stop.wait(self.interval):
+                for place in (*self.places, REDIS):
+                    if place in self.faulty:
+                        continue
+                    try:
+                        known = self._known(clients, place)
+                    except failures:  # OSError included: a node starting again, Redis failing over
+                        if place == REDIS:
+                            self.unanswered.append(wall_ms())
+                        else:
+                            clients[place].close()
+                        continue
+                    now = wall_ms()
+                    with self._lock:
+                        if place in self.faulty:  # marked while it was asked
+                            continue
+                        self.latest[place] = known
+                        # brokers by name (a group) and by address (one member)
+                        listed = set(known) | {a for members in known.values() for a in members.values()}
+                        self.missing += [(now, n, place) for n in sorted(self._keep - listed)]
+                        if place == REDIS:
+                            self.back += [(now, n) for n in sorted(self._left & listed)]
+                        for name, times in self._dying.items():
+                            if name not in listed:
+                                times.setdefault(place, now)
         finally:
             for client in clients.values():
                 client.close()
@@ -187,7 +273,7 @@ class Watch:
         self._thread.join(5)
         self.lookup.close()
 
-    def __enter__(self) -> Watch:
+    def __enter__(self) -> Observer:
         return self
 
     def __exit__(self, *exc: object) -> None:

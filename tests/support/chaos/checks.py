@@ -1,11 +1,8 @@
 """What the chaos harness holds the system to, read only where users read: the nodes' answers, Redis,
 Alertmanager's notifications, the RocketMQ clients' own results, and our processes' logs.
 
-:class:`Observer` asks every live node for its cluster info and Redis for the job's cluster entry every
-100 ms, in one thread, and keeps (a) each time a broker that must stay was missing somewhere (a wrong
-removal), (b) each time a broker that left Redis was back in it, and (c) for each broker it was told is
-dying, the first wall time each place stopped listing it. A place the harness marks faulty (a killed or
-frozen node) is not asked: it cannot answer, and a frozen one would hold the round for its timeout.
+:class:`~tests.support.liveness.Observer` watches every live node and Redis throughout (a wrong
+removal, a broker back in Redis after it left, when each place stopped listing a dying broker).
 :class:`Pager` is Debian's Prometheus Alertmanager with every alert its own group, notifying a webhook
 receiver of the harness, so each incident's notifications can be counted. :func:`same_routes_everywhere`
 waits until every live node answers every topic with the bytes Redis holds; :func:`tracebacks` finds the
@@ -16,137 +13,19 @@ from __future__ import annotations
 
 import contextlib
 import re
-import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from common import redis_clients
-from common.contract import wall_ms
 from namesrv.client import NameServerClient
 from tests.support.alertmanager import Alertmanager
 from tests.support.liveness import known_in_redis, quick_lookup
 from tests.support.routes import route_or_none
 from tests.support.webhook import Webhook
 
-__all__ = ["Observer", "Pager", "same_routes_everywhere", "tracebacks"]
-
-REDIS = "redis"
-
-
-class Observer:
-    """See the module docstring. ``node_addrs`` in order name the places ``node-1``, ``node-2`` ...; a broker
-    is named by its group's name or by its address."""
-
-    def __init__(self, node_addrs: Sequence[str], redis_url: str, interval: float = 0.1) -> None:
-        self.places = {f"node-{i + 1}": addr for i, addr in enumerate(node_addrs)}
-        self.lookup = quick_lookup(redis_url)
-        self.interval = interval
-        #: places not asked now (killed or frozen by the harness)
-        self.faulty: set[str] = set()
-        self._keep: set[str] = set()
-        self._left: set[str] = set()
-        self._dying: dict[str, dict[str, int]] = {}
-        #: (wall ms, broker, place): a broker that must stay was missing there
-        self.missing: list[tuple[int, str, str]] = []
-        #: (wall ms, broker): a broker that left Redis was back in it
-        self.back: list[tuple[int, str]] = []
-        #: the last answer of each place: broker name -> {id: addr}
-        self.latest: dict[str, dict[str, dict[int, str]]] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="chaos-observer", daemon=True)
-        self._thread.start()
-
-    # -- what the harness says
-
-    def keep(self, *names: str) -> None:
-        """From now on these brokers must be listed at every live node and in Redis."""
-        with self._lock:
-            self._keep.update(names)
-
-    def kept(self) -> set[str]:
-        """The brokers that must be listed everywhere now."""
-        with self._lock:
-            return set(self._keep)
-
-    def release(self, *names: str) -> None:
-        """These brokers may go from now on (they are about to die)."""
-        with self._lock:
-            self._keep.difference_update(names)
-
-    def dying(self, name: str) -> None:
-        """Measure from now on when each live place stops listing ``name``."""
-        with self._lock:
-            self._keep.discard(name)
-            self._dying[name] = {}
-
-    def back_again(self, name: str) -> None:
-        """``name`` is starting again: it may be back in Redis."""
-        with self._lock:
-            self._left.discard(name)
-            self._dying.pop(name, None)
-
-    def gone(self, name: str, timeout: float) -> dict[str, int]:
-        """Wait until every place not faulty has stopped listing ``name``; per place, the wall ms it did."""
-        deadline = time.monotonic() + timeout
-        while True:
-            with self._lock:
-                times = dict(self._dying[name])
-                expected = {p for p in (*self.places, REDIS) if p not in self.faulty}
-            if expected <= set(times):
-                with self._lock:
-                    self._left.add(name)
-                return {p: at for p, at in times.items() if p in expected}
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{name} still listed after {timeout:.0f} s at {sorted(expected - set(times))}")
-            time.sleep(0.05)
-
-    # -- the poller
-
-    def _known(self, clients: dict[str, NameServerClient], place: str) -> dict[str, dict[int, str]]:
-        if place == REDIS:
-            info = self.lookup.cluster_info()
-            return {} if info is None else {n: dict(b.broker_addrs) for n, b in info[0].items() if b.broker_addrs}
-        return {n: dict(b.broker_addrs) for n, b in clients[place].cluster_info()[0].items() if b.broker_addrs}
-
-    def _run(self) -> None:
-        failures = redis_clients.failures()
-        clients = {p: NameServerClient(a, timeout=1.0) for p, a in self.places.items()}
-        try:
-            while not self._stop.wait(self.interval):
-                for place in (*self.places, REDIS):
-                    if place in self.faulty:
-                        continue
-                    try:
-                        known = self._known(clients, place)
-                    except failures:  # OSError included: a node starting again, Redis failing over
-                        if place != REDIS:
-                            clients[place].close()
-                        continue
-                    now = wall_ms()
-                    with self._lock:
-                        if place in self.faulty:  # marked while it was asked
-                            continue
-                        self.latest[place] = known
-                        # brokers by name (a group) and by address (one member)
-                        listed = set(known) | {a for members in known.values() for a in members.values()}
-                        self.missing += [(now, n, place) for n in sorted(self._keep - listed)]
-                        if place == REDIS:
-                            self.back += [(now, n) for n in sorted(self._left & listed)]
-                        for name, times in self._dying.items():
-                            if name not in listed:
-                                times.setdefault(place, now)
-        finally:
-            for client in clients.values():
-                client.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self.lookup.close()
-
+__all__ = ["Pager", "same_routes_everywhere", "tracebacks"]
 
 # --------------------------------------------------------------------------- routes
 

@@ -16,7 +16,7 @@ fault at a time (:mod:`tests.support.chaos.schedule`), :meth:`Chaos.run_fault`:
    with the bytes Redis holds;
 5. starts the two dead brokers again, so that their incidents end.
 
-Throughout, :class:`~tests.support.chaos.checks.Observer` holds that no broker that lives is missing
+Throughout, :class:`~tests.support.liveness.Observer` holds that no broker that lives is missing
 from any live node or Redis, and that no broker that left Redis comes back before it is started again.
 At the end (:meth:`Chaos.finish`): every message the RocketMQ producer had acknowledged was consumed,
 every incident was notified once firing and once resolved at Alertmanager, every process runs, and our
@@ -47,9 +47,10 @@ from infra.config import DEFAULT_TOPICS
 from infra.processes import tcp_answers
 from infra.supervisor import Supervisor
 from infra.topology import Layout, Part, Topology
-from tests.support.chaos.checks import Observer, Pager, same_routes_everywhere, tracebacks
+from tests.support.chaos.checks import Pager, same_routes_everywhere, tracebacks
 from tests.support.chaos.schedule import BROKER_TIMEOUT_S, Fault, On
 from tests.support.fleet import FleetRunner
+from tests.support.liveness import Observer
 from tests.support.system import Timing
 
 __all__ = ["Chaos", "FaultResult", "Outcome"]
