@@ -1,8 +1,8 @@
 """A short chaos schedule in ``make test``: the replicated topology under three faults, every invariant held.
 
 The whole schedule is ``make chaos`` (``bench/chaos.py``, ``bench/CHAOS_RESULTS.md``); this runs its
-:data:`~tests.support.chaos.schedule.SHORT` faults (the job's driver killed, the Redis master of the
-routes' slot killed, a name-server node killed), each held past a broker's deadline, with a broker
+:data:`~tests.support.chaos.schedule.SHORT` faults (a Spark worker killed with its executor, the Redis
+master of the routes' slot killed, a name-server node killed), each held past a broker's deadline, with a broker
 crashing and one falling silent while each is in force, on the same topology and with the same checks
 (:mod:`tests.support.chaos.harness`): no wrong removal, every dead broker gone within its bound, the same
 routes everywhere soon after each heal, every incident notified once and resolved once at Alertmanager,

@@ -1,7 +1,7 @@
 """``bench/namesrv_bench.py`` at a tiny size: our node and Apache's NameServers 4.9.7 and 5.5.0 started in
 the same run, every workload measured against each, the ratios and the RSS table written.
 
-The figures of such a run mean nothing (the JVMs' warm-up until their JIT is idle is cut at a second);
+The figures of such a run mean nothing (the JVMs' warm-up until their JIT is idle is cut at one chunk);
 what is checked is that every server answered every workload without errors, that each JVM was loaded
 before its window and its JIT counted, that the report holds a same-run ratio for each, and that it
 keeps the earlier measurements of an existing report.
@@ -33,7 +33,8 @@ def test_the_bench_measures_our_node_and_both_java_namesrvs_in_the_same_run(tmp_
     out.write_text("# old report\n\nold figures\n\n## Earlier measurements\n\nan A/B worth keeping\n")
     done = subprocess.run(
         [sys.executable, "bench/namesrv_bench.py", "--runs", "1", "--warmup", "0.3", "--duration", "0.7",
-         "--jit-chunk", "0.5", "--jit-max", "1", "--register-brokers", "4", "--register-topics", "20", "--rss-brokers", "3", "--rss-topics", "20",
+         "--jit-chunk", "0.3", "--jit-max", "0.1",
+         "--register-brokers", "4", "--register-topics", "20", "--rss-brokers", "3", "--rss-topics", "20",
          "--out", str(out)],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=400,
     )  # fmt: skip
