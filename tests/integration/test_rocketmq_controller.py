@@ -48,6 +48,7 @@ from infra.rocketmq import (
 from namesrv.client import NameServerClient
 from streaming.routes import RouteLookup
 from tests.support.backends import ProcessInfra
+from tests.support.liveness import bounds_now
 from tests.support.report import report
 from tests.support.rocketmq import ROCKETMQ_5, broker_topics, start_java_namesrv
 from tests.support.system import SHIPPED, System
@@ -58,7 +59,8 @@ pytestmark = [pytest.mark.rocketmq, pytest.mark.timeout(900)]
 GROUP = "broker-a"
 CLUSTER = "ControllerCluster"
 TOPIC = "FailoverTopic"
-#: every node and Redis show the new master within this long of the first of our nodes that does
+#: every node and Redis show the new master within this long of the first of our nodes that does (on a
+#: machine quiet enough to meet it: :func:`tests.support.liveness.bounds_now`)
 EVERY_PLACE_S = 2.0
 #: the controller hears of a SIGKILL from the closed connection, of a SIGSTOP after its heartbeat
 #: timeout (controllerHeartBeatTimeoutMills, 10 s)
@@ -152,9 +154,11 @@ def elected(world: World, not_addr: str) -> tuple[str, float]:
 def check_and_report(step: str, since: float, first: dict[str, float], world: World) -> None:
     """Every place within EVERY_PLACE_S of the first of our nodes; the figures side by side."""
     registered = min(first[f"node-{i + 1}"] for i in range(len(world.ours)))
-    report(f"{step}: election -> id 0 at " + ", ".join(f"{p} {first[p] - since:.2f} s" for p in sorted(first)))
-    late = {p: round(t - registered, 2) for p, t in first.items() if t - registered > EVERY_PLACE_S}
-    assert not late, f"{step}: later than {EVERY_PLACE_S:g} s after the registration at our first node: {late}"
+    (bound_ms,) = bounds_now(EVERY_PLACE_S)
+    report(f"{step}: election -> id 0 at " + ", ".join(f"{p} {first[p] - since:.2f} s" for p in sorted(first))
+           + f" (every place within {bound_ms / 1000:g} s of our first node)")  # fmt: skip
+    late = {p: round(t - registered, 2) for p, t in first.items() if (t - registered) * 1000 > bound_ms}
+    assert not late, f"{step}: later than {bound_ms / 1000:g} s after the registration at our first node: {late}"
 
 
 def members_at(addr: str) -> dict[int, str]:
@@ -209,6 +213,14 @@ def test_a_killed_then_a_frozen_master_is_replaced_everywhere_and_the_stale_one_
     members = members_at(world.ours[1])
     assert members[0] == new and old.addr in members.values()
 
+    # the controller elects only a member in sync: wait until the restarted one has caught up again
+    wait_until(
+        lambda: (i := replica_info(world.controller, GROUP)) is not None
+        and len(i.sync_state_set) == len(world.group.brokers),
+        120,
+        f"every member of {GROUP} in sync again",
+        state=lambda: replica_info(world.controller, GROUP),
+    )
     frozen = next(b for b in world.group.brokers if b.addr == new)
     freeze_broker(frozen)
     try:
