@@ -51,8 +51,6 @@ class Recovery:
     fleets: FleetRunner
     supervising: Supervising
     lookup: RouteLookup
-    #: wall ms when the stack's start began
-    started_ms: int
 
 
 @pytest.fixture(scope="module")
@@ -61,10 +59,9 @@ def recovery(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recovery]:
 
     run_dir = tmp_path_factory.mktemp("recovery")
     system = System(ProcessInfra(run_dir), run_dir, timing=SHIPPED)
-    started_ms = wall_ms()
     system.start()  # returns once the job has committed a batch and sent a MONITOR_HEARTBEAT
     assert system.streaming is not None
-    r = Recovery(system, FleetRunner(), Supervising(system.streaming), RouteLookup(system.redis_url), started_ms)
+    r = Recovery(system, FleetRunner(), Supervising(system.streaming), RouteLookup(system.redis_url))
     try:
         yield r
     finally:
@@ -74,12 +71,10 @@ def recovery(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recovery]:
         system.stop()
 
 
-def test_the_stack_s_first_decision_comes_within_seconds_of_its_start(
-    recovery: Recovery, tmp_path_factory: pytest.TempPathFactory
-):
-    beat = first_heartbeat(recovery.system.tap.actions(), recovery.started_ms)
-    assert beat is not None, "System.start returns after the job's first MONITOR_HEARTBEAT"
-    took_ms = [beat - recovery.started_ms]
+def test_the_stack_s_first_decision_comes_within_seconds_of_its_start(tmp_path_factory: pytest.TempPathFactory):
+    """Stacks of its own, before the module's (it runs first, and asks for no fixture): a try made beside a
+    running stack would pay for that stack's batches too."""
+    took_ms = [start_once(tmp_path_factory.mktemp("start"))]
     (bound_ms,) = bounds_now(START_S)
     while took_ms[-1] > bound_ms and len(took_ms) < TRIES:
         took_ms.append(start_once(tmp_path_factory.mktemp("start-again")))
