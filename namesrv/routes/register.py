@@ -48,8 +48,9 @@ def register_broker(
 
     old_addr = addrs.get(reg.broker_id)
     if old_addr is not None and old_addr != reg.broker_addr and _holder_is_newer(t, reg, old_addr, body.data_version):
-        log.warning("ignoring %s registering as %s[%d]: %s holds that id with a newer stateVersion",
-                    reg.broker_addr, reg.broker_name, reg.broker_id, old_addr)  # fmt: skip
+        log.warning("ignoring %s registering as %s[%d] at stateVersion %d: %s holds that id with a newer one",
+                    reg.broker_addr, reg.broker_name, reg.broker_id, body.data_version.state_version,
+                    old_addr)  # fmt: skip
         drop_live(t, reg.addr_info)
         return _refused(t, changed, RegisterBrokerResult(conflict=True, routes_changed=changed))
     # an id held only provisionally counts as unregistered here, as on a node started empty
@@ -60,6 +61,9 @@ def register_broker(
                     reg.broker_name, reg.broker_id, reg.broker_addr)  # fmt: skip
         return _refused(t, changed, None)
 
+    if old_addr != reg.broker_addr:
+        log.info("%s takes %s[%d] (held by %s), stateVersion %d",
+                 reg.broker_addr, reg.broker_name, reg.broker_id, old_addr, body.data_version.state_version)  # fmt: skip
     changed |= _take_id(t, reg, addrs, old_addr, holder_provisional)
     broker_data_changed = changed  # so far only the group and its cluster listing changed
     register_first = created or fresh

@@ -15,8 +15,8 @@ by side:
   killed broker comes back as a slave;
 * the new master SIGSTOPped: the controller elects another after its heartbeat timeout, which
   registers as id 0, within the same bound; the frozen one, thawed, registers as master with the
-  state version it had, which our nodes refuse as Apache's does (the group's master stays the new one
-  at every place), until it registers again as a slave;
+  state version it had, which our nodes refuse as Apache's does (no place names it while the
+  controller names another), until it registers again as a slave;
 * no GROUP_WITHOUT_MASTER alert is left open for the group, which has a master again.
 """
 
@@ -168,6 +168,11 @@ def members_at(addr: str) -> dict[int, str]:
     return {} if data is None else dict(data.broker_addrs)
 
 
+def controller_master(world: World) -> str | None:
+    info = replica_info(world.controller, GROUP)
+    return None if info is None else info.master_addr
+
+
 def open_group_alerts(world: World) -> list[str]:
     return [
         a.message for a in world.lookup.alerts() if str(a.kind) == "GROUP_WITHOUT_MASTER" and a.broker_name == GROUP
@@ -213,12 +218,12 @@ def test_a_killed_then_a_frozen_master_is_replaced_everywhere_and_the_stale_one_
     members = members_at(world.ours[1])
     assert members[0] == new and old.addr in members.values()
 
-    # the controller elects only a member in sync: wait until the restarted one has caught up again
+    # the controller elects only a member in sync: wait until a slave is (RocketMQ may leave one out for
+    # minutes after the old master's restart, which is its own matter: the next step needs just one)
     wait_until(
-        lambda: (i := replica_info(world.controller, GROUP)) is not None
-        and len(i.sync_state_set) == len(world.group.brokers),
+        lambda: (i := replica_info(world.controller, GROUP)) is not None and len(i.sync_state_set) >= 2,
         120,
-        f"every member of {GROUP} in sync again",
+        f"a slave of {GROUP} in sync again",
         state=lambda: replica_info(world.controller, GROUP),
     )
     frozen = next(b for b in world.group.brokers if b.addr == new)
@@ -229,28 +234,26 @@ def test_a_killed_then_a_frozen_master_is_replaced_everywhere_and_the_stale_one_
     finally:
         thaw_broker(frozen)
     thawed = time.monotonic()
+    # stale: a place names the thawed member as master while the controller names another.  A place
+    # naming a third member is no stale registration: the controller may elect again on a loaded
+    # machine, and a place may show that before the others
     stale: list[tuple[float, dict[str, str | None]]] = []
-    while time.monotonic() - thawed < STALE_WATCH_S:  # its stale registration as master is refused everywhere
+    while time.monotonic() - thawed < STALE_WATCH_S:
         masters = {p: read() for p, read in places(world).items()}
-        if not all(m in (newer, None) for m in masters.values()):
+        if frozen.addr in masters.values() and controller_master(world) != frozen.addr:
             stale.append((round(time.monotonic() - thawed, 2), masters))
         time.sleep(0.1)
+    assert not stale, f"the thawed master's stale registration was taken: first {stale[0]}, {len(stale)} looks"
     wait_until(
-        lambda: all(frozen.addr in (m := members_at(a)).values() and m.get(0) == newer for a in world.addrs),
+        lambda: (current := controller_master(world)) not in (None, frozen.addr)
+        and all(frozen.addr in (m := members_at(a)).values() and m.get(0) == current for a in world.addrs),
         60,
-        f"{frozen.addr} back as a slave of {newer} at every name server",
-        state=lambda: {a: members_at(a) for a in world.addrs},
+        f"{frozen.addr} back as a slave of the controller's master at every name server",
+        state=lambda: (controller_master(world), {a: members_at(a) for a in world.addrs}),
     )
     report(f"master frozen: thawed -> registered as a slave everywhere {time.monotonic() - thawed:.1f} s")
+    if (current := controller_master(world)) != newer:
+        report(f"master frozen: the controller elected {current} after {newer} meanwhile")
 
     wait_until(lambda: not open_group_alerts(world), ALERT_RESOLVED_S, f"no GROUP_WITHOUT_MASTER open for {GROUP}",
                state=lambda: open_group_alerts(world))  # fmt: skip
-    if stale:
-        # a known difference from Apache's NameServer, to be mended: our nodes have been seen to take the
-        # thawed master's stale registration as id 0 for a moment, where Apache's refused it
-        report(
-            f"master frozen: after the thaw, the stale master named at {stale[0][0]} s: {stale[0][1]} ({len(stale)} looks)"
-        )
-        pytest.xfail(
-            f"the thawed master's stale registration was taken somewhere: first {stale[0]}, {len(stale)} looks"
-        )
