@@ -28,3 +28,20 @@ def fresh_warning_budgets(monkeypatch):
 
     for module in (server, handshake):
         monkeypatch.setattr(module, "_drop_log", RateLimited(module.log, per_minute=module._drop_log.per_minute))
+
+
+_module_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    module = report.nodeid.split("::", 1)[0]
+    _module_seconds[module] = _module_seconds.get(module, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """The ten slowest modules, setup and teardown included: where the suite's time goes."""
+    if len(_module_seconds) < 2:
+        return
+    terminalreporter.section("slowest 10 modules")
+    for module, seconds in sorted(_module_seconds.items(), key=lambda kv: -kv[1])[:10]:
+        terminalreporter.write_line(f"{seconds:8.1f}s {module}")

@@ -96,6 +96,11 @@ class PublisherSettings:
     max_block_ms: int = 2_000
     #: the producer's own retry window for one event
     delivery_timeout_ms: int = 120_000
+    #: how long one produce request waits for its answer before it is sent again: well below the
+    #: monitor's Kafka clients' (Kafka's default, 30 s), so that when a Kafka node freezes, the events it
+    #: held reach their partitions' new leaders before the monitor gives up on it and reads on, where it
+    #: would find them missing (docs/deploy.md, "Kafka replicated")
+    request_timeout_ms: int = 10_000
     linger_ms: int = 5
     #: TLS and SASL (the node's ``kafka.security.*``, ``kafka.sasl.*``, ``kafka.ssl.*`` keys); plaintext by default
     security: KafkaSecurity = KafkaSecurity()
@@ -242,7 +247,7 @@ def kafka_producer(settings: PublisherSettings, client_id: str) -> Any:
         settings.bootstrap_servers,
         key="kafkaBootstrapServers",
         pinned=True,
-        timeout_ms=min(30_000, settings.delivery_timeout_ms),
+        timeout_ms=min(settings.request_timeout_ms, settings.delivery_timeout_ms),
         security=settings.security,
         client_id=client_id,
         acks="all",

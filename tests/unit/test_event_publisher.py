@@ -6,6 +6,7 @@ import asyncio
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError, NotLeaderForPartitionError
@@ -32,6 +33,8 @@ from namesrv.protocol.headers import RegisterBrokerHeader
 from namesrv.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig
 from namesrv.routes import RouteInfoManager, RouteSettings, UnregisterRequest
 from tests.support.clock import Clock
+
+REPO = Path(__file__).resolve().parents[2]
 
 CLUSTER, NAME, ADDR = "DefaultCluster", "broker-a", "127.0.0.1:10911"
 
@@ -480,3 +483,25 @@ def test_ticks_are_light_and_every_250_ms_by_default():
         q.put(Event(EventType.TICK, "n", seq, seq))
     q.put(ev(4, False))
     assert (q.dropped_light, q.dropped_heavy) == (1, 0) and seqs(q.take(10, 0)) == [2, 3, 4]
+
+
+#: what a Kafka client waits for an answer when nothing sets ``request.timeout.ms`` (Kafka's default)
+KAFKA_DEFAULT_REQUEST_TIMEOUT_MS = 30_000
+
+
+def test_the_nodes_producers_give_up_on_a_frozen_kafka_node_well_before_the_monitor_s_clients_do(tmp_path):
+    """A frozen Kafka node holds the produce requests and the monitor's fetches alike until they time out.
+    The events it held must be at their partitions' new leaders before the monitor reads on past them, or
+    the monitor sees the other partitions' time pass a live broker's deadline without its heartbeats."""
+    from namesrv.events.publisher import kafka_producer
+    from streaming.config import load_config
+
+    producer = kafka_producer(PublisherSettings("127.0.0.1:1", "events", max_block_ms=100), "t")
+    try:
+        ours = producer.config["request_timeout_ms"]
+    finally:
+        producer.close(0)
+    options = load_config(REPO / "conf" / "streaming.properties", base_dir=tmp_path).source_options()
+    monitor = int(options.get("kafka.request.timeout.ms", KAFKA_DEFAULT_REQUEST_TIMEOUT_MS))
+    # a retry after the timeout, on fresh metadata, still lands well within the monitor's wait
+    assert 2 * ours <= monitor, (ours, monitor)
