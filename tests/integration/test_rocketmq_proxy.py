@@ -1,15 +1,23 @@
-"""Apache's 5.5.0 proxy in cluster mode in front of a 5.5.0 broker, found through our nodes, serves gRPC
-clients as it does through Apache's own NameServer.
+"""Apache's 5.5.0 proxy in cluster mode in front of 5.5.0 brokers in controller mode, found through our
+nodes, serves gRPC clients as it does through Apache's own NameServer, and follows a master's failover.
 
-One master broker registers with two of our nodes and with Apache's 5.5.0 NameServer.  For each world
-(our two nodes, Apache's NameServer) a proxy (``ProxyStartup -pm cluster``) is given only that world's
-name servers, and topics and groups of that world's own are created through it: a NORMAL topic, a FIFO
-topic and an orderly group for the latter.  Apache's gRPC Java client (``rocketmq-client-java``,
-``tests/peers/java/GrpcFlow.java``) sends COUNT messages to each topic through the proxy, the FIFO ones
-alternating between two message groups, and a SimpleConsumer per topic receives and acks them all.
-The official Python gRPC client (PyPI ``rocketmq-python-client``, this module run as a program) does the
-same through the same proxy.  Every message is sent, received and acked once, each message group's in
-the order sent, and both worlds give the same counts and the same order to both clients.
+A group of two brokers in controller mode under Apache's 5.5.0 controller (``ControllerStartup``)
+registers with two of our nodes and with Apache's 5.5.0 NameServer.  For each world (our two nodes,
+Apache's NameServer) a proxy (``ProxyStartup -pm cluster``) is given only that world's name servers, and
+topics and groups of that world's own are created through it: a NORMAL topic, a FIFO topic and an
+orderly group for the latter.
+
+* Apache's gRPC Java client (``rocketmq-client-java``, ``tests/peers/java/GrpcFlow.java``) sends COUNT
+  messages to each topic through the proxy, the FIFO ones alternating between two message groups, and a
+  SimpleConsumer per topic receives and acks them all.  The official Python gRPC client (PyPI
+  ``rocketmq-python-client``, this module run as a program) does the same through the same proxy.  Every
+  message is sent, received and acked once, each message group's in the order sent, and both worlds give
+  the same counts and the same order to both clients.
+* Then the Python client sends through each proxy every ``PERIOD_S`` while the master is SIGKILLed and
+  the controller elects the slave.  The proxy sends to the dead address until its route cache refreshes
+  (its ``topicRouteServiceCacheRefreshSeconds``, 20 s), then to the new master: through each world a
+  send is acknowledged again within ``WRITES_AGAIN_S`` of the election, and none fails before the kill or
+  after that.  Both worlds' figures are printed side by side.
 """
 
 from __future__ import annotations
@@ -29,21 +37,29 @@ from infra.processes import BinaryNotFoundError, jvm_jars
 from infra.rocketmq import (
     REPO,
     ROCKETMQ_5,
+    Controller,
+    ControllerGroup,
     GrpcFlowResult,
-    JavaBroker,
+    JavaProcess,
     JavaProxy,
     compile_grpc_flow,
     create_group,
     create_typed_topic,
     java_grpc_flow_argv,
+    kill_broker,
+    replica_info,
     run_grpc_flow,
-    start_broker,
+    start_controller,
+    start_controller_group,
     start_proxy,
 )
+from tests.support.liveness import bounds_now
 from tests.support.node import running_node
-from tests.support.rocketmq import start_java_namesrv
+from tests.support.report import report
+from tests.support.rocketmq import broker_topics, start_java_namesrv
+from tests.support.wait import wait_until
 
-pytestmark = [pytest.mark.rocketmq, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.rocketmq, pytest.mark.timeout(600)]
 
 CLUSTER = "ProxyCluster"
 COUNT = 20
@@ -51,14 +67,24 @@ COUNT = 20
 #: default timer log maps 100 MB
 POP_BROKER = {"timerWheelEnable": "true", "mappedFileSizeTimerLog": str(4 * 1024 * 1024)}
 WORLDS = ("ours", "apache")
+WHOSE = {"ours": "our nodes'", "apache": "Apache's"}
 CLIENTS = ("java", "python")
 GROUPS = {"g0": list(range(0, COUNT, 2)), "g1": list(range(1, COUNT, 2))}
+BROKER_GROUP = "broker-a"
+#: how often the steady client sends during the failover
+PERIOD_S = 0.1
+#: the proxy's topicRouteServiceCacheRefreshSeconds (its default, 20 s), plus the client's own retry and
+#: the proxy's next look (on a loaded machine three times that: tests.support.liveness.bounds_now)
+WRITES_AGAIN_S = 30.0
+#: the controller hears of a SIGKILL from the closed connection
+ELECTION_S = 60.0
 
 
 @dataclass
 class World:
     base: Path
-    broker: JavaBroker
+    controller: Controller
+    group: ControllerGroup
     #: "ours" (in front of our two nodes) and "apache" (in front of Apache's NameServer)
     proxies: dict[str, JavaProxy]
     java_classes: Path
@@ -99,8 +125,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         apache = start_java_namesrv(ROCKETMQ_5, base, "apache-namesrv")
         stack.callback(apache.stop)
         namesrvs = {"ours": ours, "apache": [apache.addr]}
-        broker = start_broker(ROCKETMQ_5, base, [*ours, apache.addr], cluster=CLUSTER, extra=POP_BROKER)
-        stack.callback(broker.stop)
+        controller = start_controller(base, [*ours, apache.addr])
+        stack.callback(controller.stop)
+        group = start_controller_group(
+            base, [*ours, apache.addr], controller, name=BROKER_GROUP, cluster=CLUSTER, extra=POP_BROKER
+        )
+        stack.callback(group.stop)
         # the two worlds side by side: each is mostly JVMs starting one after the other (more at once
         # starve the machine until mqadmin's 3 s requests time out)
         with ThreadPoolExecutor(len(WORLDS)) as pool:
@@ -111,7 +141,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         for f in starting.values():
             if (error := f.exception()) is not None:
                 raise error
-        yield World(base, broker, proxies, classes)
+        yield World(base, controller, group, proxies, classes)
 
 
 def flow(world: World, which: str, client: str) -> GrpcFlowResult:
@@ -145,6 +175,121 @@ def test_grpc_clients_through_the_proxy_on_our_nodes_and_on_apaches(world: World
         ours, apache = results["ours"][client], results["apache"][client]
         assert ours.received("fifo") == apache.received("fifo")
         assert [len(ours.acked(k)) for k in ("normal", "fifo")] == [len(apache.acked(k)) for k in ("normal", "fifo")]
+
+
+@dataclass(frozen=True)
+class Send:
+    seq: int
+    #: wall ms when the send returned
+    at_ms: int
+    ok: bool
+    detail: str
+
+
+class SteadyProducer:
+    """This module as a program (``--steady``): the Python gRPC client sending through one proxy until stopped."""
+
+    def __init__(self, world: World, which: str) -> None:
+        name = f"steady-{which}"
+        home = world.base / name
+        home.mkdir()
+        topic = names(which, "python")[0]
+        argv = [sys.executable, "-m", "tests.integration.test_rocketmq_proxy", "--steady", "1"]
+        argv += ["-e", world.proxies[which].grpc_addr, "-t", topic, "-p", str(PERIOD_S)]
+        # HOME: the client logs under ~/logs whatever it is told
+        self.process = JavaProcess(name, argv, home, {**os.environ, "PYTHONPATH": str(REPO), "HOME": str(home)})
+
+    def sends(self) -> list[Send]:
+        out = []
+        for line in self.process.out.read_text(errors="replace").splitlines():
+            fields = line.split(" ", 3)
+            if fields[0] in ("OK", "FAIL") and len(fields) >= 3:
+                out.append(Send(int(fields[1]), int(fields[2]), fields[0] == "OK", "".join(fields[3:])))
+        return out
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+def first_ok_after(sends: list[Send], at_ms: int) -> Send | None:
+    return next((s for s in sends if s.ok and s.at_ms > at_ms), None)
+
+
+def test_the_proxy_s_clients_write_to_the_new_master_within_its_route_refresh_through_both_worlds(world: World):
+    """Last in the module: it kills the group's master."""
+    old, slave = world.group.brokers
+    topics = {names(w, "python")[0] for w in WORLDS}
+    wait_until(lambda: topics <= broker_topics(slave), 60, "the topics on the slave, to take writes as master")
+    producers: dict[str, SteadyProducer] = {}
+    again: dict[str, Send] = {}
+    try:
+        for which in WORLDS:
+            producers[which] = SteadyProducer(world, which)
+        for which, producer in producers.items():
+            wait_until(
+                lambda p=producer: sum(s.ok for s in p.sends()) >= 20,
+                60,
+                f"20 sends acknowledged through {WHOSE[which]} proxy",
+                state=lambda p=producer: p.sends()[-3:],
+            )
+        kill_broker(old)
+        killed_ms = int(time.time() * 1000)
+        info = wait_until(
+            lambda: (i := replica_info(world.controller, BROKER_GROUP)) is not None
+            and i.master_addr not in (None, old.addr)
+            and i,
+            ELECTION_S,
+            "the controller to elect the slave",
+        )
+        elected_ms = int(time.time() * 1000)
+        assert info.master_addr == slave.addr
+        (bound_ms,) = bounds_now(WRITES_AGAIN_S)
+        for which, producer in producers.items():
+            again[which] = wait_until(
+                lambda p=producer: first_ok_after(p.sends(), elected_ms),
+                max(bound_ms / 1000 - (time.time() * 1000 - elected_ms) / 1000, 0) + 5,
+                f"a send acknowledged through {WHOSE[which]} proxy after the election",
+                state=lambda p=producer: p.sends()[-3:],
+            )
+    finally:
+        for producer in producers.values():
+            producer.stop()
+    figures = {w: again[w].at_ms - elected_ms for w in WORLDS}
+    report(
+        f"master killed: kill -> election {(elected_ms - killed_ms) / 1000:.2f} s; election -> a send acknowledged "
+        + ", ".join(f"through {WHOSE[w]} proxy {figures[w] / 1000:.2f} s" for w in WORLDS)
+        + f" (bound {bound_ms / 1000:g} s)"
+    )
+    assert all(v <= bound_ms for v in figures.values()), figures
+    for which, producer in producers.items():
+        sends = producer.sends()
+        assert [s.seq for s in sends] == list(range(len(sends))), which
+        failed = [s for s in sends if not s.ok]
+        # a send fails only between the kill and the proxy's new route, never before or after
+        assert all(killed_ms - 1_000 <= s.at_ms <= again[which].at_ms for s in failed), (which, failed[:3])
+
+
+def steady_send(opts: dict[str, str]) -> None:
+    """Send through the proxy at ``opts['-e']`` every ``-p`` seconds until killed: a line per send."""
+    from rocketmq.v5.client import ClientConfiguration, Credentials
+    from rocketmq.v5.model import Message
+    from rocketmq.v5.producer import Producer
+
+    conf = ClientConfiguration(opts["-e"], Credentials(), request_timeout=3)
+    producer = Producer(conf, (opts["-t"],))
+    producer.startup()
+    period = float(opts["-p"])
+    seq = 0
+    while True:
+        message = Message()
+        message.topic, message.body = opts["-t"], str(seq).encode()
+        try:
+            producer.send(message)
+            print("OK", seq, int(time.time() * 1000), flush=True)
+        except Exception as e:  # a failed send is a result here: the test reads them
+            print("FAIL", seq, int(time.time() * 1000), repr(e).replace("\n", " ")[:300], flush=True)
+        seq += 1
+        time.sleep(period)  # the pace of the load, not a wait for an effect
 
 
 def python_flow(opts: dict[str, str]) -> None:
@@ -199,7 +344,11 @@ def python_flow(opts: dict[str, str]) -> None:
 
 if __name__ == "__main__":
     try:
-        python_flow(dict(zip(sys.argv[1::2], sys.argv[2::2], strict=True)))
+        options = dict(zip(sys.argv[1::2], sys.argv[2::2], strict=True))
+        if options.pop("--steady", None):
+            steady_send(options)  # until killed
+        else:
+            python_flow(options)
         print("DONE", flush=True)
     except Exception as e:
         print("ERR", repr(e).replace("\n", " "), flush=True)
