@@ -50,7 +50,7 @@ from streaming.routes import RouteLookup
 from tests.support.backends import ProcessInfra
 from tests.support.liveness import bounds_now
 from tests.support.report import report
-from tests.support.rocketmq import ROCKETMQ_5, broker_topics, start_java_namesrv
+from tests.support.rocketmq import ROCKETMQ_5, broker_topics, controller_master, elected, start_java_namesrv
 from tests.support.system import SHIPPED, System
 from tests.support.wait import wait_until
 
@@ -137,18 +137,11 @@ def seen_as_master(world: World, addr: str, timeout: float) -> dict[str, float]:
     return first
 
 
-def elected(world: World, not_addr: str) -> tuple[str, float]:
+def elected_in_place_of(world: World, not_addr: str) -> tuple[str, float]:
     """The member the controller elects in place of ``not_addr``, and when (wall s) it was seen elected."""
-    info = wait_until(
-        lambda: (i := replica_info(world.controller, GROUP)) is not None
-        and i.master_addr not in (None, not_addr)
-        and i,
-        ELECTION_S,
-        "the controller to elect another master",
-        state=lambda: replica_info(world.controller, GROUP),
-    )
-    assert info.master_addr in {b.addr for b in world.group.brokers if b.addr != not_addr}
-    return info.master_addr, time.time()
+    addr = elected(world.controller, GROUP, not_addr, ELECTION_S)
+    assert addr in {b.addr for b in world.group.brokers if b.addr != not_addr}
+    return addr, time.time()
 
 
 def check_and_report(step: str, since: float, first: dict[str, float], world: World) -> None:
@@ -166,11 +159,6 @@ def members_at(addr: str) -> dict[int, str]:
     with NameServerClient(addr, timeout=3.0) as c:
         data = c.cluster_info().broker_addr_table.get(GROUP)
     return {} if data is None else dict(data.broker_addrs)
-
-
-def controller_master(world: World) -> str | None:
-    info = replica_info(world.controller, GROUP)
-    return None if info is None else info.master_addr
 
 
 def open_group_alerts(world: World) -> list[str]:
@@ -193,7 +181,7 @@ def test_a_killed_then_a_frozen_master_is_replaced_everywhere_and_the_stale_one_
 
         kill_broker(old)
         killed_at_ms = int(time.time() * 1000)
-        new, election = elected(world, old.addr)
+        new, election = elected_in_place_of(world, old.addr)
         check_and_report("master killed", election, seen_as_master(world, new, ELECTION_S), world)
 
         wait_until(lambda: any(r.get(GROUP) == new for _, r in flow.routes()), 30, "the producer's route to name it")
@@ -229,7 +217,7 @@ def test_a_killed_then_a_frozen_master_is_replaced_everywhere_and_the_stale_one_
     frozen = next(b for b in world.group.brokers if b.addr == new)
     freeze_broker(frozen)
     try:
-        newer, election = elected(world, frozen.addr)
+        newer, election = elected_in_place_of(world, frozen.addr)
         check_and_report("master frozen", election, seen_as_master(world, newer, ELECTION_S), world)
     finally:
         thaw_broker(frozen)
@@ -240,19 +228,19 @@ def test_a_killed_then_a_frozen_master_is_replaced_everywhere_and_the_stale_one_
     stale: list[tuple[float, dict[str, str | None]]] = []
     while time.monotonic() - thawed < STALE_WATCH_S:
         masters = {p: read() for p, read in places(world).items()}
-        if frozen.addr in masters.values() and controller_master(world) != frozen.addr:
+        if frozen.addr in masters.values() and controller_master(world.controller, GROUP) != frozen.addr:
             stale.append((round(time.monotonic() - thawed, 2), masters))
         time.sleep(0.1)
     assert not stale, f"the thawed master's stale registration was taken: first {stale[0]}, {len(stale)} looks"
     wait_until(
-        lambda: (current := controller_master(world)) not in (None, frozen.addr)
+        lambda: (current := controller_master(world.controller, GROUP)) not in (None, frozen.addr)
         and all(frozen.addr in (m := members_at(a)).values() and m.get(0) == current for a in world.addrs),
         60,
         f"{frozen.addr} back as a slave of the controller's master at every name server",
-        state=lambda: (controller_master(world), {a: members_at(a) for a in world.addrs}),
+        state=lambda: (controller_master(world.controller, GROUP), {a: members_at(a) for a in world.addrs}),
     )
     report(f"master frozen: thawed -> registered as a slave everywhere {time.monotonic() - thawed:.1f} s")
-    if (current := controller_master(world)) != newer:
+    if (current := controller_master(world.controller, GROUP)) != newer:
         report(f"master frozen: the controller elected {current} after {newer} meanwhile")
 
     wait_until(lambda: not open_group_alerts(world), ALERT_RESOLVED_S, f"no GROUP_WITHOUT_MASTER open for {GROUP}",

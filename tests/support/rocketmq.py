@@ -29,6 +29,7 @@ from infra.rocketmq import (
     LOOPBACK,
     ROCKETMQ_4,
     ROCKETMQ_5,
+    Controller,
     JavaBroker,
     JavaProcess,
     PortTakenError,
@@ -42,6 +43,7 @@ from infra.rocketmq import (
     compile_java,
     mqadmin,
     registered,
+    replica_info,
     restart_broker,
     start_broker,
 )
@@ -270,3 +272,19 @@ def broker_topics(broker: JavaBroker) -> set[str]:
         answer = c.call(GET_ALL_TOPIC_CONFIG)
     assert answer is not None and answer.code == 0, answer
     return set(fastjson.loads(answer.body)["topicConfigTable"])
+
+
+def controller_master(controller: Controller, group: str) -> str | None:
+    """The address the controller names ``group``'s master at, None while it names none or does not lead."""
+    info = replica_info(controller, group)
+    return None if info is None else info.master_addr
+
+
+def elected(controller: Controller, group: str, not_addr: str, timeout: float) -> str:
+    """The address of the master the controller elects for ``group`` in place of ``not_addr``, once it has."""
+    return wait_until(
+        lambda: (addr := controller_master(controller, group)) not in (None, not_addr) and addr,
+        timeout,
+        f"the controller to elect a master of {group} other than {not_addr}",
+        state=lambda: replica_info(controller, group),
+    )
