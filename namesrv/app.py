@@ -15,7 +15,14 @@ from namesrv.acl import Acl, AclFileError, load_acl_file
 from namesrv.config import ConfigError, NamesrvConfig
 from namesrv.handlers import HANDLERS, HandlerContext, NodeObserver
 from namesrv.kvconfig import KVConfigManager
-from namesrv.liveness import ExpiryScan, MinIdOutlet, MonitorDownPager, RedisFallback, UnregisterBatcher
+from namesrv.liveness import (
+    ExpiryScan,
+    MinIdOutlet,
+    MonitorDownPager,
+    MonitorWatchdog,
+    RedisFallback,
+    UnregisterBatcher,
+)
 from namesrv.notify import BrokerNotifier
 from namesrv.repeats import Repeats
 from namesrv.request_stats import RequestStats
@@ -109,6 +116,12 @@ def build_node(
         on_expired=observer.broker_unregistered,
         on_min_broker_id_change=notify_brokers,
     )
+    # a node with Kafka has a monitor to watch, and learns from watching it when it stood still itself
+    watchdog = (
+        MonitorWatchdog(expiry, config.monitor_silence_fallback_millis, grace_ms=config.monitor_decision_grace_millis)
+        if publisher is not None
+        else None
+    )
     context = HandlerContext(
         config=config,
         routes=routes,
@@ -119,12 +132,13 @@ def build_node(
         now=time.monotonic,
         notify_brokers=notify_brokers,
         acl=acl,
+        heard_at_ms=watchdog.heard_at_ms if watchdog is not None else lambda: None,
     )
     kafka = None
-    if publisher is not None:
+    if publisher is not None and watchdog is not None:
         from namesrv.events.link import KafkaLink
 
-        kafka = KafkaLink.build(config, publisher, context, expiry)
+        kafka = KafkaLink.build(config, publisher, context, watchdog)
     return NodeParts(context, unregistrations, expiry, kafka)
 
 

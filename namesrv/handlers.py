@@ -84,12 +84,19 @@ class NodeObserver:
     call happens on the event loop, after the route tables changed.
     """
 
-    #: a registration the tables accepted or refused (``result.conflict``): the body as decoded
+    #: a registration the tables accepted or refused (``result.conflict``): the body as decoded;
+    #: ``heard_at_ms`` here and below: when it was heard, if not now (:attr:`HandlerContext.heard_at_ms`)
     def broker_registered(
-        self, header: RegisterBrokerHeader, body: RegisterBrokerBody, result: RegisterBrokerResult
+        self,
+        header: RegisterBrokerHeader,
+        body: RegisterBrokerBody,
+        result: RegisterBrokerResult,
+        heard_at_ms: int | None = None,
     ) -> None: ...
     #: ``source`` is QUERY_DATA_VERSION or BROKER_HEARTBEAT
-    def broker_heartbeat(self, cluster_name: str, broker_addr: str, source: RequestCode) -> None: ...
+    def broker_heartbeat(
+        self, cluster_name: str, broker_addr: str, source: RequestCode, heard_at_ms: int | None = None
+    ) -> None: ...
     #: the broker's removal was queued, and why (see :mod:`namesrv.liveness.departure`)
     def broker_unregistered(self, request: UnregisterRequest, departure: Departure) -> None: ...
     def route_changed_by_admin(self, change: AdminChange) -> None: ...
@@ -127,6 +134,9 @@ class HandlerContext:
     register_bodies: bodies.RegisterBodyCache = field(default_factory=bodies.RegisterBodyCache)
     #: encoded answers, valid while :meth:`answer_generation` stays the same
     answers: AnswerCache = field(default_factory=AnswerCache)
+    #: when a registration or heartbeat read now was heard, if not now (wall ms): the moment the node
+    #: began to stand still, while it reads what queued up meanwhile (:meth:`MonitorWatchdog.heard_at_ms`)
+    heard_at_ms: Callable[[], int | None] = field(default=lambda: None)
 
     def close(self) -> None:
         """Finish the work already started off the loop, then stop its threads."""
@@ -365,7 +375,7 @@ REUSED_ON_LOOP_BODY_BYTES = 256 * 1024
 @handles(RequestCode.REGISTER_BROKER)
 def register_broker(context: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand | Pending:
     h = decode_header(RegisterBrokerHeader, request.ext_fields)
-
+    heard_at_ms = context.heard_at_ms()  # when it was read, not when the work off the loop gets to it
     key = (h.cluster_name, h.broker_addr)
 
     def register(reused: RegisterBrokerBody | None = None) -> Any:
@@ -390,6 +400,7 @@ def register_broker(context: HandlerContext, request: RemotingCommand, channel: 
             h.enable_acting_master,
             body,
             channel,
+            heard_at_ms,
         )
         return body, result
 
@@ -400,7 +411,7 @@ def register_broker(context: HandlerContext, request: RemotingCommand, channel: 
         body, result = registered
         if result is None:
             return request.response(ResponseCode.SYSTEM_ERROR, "register broker failed")
-        context.observer.broker_registered(h, body, result)
+        context.observer.broker_registered(h, body, result, heard_at_ms)
         if result.min_broker_id_change is not None:
             context.min_broker_id_changed(result.min_broker_id_change)
         ext: dict[str, str] = {}
@@ -450,8 +461,9 @@ def unregister_broker(context: HandlerContext, request: RemotingCommand, channel
 @handles(RequestCode.QUERY_DATA_VERSION)
 def query_data_version(context: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(BrokerIdentityHeader, request.ext_fields)
-    held = context.routes.touch(h.cluster_name, h.broker_addr)
-    context.observer.broker_heartbeat(h.cluster_name, h.broker_addr, _QUERY_DATA_VERSION)
+    heard_at_ms = context.heard_at_ms()
+    held = context.routes.touch(h.cluster_name, h.broker_addr, heard_at_ms)
+    context.observer.broker_heartbeat(h.cluster_name, h.broker_addr, _QUERY_DATA_VERSION, heard_at_ms)
     return data_version_answer(request, held)
 
 
@@ -467,8 +479,9 @@ def data_version_answer(request: RemotingCommand, held: DataVersion | None) -> R
 @handles(RequestCode.BROKER_HEARTBEAT)
 def broker_heartbeat(context: HandlerContext, request: RemotingCommand, channel: object) -> RemotingCommand:
     h = decode_header(BrokerIdentityHeader, request.ext_fields)
-    context.routes.update_broker_info_update_timestamp(h.cluster_name, h.broker_addr)
-    context.observer.broker_heartbeat(h.cluster_name, h.broker_addr, RequestCode.BROKER_HEARTBEAT)
+    heard_at_ms = context.heard_at_ms()
+    context.routes.update_broker_info_update_timestamp(h.cluster_name, h.broker_addr, heard_at_ms)
+    context.observer.broker_heartbeat(h.cluster_name, h.broker_addr, RequestCode.BROKER_HEARTBEAT, heard_at_ms)
     return request.response()
 
 

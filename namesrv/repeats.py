@@ -208,7 +208,8 @@ class Repeats:
         """Refresh the brokers of the heartbeats answered, as their handler would; from the first whose
         answer no longer holds on, the answers are taken back (the full path answers them).  Returns
         the end of the frames answered, and the bytes of their answers."""
-        held = self.context.routes.touch_each([entry.broker for entry, _, _, _ in beats])  # type: ignore[misc]
+        heard_at_ms = self.context.heard_at_ms()
+        held = self.context.routes.touch_each([entry.broker for entry, _, _, _ in beats], heard_at_ms)  # type: ignore[misc]
         for i, (entry, index, start, a) in enumerate(beats):
             if held[i] is not entry.held and entry.held is not _ANY_HELD:
                 # the later frames' brokers were refreshed too, and will be again: harmless
@@ -223,7 +224,7 @@ class Repeats:
         if type(observer).broker_heartbeat is not NodeObserver.broker_heartbeat:
             for entry, _, _, _ in beats:
                 broker = entry.broker
-                observer.broker_heartbeat(broker[0], broker[1], entry.source)  # type: ignore[arg-type,index]
+                observer.broker_heartbeat(broker[0], broker[1], entry.source, heard_at_ms)  # type: ignore[arg-type,index]
         return pos, written
 
     def learn(self, decoder: FrameDecoder, request: RemotingCommand, response: RemotingCommand, frame: bytes) -> None:

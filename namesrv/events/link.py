@@ -27,7 +27,7 @@ from namesrv.events.actions import (
 )
 from namesrv.events.publisher import EventPublisher, PublisherSettings, PublisherStats
 from namesrv.handlers import HandlerContext
-from namesrv.liveness import ExpiryScan, MonitorTrust, MonitorWatchdog, trusted_monitors
+from namesrv.liveness import MonitorTrust, MonitorWatchdog, trusted_monitors
 from namesrv.routes.manager import RouteInfoManager
 
 __all__ = ["KafkaLink", "check_bootstrap_servers", "check_names", "default_node_name", "event_publisher"]
@@ -79,12 +79,9 @@ class KafkaLink:
 
     @classmethod
     def build(
-        cls, config: NamesrvConfig, publisher: EventPublisher, context: HandlerContext, expiry: ExpiryScan
+        cls, config: NamesrvConfig, publisher: EventPublisher, context: HandlerContext, watchdog: MonitorWatchdog
     ) -> KafkaLink:
         """The parts around ``publisher``, which ``context`` has as its observer (before the server serves)."""
-        watchdog = MonitorWatchdog(
-            expiry, config.monitor_silence_fallback_millis, grace_ms=config.monitor_decision_grace_millis
-        )
         trust = MonitorTrust(trusted_monitors(config), watchdog)
         applier = ActionApplier(
             context.routes,

@@ -318,7 +318,11 @@ class EventPublisher(NodeObserver):
 
     @_never_raises
     def broker_registered(
-        self, header: RegisterBrokerHeader, body: RegisterBrokerBody, result: RegisterBrokerResult
+        self,
+        header: RegisterBrokerHeader,
+        body: RegisterBrokerBody,
+        result: RegisterBrokerResult,
+        heard_at_ms: int | None = None,
     ) -> None:
         if result.conflict:  # the registration was ignored and the address is not live
             self._counts.ignored += 1
@@ -343,6 +347,7 @@ class EventPublisher(NodeObserver):
             filters = body.filter_server_list
             event = self._emit(
                 EventType.REGISTER,
+                heard_at_ms=heard_at_ms,
                 **common,
                 ha_server_addr=header.ha_server_addr,
                 zone_name=self._zone_of(name),
@@ -357,20 +362,25 @@ class EventPublisher(NodeObserver):
                 or None,
             )
         else:
-            event = self._emit(EventType.HEARTBEAT, **common, source=HeartbeatSource.REGISTER_BROKER.value)
+            event = self._emit(
+                EventType.HEARTBEAT, heard_at_ms=heard_at_ms, **common, source=HeartbeatSource.REGISTER_BROKER.value
+            )
         # even when the event was refused: the node saw the broker alive then, so an action based
         # on older evidence must not remove it
         self._last_event_time[(cluster, addr)] = event.event_time
         self._silence.heard((cluster, addr), event.event_time, timeout)
 
     @_never_raises
-    def broker_heartbeat(self, cluster_name: str, broker_addr: str, source: RequestCode) -> None:
+    def broker_heartbeat(
+        self, cluster_name: str, broker_addr: str, source: RequestCode, heard_at_ms: int | None = None
+    ) -> None:
         if self.routes.last_seen(cluster_name, broker_addr) is None:
             self._counts.ignored += 1  # the broker will re-register; its heartbeat proves nothing here
             return
         name, broker_id = self._identity.get((cluster_name, broker_addr), (None, None))
         event = self._emit(
             EventType.HEARTBEAT,
+            heard_at_ms=heard_at_ms,
             cluster_name=cluster_name, broker_name=name, broker_id=broker_id, broker_addr=broker_addr,
             source=HeartbeatSource[RequestCode(source).name].value,
         )  # fmt: skip
@@ -380,7 +390,7 @@ class EventPublisher(NodeObserver):
     @_never_raises
     def broker_unregistered(self, request: UnregisterRequest, departure: Departure) -> None:
         self._silence.forget((request.cluster_name, request.broker_addr))
-        identity = dict(
+        identity: dict[str, Any] = dict(
             cluster_name=request.cluster_name, broker_name=request.broker_name,
             broker_id=request.broker_id, broker_addr=request.broker_addr,
         )  # fmt: skip
@@ -462,9 +472,11 @@ class EventPublisher(NodeObserver):
         # every member's registration overwrites the group's zone, so this is the one just sent
         return self.routes.zone_of(broker_name)
 
-    def _emit(self, event_type: EventType, **fields: Any) -> Event:
-        """Build, check and queue one event; one outside the schema's bounds is counted, not queued."""
-        event = Event(type=event_type, node=self.node_name, event_time=self.clock_ms(), seq=self._seq + 1, **fields)
+    def _emit(self, event_type: EventType, *, heard_at_ms: int | None = None, **fields: Any) -> Event:
+        """Build, check and queue one event, at ``heard_at_ms`` if given, else now; one outside the
+        schema's bounds is counted, not queued."""
+        at = self.clock_ms() if heard_at_ms is None else heard_at_ms
+        event = Event(type=event_type, node=self.node_name, event_time=at, seq=self._seq + 1, **fields)
         try:
             check_event(event)
         except SchemaError as e:

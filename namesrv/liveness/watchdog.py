@@ -14,12 +14,13 @@ Two questions, both answered from what the monitor last said:
   expires it itself (:meth:`MonitorWatchdog.expire_undecided`), whatever the scan's state. A broker
   whose deadline the monitor has passed and kept is one another node still hears: it stays.
 
-A node that itself stood still (SIGSTOP, a host frozen or starved of CPU) heard nothing meanwhile: not
-the monitor, not its brokers. So the first look after a gap longer than the grace moves the monitor's
-clocks on by the gap (its silence then is the node's, not the monitor's: no scan taken back, no
-MONITOR_DOWN) and decides nothing for one grace, while the node reads what queued up for it. The
-connections its brokers closed meanwhile, having had no answer, are not their departures either
-(:meth:`MonitorWatchdog.catching_up`, asked by the server): those brokers are left to their deadlines.
+A node that itself stood still (SIGSTOP, a host frozen or starved of CPU) heard nothing meanwhile. The
+first look after a gap longer than the grace moves the monitor's clocks on by the gap (the silence was
+the node's: no scan taken back, no MONITOR_DOWN), and for one grace, while the node reads what queued
+up, it decides nothing; connections closed meanwhile are not departures (:meth:`~MonitorWatchdog.catching_up`);
+and what it reads counts as heard when it stopped, the earliest it can have been sent
+(:meth:`~MonitorWatchdog.heard_at_ms`): a broker that died meanwhile keeps the deadline the other nodes
+gave it, and its queued heartbeats neither fence the monitor's removal nor bring it back.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ class MonitorWatchdog:
         #: when this watchdog last read its clock, and until when it decides nothing after the node stood still
         self._observed: float | None = None
         self._settling_until = 0.0
+        #: when the node last began to stand still (wall ms), once a reading found it
+        self._stood_since_ms: int | None = None
         self._clock_lock = threading.Lock()
 
     def _now(self) -> float:
@@ -87,6 +90,7 @@ class MonitorWatchdog:
             if self._decided is not None:
                 self._decided = (self._decided[0], self._decided[1] + stood)
             self._settling_until = now + self.grace_ms / 1000
+            self._stood_since_ms = self.wall_clock_ms() - round(stood * 1000)
             log.warning(
                 "this node stood still for %.1f s (frozen or starved of CPU): deciding no expiry for %d ms "
                 "while it reads what queued up",
@@ -149,6 +153,11 @@ class MonitorWatchdog:
         what it reads then queued up meanwhile, and a broker's connection that ended then may have ended
         because this node did not answer it, not because the broker went away."""
         return self._now() < self._settling_until
+
+    def heard_at_ms(self) -> int | None:
+        """When what the node reads now was heard, if not now: while it catches up after standing still,
+        the moment it stopped (wall ms), since what queued up for it was sent then or later; else None."""
+        return self._stood_since_ms if self.catching_up() else None
 
     async def expire_undecided(self, worker: Executor) -> None:
         """Expire the brokers past their deadline by the grace that the monitor has not decided."""

@@ -75,25 +75,33 @@ class RouteInfoManager:
         enable_acting_master: bool | None = None,
         body: RegisterBrokerBody | None = None,
         channel: Hashable | None = None,
+        heard_at_ms: int | None = None,
     ) -> RegisterBrokerResult | None:
-        """Apply one REGISTER_BROKER (spec §3.2); None only for the single-topic guard (see :mod:`.register`)."""
+        """Apply one REGISTER_BROKER (spec §3.2); None only for the single-topic guard (see :mod:`.register`).
+
+        ``heard_at_ms``, here and in the heartbeats' methods: when the broker was heard, if not now (a node
+        catching up after it stood still, :meth:`namesrv.liveness.MonitorWatchdog.heard_at_ms`)."""
         reg = Registration(cluster_name, broker_addr, broker_name, broker_id, ha_server_addr, zone_name,
                            timeout_millis, enable_acting_master, body, channel)  # fmt: skip
         with self._lock:
-            return register.register_broker(self._tables, self.settings, self.now_ms(), reg)
+            now_ms = self.now_ms() if heard_at_ms is None else heard_at_ms
+            return register.register_broker(self._tables, self.settings, now_ms, reg)
 
-    def touch(self, cluster_name: str, broker_addr: str) -> DataVersion | None:
+    def touch(self, cluster_name: str, broker_addr: str, heard_at_ms: int | None = None) -> DataVersion | None:
         """Refresh a live entry and return the DataVersion it holds (None: not registered).
 
         QUERY_DATA_VERSION needs both, and one lock acquisition is cheaper than two on that hot path.
         """
         with self._lock:
-            return register.touch(self._tables, cluster_name, broker_addr, self.now_ms())
+            now_ms = self.now_ms() if heard_at_ms is None else heard_at_ms
+            return register.touch(self._tables, cluster_name, broker_addr, now_ms)
 
-    def touch_each(self, brokers: Iterable[tuple[str, str]]) -> list[DataVersion | None]:
+    def touch_each(
+        self, brokers: Iterable[tuple[str, str]], heard_at_ms: int | None = None
+    ) -> list[DataVersion | None]:
         """:meth:`touch` each (cluster, address) in turn, under one lock acquisition."""
         with self._lock:
-            t, now_ms = self._tables, self.now_ms()
+            t, now_ms = self._tables, self.now_ms() if heard_at_ms is None else heard_at_ms
             return [register.touch(t, cluster_name, broker_addr, now_ms) for cluster_name, broker_addr in brokers]
 
     def data_version(self, cluster_name: str, broker_addr: str) -> DataVersion | None:
@@ -101,9 +109,11 @@ class RouteInfoManager:
         with self._lock:
             return register.held_data_version(self._tables, cluster_name, broker_addr)
 
-    def update_broker_info_update_timestamp(self, cluster_name: str, broker_addr: str) -> bool:
+    def update_broker_info_update_timestamp(
+        self, cluster_name: str, broker_addr: str, heard_at_ms: int | None = None
+    ) -> bool:
         """A heartbeat (904, 322): refresh a live entry; False if the broker is not registered."""
-        return self.touch(cluster_name, broker_addr) is not None
+        return self.touch(cluster_name, broker_addr, heard_at_ms) is not None
 
     # ------------------------------------------------------------------ unregistration and expiry
 

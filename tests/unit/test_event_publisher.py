@@ -85,7 +85,15 @@ def make_publisher(**settings) -> tuple[EventPublisher, RouteInfoManager]:
 
 
 def register(
-    publisher, routes, dv=DataVersion(1, 0, 5), timeout=None, zone=None, filters=None, mappings=None, acting=True
+    publisher,
+    routes,
+    dv=DataVersion(1, 0, 5),
+    timeout=None,
+    zone=None,
+    filters=None,
+    mappings=None,
+    acting=True,
+    heard_at_ms=None,
 ):
     header = RegisterBrokerHeader(
         broker_name=NAME, broker_addr=ADDR, cluster_name=CLUSTER, ha_server_addr="127.0.0.1:10912",
@@ -94,7 +102,7 @@ def register(
     topics = {"T1": TopicConfig("T1", 4, 2, 6), "T2": TopicConfig("T2", 1, 1, 4, topic_sys_flag=1)}
     body = RegisterBrokerBody(dv, topics, filter_server_list=filters, topic_queue_mapping_info_map=mappings or {})
     result = routes.register_broker(CLUSTER, ADDR, NAME, 0, "127.0.0.1:10912", zone, timeout, acting, body, None)
-    publisher.broker_registered(header, body, result)
+    publisher.broker_registered(header, body, result, heard_at_ms)
 
 
 def drain(publisher) -> list[Event]:
@@ -191,6 +199,26 @@ def test_heartbeats_name_the_broker_and_skip_brokers_the_node_does_not_hold():
     assert (hb.type, hb.source, hb.broker_name, hb.broker_id) == (EventType.HEARTBEAT, "BROKER_HEARTBEAT", NAME, 0)
     assert qdv.source == "QUERY_DATA_VERSION" and qdv.seq == hb.seq + 1
     assert p.last_event_time(CLUSTER, ADDR) == qdv.event_time
+
+
+def test_what_a_node_catching_up_read_is_published_at_when_it_was_heard_and_fences_from_then():
+    """Read by a node woken from standing still, a registration or heartbeat is stamped with the moment the
+    node stopped: the monitor counts it no later than it can have been sent, and a removal decided on a later
+    heartbeat from another node is not fenced by it."""
+    p, routes = make_publisher()
+    stopped = 1_600_000_000_000
+    register(p, routes, heard_at_ms=stopped)
+    register(p, routes, dv=DataVersion(2, 0, 6), heard_at_ms=stopped)
+    register(p, routes, dv=DataVersion(2, 0, 6), heard_at_ms=stopped)
+    p.broker_heartbeat(CLUSTER, ADDR, RequestCode.BROKER_HEARTBEAT, stopped)
+    p.broker_heartbeat(CLUSTER, ADDR, RequestCode.QUERY_DATA_VERSION, stopped)
+    events = drain(p)
+    assert [e.type for e in events] == [EventType.REGISTER] * 2 + [EventType.HEARTBEAT] * 3
+    assert {e.event_time for e in events} == {stopped}
+    assert p.last_event_time(CLUSTER, ADDR) == stopped
+    p.broker_heartbeat(CLUSTER, ADDR, RequestCode.BROKER_HEARTBEAT)  # caught up: now again
+    (now,) = drain(p)
+    assert now.event_time > stopped + 60_000 and p.last_event_time(CLUSTER, ADDR) == now.event_time
 
 
 def test_unregistrations_say_why_and_closed_connections_are_their_own_type():

@@ -160,3 +160,35 @@ def test_the_node_says_it_is_catching_up_for_one_grace_after_it_stood_still_and_
     assert dog.catching_up()
     clock.advance(250)
     assert not dog.catching_up()
+
+
+def test_what_the_node_reads_while_it_catches_up_counts_as_heard_when_it_stopped(tmp_path):
+    """The heartbeats that queued up for a node standing still were sent while it stood: the earliest they can
+    have been sent is when it stopped, and that is when the handlers count them, for one grace."""
+    _, dog, clock, _ = guarded_node(tmp_path)
+    dog._observed = dog.now()  # as run() starts reading the clock every PERIOD_S
+    clock.advance(250)
+    assert dog.heard_at_ms() is None  # a look a period later: heard now
+    stopped = clock.ms
+    clock.advance(60_000)
+    assert dog.heard_at_ms() == stopped  # the first reading after the gap finds it
+    clock.advance(dog.grace_ms - 250)
+    assert dog.heard_at_ms() == stopped
+    clock.advance(250)
+    assert dog.heard_at_ms() is None  # caught up
+
+
+def test_a_node_with_kafka_asks_its_watchdog_when_what_it_reads_was_heard(tmp_path):
+    from namesrv.app import build_node
+    from namesrv.config import load_config
+
+    config = load_config(None, {
+        "kafkaBootstrapServers": "127.0.0.1:9", "kvConfigPath": str(tmp_path / "kv.json"),
+        "configStorePath": str(tmp_path / "namesrv.properties"),
+    })  # fmt: skip
+    parts = build_node(config)
+    try:
+        assert parts.kafka is not None
+        assert parts.context.heard_at_ms == parts.kafka.watchdog.heard_at_ms
+    finally:
+        parts.context.close()

@@ -7,6 +7,8 @@ compares the bytes written back, the brokers' refreshed entries and what the obs
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,9 +34,13 @@ CLUSTER = "DefaultCluster"
 class Heartbeats(NodeObserver):
     def __init__(self) -> None:
         self.heard: list[tuple[str, str, RequestCode]] = []
+        #: the heartbeats' times, where they were not now
+        self.heard_at: list[int] = []
 
-    def broker_heartbeat(self, cluster_name, broker_addr, source):
+    def broker_heartbeat(self, cluster_name, broker_addr, source, heard_at_ms=None):
         self.heard.append((cluster_name, broker_addr, source))
+        if heard_at_ms is not None:
+            self.heard_at.append(heard_at_ms)
 
 
 class Transport:
@@ -79,13 +85,15 @@ class Node:
         return out
 
 
-def make_node(tmp_path, name: str, repeats: bool, **settings: str) -> Node:
+def make_node(
+    tmp_path, name: str, repeats: bool, heard_at_ms: Callable[[], int | None] = lambda: None, **settings: str
+) -> Node:
     config = load_config(None, {
         "kvConfigPath": str(tmp_path / f"{name}-kv.json"),
         "configStorePath": str(tmp_path / f"{name}.properties"), **settings,
     })  # fmt: skip
     observer = Heartbeats()
-    context = build_node(config, observer=observer).context
+    context = dataclasses.replace(build_node(config, observer=observer).context, heard_at_ms=heard_at_ms)
     context.routes.now_ms = lambda: 5_000  # both nodes refresh their brokers to the same time
     server = RemotingServer(context, repeats=Repeats(context) if repeats else None)
     n = Node(server, observer)
@@ -95,8 +103,17 @@ def make_node(tmp_path, name: str, repeats: bool, **settings: str) -> Node:
 
 
 @pytest.fixture
-def pair(tmp_path):
-    nodes = make_node(tmp_path, "repeats", True), make_node(tmp_path, "full", False)
+def stood_since() -> list[int | None]:
+    """What both nodes of :func:`pair` say when asked when what they read was heard (None: now)."""
+    return [None]
+
+
+@pytest.fixture
+def pair(tmp_path, stood_since):
+    def heard_at_ms() -> int | None:
+        return stood_since[0]
+
+    nodes = make_node(tmp_path, "repeats", True, heard_at_ms), make_node(tmp_path, "full", False, heard_at_ms)
     yield nodes
     for n in nodes:
         n.server.context.close()
@@ -137,6 +154,7 @@ def both(pair, data: bytes, pieces: int = 1) -> bytes:
     written = fast.taken()
     assert written == full.taken()
     assert fast.observer.heard == full.observer.heard
+    assert fast.observer.heard_at == full.observer.heard_at
     assert fast.transport.closed == full.transport.closed
     return written
 
@@ -196,6 +214,25 @@ def test_a_learnt_request_skips_the_handler_but_not_the_heartbeat(pair, monkeypa
         ]
         * 5
     )
+
+
+def test_heartbeats_read_while_the_node_catches_up_count_as_heard_when_it_stopped_on_both_paths(pair, stood_since):
+    """A node woken from standing still reads heartbeats that queued up meanwhile: learnt or not, each counts
+    as heard when the node stopped, in the route tables and in what the observer (the events) is told."""
+    seed(pair)
+    beats = query_data_version(1, 2) + heartbeat(1, 3)
+    both(pair, beats + beats)  # seen, then learnt
+    stood_since[0] = 1_234
+    fast, _ = pair
+    both(pair, beats + register(2, 9, [f"T{20 + i}" for i in range(10)]) + beats)
+    assert fast.observer.heard_at == [1_234] * 4
+    for node in pair:
+        assert node.server.context.routes.last_seen(CLUSTER, addr(1)) == 1_234
+        assert node.server.context.routes.last_seen(CLUSTER, addr(2)) == 1_234  # the registration too
+    stood_since[0] = None  # caught up: heard now again
+    both(pair, beats)
+    for node in pair:
+        assert node.server.context.routes.last_seen(CLUSTER, addr(1)) == 5_000
 
 
 def test_answers_follow_route_and_data_version_changes(pair):
