@@ -263,6 +263,8 @@ class _BrokerBatch:
     ) -> None:
         self.st = st
         self.watermark = watermark
+        #: the event time the watermark stands for: what is past its deadline by then is decided
+        self.now = settings.event_time_at(watermark)
         self.settings = settings
         self.stored_registration = stored_registration
         #: a broker with no state before this batch is remembered only once it is heard from
@@ -275,6 +277,14 @@ class _BrokerBatch:
     def heard(self, e: PackedEvent) -> None:
         """REGISTER or HEARTBEAT: proof of life, at ``e['node']``, at its event time."""
         st, t = self.st, int(e["eventTime"])
+        if self.known and not st.alive and (t <= st.last_seen or t + st.timeout_ms < self.now):
+            # Old news, not a comeback: no newer than what its departure counted (a node woken from
+            # standing still stamps what queued up for it with when it stopped), or past its own deadline
+            # already (a node's events read late). A registration is kept for the comeback that replays it.
+            if e["type"] == _REGISTER:
+                st.registration = registration_fingerprint(e["raw"])
+                self.new_registration = e["raw"]
+            return
         # its incidents resolve with the severity they opened with, whatever brokerId it comes back with
         held_id = st.broker_id
         self.links.report(e["node"], t, connected=True)

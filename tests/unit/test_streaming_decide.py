@@ -284,6 +284,33 @@ def test_a_comeback_by_heartbeat_passes_the_last_registration_again():
     assert len(actions(m.reach(T0 + 20_000 + TIMEOUT + 1))) == 1  # alive again: it can expire again
 
 
+def test_a_heartbeat_no_newer_than_the_one_an_expiry_counted_brings_nothing_back():
+    """A node woken from standing still publishes the heartbeats queued for it stamped with when it stopped:
+    the broker's other nodes heard those, or later ones, before it expired; they are not a comeback."""
+    m = Monitor()
+    m.feed(register(T0), heartbeat(T0 + 2_000, "n2"))
+    assert len(actions(m.reach(T0 + 2_000 + TIMEOUT + 1))) == 1
+    assert m.feed(heartbeat(T0 + 1_000, "n1"), heartbeat(T0 + 2_000, "n1", "REGISTER_BROKER")) == []
+    assert m.state is not None and not m.state.alive
+    out = m.feed(heartbeat(T0 + 2_001, "n1"))  # anything newer is
+    assert [r.cause for r in routes(out)] == ["COMEBACK"] and alerts(out) == [("BROKER_EXPIRED", "RESOLVED")]
+
+
+def test_a_heartbeat_read_late_past_its_own_deadline_brings_nothing_back_and_a_registration_is_kept():
+    """A node's events read late (its partition stalled): a proof of life whose deadline event time has
+    already passed is no comeback (it would open and close the incident again, and its deadline could only
+    be met by a wake-up already behind the watermark); a registration among them is kept for the replay."""
+    m = Monitor()
+    m.feed(register(T0))
+    assert len(actions(m.reach(T0 + TIMEOUT + 1))) == 1
+    now = T0 + 200_000
+    late = [heartbeat(T0 + 100_000, "n1"), register(T0 + 150_000, "n1", counter=2)]
+    assert m.feed(*late, watermark=now - DELAY) == []
+    assert m.state is not None and not m.state.alive
+    out = m.feed(heartbeat(now, "n2"), watermark=now - DELAY)  # in time: back, with the newer registration
+    assert [(r.cause, r.raw) for r in routes(out)] == [("COMEBACK", encode_event(late[1]).decode())]
+
+
 def test_a_registration_and_a_comeback_in_one_batch_replay_that_registration_without_reading_the_store():
     m = Monitor()
     m.feed(register(T0))
