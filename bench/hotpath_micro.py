@@ -24,11 +24,11 @@ from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests.support.brokers; PYTHONPATH picks the tree
 
+from common.protocol.codec import encode  # noqa: E402
+from common.protocol.codes import RequestCode  # noqa: E402
+from common.protocol.command import request  # noqa: E402
 from namesrv.app import build_node  # noqa: E402
 from namesrv.config import load_config  # noqa: E402
-from namesrv.protocol.codec import encode  # noqa: E402
-from namesrv.protocol.codes import RequestCode  # noqa: E402
-from namesrv.protocol.command import request  # noqa: E402
 from namesrv.repeats import Repeats  # noqa: E402
 from namesrv.server import Connection, RemotingServer  # noqa: E402
 from tests.support.brokers import registration  # noqa: E402

@@ -24,11 +24,11 @@ import zlib
 # run as a script, this folder is first on sys.path; PYTHONPATH picks the tree measured
 from hotpath_micro import Transport, frame
 
+from common.protocol.codec import decode_frame
+from common.protocol.command import RemotingCommand
 from namesrv.app import build_node
 from namesrv.config import load_config
 from namesrv.handlers import dispatch
-from namesrv.protocol.codec import decode_frame
-from namesrv.protocol.command import RemotingCommand
 from namesrv.repeats import Repeats
 from namesrv.server import Connection, RemotingServer
 

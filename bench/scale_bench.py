@@ -35,9 +35,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.support.system and tests.support.loadgen: the suite's stack and load
 
 from common import procfs, redis_clients  # noqa: E402
+from common.protocol.codes import RequestCode, ResponseCode  # noqa: E402
 from infra.apps import StreamingJob  # noqa: E402
 from namesrv.client import NameServerClient  # noqa: E402
-from namesrv.protocol.codes import RequestCode, ResponseCode  # noqa: E402
 from tests.support import system as suite  # noqa: E402
 from tests.support.backends import ProcessInfra  # noqa: E402
 from tests.support.fleet import FleetRunner  # noqa: E402

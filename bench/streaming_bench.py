@@ -474,9 +474,9 @@ KAFKA_NODES = ("n1", "n2")
 
 def register(client, *, name: str, addr: str, topics: list[str], timeout_ms: int | None) -> None:
     """REGISTER_BROKER as a RocketMQ 5 broker sends it; sent again unchanged it is a heartbeat."""
-    from namesrv.protocol import bodies
-    from namesrv.protocol.codes import RequestCode, ResponseCode
-    from namesrv.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
+    from common.protocol import bodies
+    from common.protocol.codes import RequestCode, ResponseCode
+    from common.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
 
     body = RegisterBrokerBody(data_version=DataVersion(1, 0, T0),
                               topic_config_table={t: TopicConfig(t, 4, 4) for t in [*topics, CLUSTER]},

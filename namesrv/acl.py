@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from common.logs import LogThrottle
-from namesrv.protocol.codes import RequestCode, Version
-from namesrv.protocol.command import RemotingCommand
+from common.protocol.codes import RequestCode, Version
+from common.protocol.command import RemotingCommand
 
 ACCESS_KEY = "AccessKey"
 SIGNATURE = "Signature"

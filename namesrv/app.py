@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from common.routes.manager import RouteInfoManager
 from namesrv import gcpolicy
 from namesrv.acl import Acl, AclFileError, load_acl_file
 from namesrv.config import ConfigError, NamesrvConfig
@@ -26,7 +27,6 @@ from namesrv.liveness import (
 from namesrv.notify import BrokerNotifier
 from namesrv.repeats import Repeats
 from namesrv.request_stats import RequestStats
-from namesrv.routes.manager import RouteInfoManager
 from namesrv.server import RemotingServer
 from namesrv.tls import tls_settings
 from namesrv.warmstart import WarmStartReport, drop_unconfirmed, warm_start

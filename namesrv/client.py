@@ -16,12 +16,12 @@ import ssl
 
 import javaproperties
 
+from common.protocol import bodies
+from common.protocol.codec import FrameDecoder, encode
+from common.protocol.codes import RequestCode, ResponseCode, SerializeType, Version
+from common.protocol.command import RemotingCommand, request
+from common.protocol.types import TopicRouteData
 from namesrv.acl import Credentials, sign
-from namesrv.protocol import bodies
-from namesrv.protocol.codec import FrameDecoder, encode
-from namesrv.protocol.codes import RequestCode, ResponseCode, SerializeType, Version
-from namesrv.protocol.command import RemotingCommand, request
-from namesrv.protocol.types import TopicRouteData
 
 
 class RemoteError(Exception):

@@ -40,8 +40,8 @@ from common.options import (
 )
 from common.paging import http_url
 from common.properties import decode_properties, parse_properties
+from common.protocol.codes import ResponseCode
 from namesrv.fileio import write_atomically
-from namesrv.protocol.codes import ResponseCode
 
 __all__ = [
     "ConfigError",

@@ -24,15 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.logs import RateLimited
-from namesrv import config as config_mod
-from namesrv import gcpolicy
-from namesrv.acl import ACCESS_KEY, BROKER_CODES, BROKER_WARNING_S, Acl, peer_address
-from namesrv.answer_cache import AnswerCache
-from namesrv.config import NamesrvConfig
-from namesrv.kvconfig import KVConfigManager, KVRefused
-from namesrv.liveness import Departure, departure
-from namesrv.protocol import bodies, fastjson
-from namesrv.protocol.codes import (
+from common.protocol import bodies, fastjson
+from common.protocol.codes import (
     MASTER_ID,
     ORDER_TOPIC_CONFIG,
     ZONE_MODE_EXT,
@@ -41,8 +34,8 @@ from namesrv.protocol.codes import (
     ResponseCode,
     Version,
 )
-from namesrv.protocol.command import RemotingCommand
-from namesrv.protocol.headers import (
+from common.protocol.command import RemotingCommand
+from common.protocol.headers import (
     BrokerIdentityHeader,
     BrokerMemberGroupHeader,
     BrokerNameHeader,
@@ -53,9 +46,16 @@ from namesrv.protocol.headers import (
     TopicHeader,
     decode_header,
 )
-from namesrv.protocol.types import BodyError, DataVersion, QueueData, RegisterBrokerBody, TopicRouteData
-from namesrv.routes.manager import RouteInfoManager, UnregisterRequest
-from namesrv.routes.model import MinBrokerIdChange, RegisterBrokerResult
+from common.protocol.types import BodyError, DataVersion, QueueData, RegisterBrokerBody, TopicRouteData
+from common.routes.manager import RouteInfoManager, UnregisterRequest
+from common.routes.model import MinBrokerIdChange, RegisterBrokerResult
+from namesrv import config as config_mod
+from namesrv import gcpolicy
+from namesrv.acl import ACCESS_KEY, BROKER_CODES, BROKER_WARNING_S, Acl, peer_address
+from namesrv.answer_cache import AnswerCache
+from namesrv.config import NamesrvConfig
+from namesrv.kvconfig import KVConfigManager, KVRefused
+from namesrv.liveness import Departure, departure
 
 log = logging.getLogger("namesrv.handlers")
 

@@ -4,7 +4,7 @@ RocketMQ serves TLS and plaintext on one port and tells them apart by the first 
 optional PROXY preamble.  A node configured for neither never comes here and listens with the
 loop's own server.  Otherwise :class:`Acceptor` accepts each connection and works on the raw socket
 before any transport exists: it peeks at the first byte, takes exactly the preamble's bytes off the
-socket (:class:`~namesrv.protocol.proxy.ProxyParser`) so that the client, not the proxy, becomes the
+socket (:class:`~common.protocol.proxy.ProxyParser`) so that the client, not the proxy, becomes the
 peer, then hands the socket to the loop with TLS (a ``0x16`` first byte) or as plaintext, as
 ``tls.server.mode`` allows.  Everything must finish within ``handshakeTimeoutMillis``, at most
 :data:`MAX_PENDING` connections may be in set-up, and a failure closes that connection only, with a
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.logs import RateLimited
+from common.protocol.codec import TLS_RECORD_HANDSHAKE
+from common.protocol.proxy import Detected, ProxyHeader, ProxyParser, ProxyProtocolError, detect
 from namesrv.config import NamesrvConfig
-from namesrv.protocol.codec import TLS_RECORD_HANDSHAKE
-from namesrv.protocol.proxy import Detected, ProxyHeader, ProxyParser, ProxyProtocolError, detect
 from namesrv.tls import TlsSettings, server_context, tls_settings
 
 __all__ = ["TransportSecurity", "Acceptor", "MAX_PENDING", "plaintext_only"]

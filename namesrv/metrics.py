@@ -21,13 +21,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from common.metrics import histogram_buckets
-from namesrv.protocol.codes import RequestCode, ResponseCode
+from common.protocol.codes import RequestCode, ResponseCode
 from namesrv.request_stats import ONEWAY, OTHER, RPC_LATENCY_BUCKETS_MS, SAMPLE_EVERY, RequestStats
 
 if TYPE_CHECKING:
+    from common.routes.manager import RouteInfoManager
     from namesrv.events.link import KafkaLink
     from namesrv.liveness import ExpiryScan
-    from namesrv.routes.manager import RouteInfoManager
 
 
 def _code_name(enum: type[RequestCode] | type[ResponseCode], code: int) -> str:

@@ -12,14 +12,14 @@ import asyncio
 import itertools
 import logging
 
+from common.protocol.codec import encode
+from common.protocol.codes import RequestCode, SerializeType
+from common.protocol.command import RemotingCommand
+from common.protocol.command import request as new_request
+from common.protocol.headers import NotifyMinBrokerIdChangeHeader, encode_header
+from common.routes.model import MinBrokerIdChange
 from namesrv.client import parse_addr
 from namesrv.config import NamesrvConfig
-from namesrv.protocol.codec import encode
-from namesrv.protocol.codes import RequestCode, SerializeType
-from namesrv.protocol.command import RemotingCommand
-from namesrv.protocol.command import request as new_request
-from namesrv.protocol.headers import NotifyMinBrokerIdChangeHeader, encode_header
-from namesrv.routes.model import MinBrokerIdChange
 
 log = logging.getLogger("namesrv.notify")
 

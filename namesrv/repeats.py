@@ -17,11 +17,11 @@ import re
 import struct
 from typing import Any
 
+from common.protocol.codec import FrameDecoder, LocalProtocolError, RemoteProtocolError, decode_frame, encode
+from common.protocol.codes import RequestCode, ResponseCode, SerializeType
+from common.protocol.command import RemotingCommand
+from common.protocol.headers import BrokerIdentityHeader, HeaderError, decode_header
 from namesrv.handlers import HandlerContext, NodeObserver, data_version_answer
-from namesrv.protocol.codec import FrameDecoder, LocalProtocolError, RemoteProtocolError, decode_frame, encode
-from namesrv.protocol.codes import RequestCode, ResponseCode, SerializeType
-from namesrv.protocol.command import RemotingCommand
-from namesrv.protocol.headers import BrokerIdentityHeader, HeaderError, decode_header
 from namesrv.request_stats import RequestStats
 
 #: bytes of learnt requests and answers kept (keys, tails, answer headers and bodies, plus overhead)

@@ -17,7 +17,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Collection
 from typing import Any
 
-from namesrv.protocol.codes import ResponseCode
+from common.protocol.codes import ResponseCode
 
 #: RocketMQ 5's rocketmq_rpc_latency buckets (RemotingMetricsManager, ms), with finer ones below 1 ms
 RPC_LATENCY_BUCKETS_MS = (0.05, 0.1, 0.25, 0.5, 1, 3, 5, 7, 10, 100, 1000, 2000, 3000)

@@ -22,6 +22,9 @@ from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
 from common.logs import LogThrottle, RateLimited
+from common.protocol.codec import FrameDecoder, LocalProtocolError, RemoteProtocolError, TlsRecordError, encode
+from common.protocol.codes import ResponseCode, SerializeType
+from common.protocol.command import RemotingCommand
 from namesrv.flow import Credit, large_holders, may_resume
 from namesrv.handlers import (
     BODY_LIMITS,
@@ -33,9 +36,6 @@ from namesrv.handlers import (
 from namesrv.handshake import Acceptor, TransportSecurity, plaintext_only
 from namesrv.liveness import Departure, OnConnectionEnd, departure
 from namesrv.process import tune_for_serving
-from namesrv.protocol.codec import FrameDecoder, LocalProtocolError, RemoteProtocolError, TlsRecordError, encode
-from namesrv.protocol.codes import ResponseCode, SerializeType
-from namesrv.protocol.command import RemotingCommand
 from namesrv.repeats import Repeats
 from namesrv.request_stats import ONEWAY, RequestStats
 
@@ -81,7 +81,7 @@ class Connection(asyncio.BufferedProtocol):
     """One TCP connection from a broker, a client or an admin tool.
 
     The transport receives into the memory :meth:`get_buffer` gives: a large frame's own (see
-    :mod:`namesrv.protocol.codec`), else the node's read buffer, fed to the decoder at once.
+    :mod:`common.protocol.codec`), else the node's read buffer, fed to the decoder at once.
     :meth:`data_received` takes bytes as a plain protocol's would (the tests' fake transport).
     """
 

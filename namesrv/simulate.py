@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from common.protocol import bodies
+from common.protocol.codec import RemoteProtocolError
+from common.protocol.codes import RequestCode, ResponseCode
+from common.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
 from namesrv.acl import Credentials
 from namesrv.client import NameServerClient, parse_addr
-from namesrv.protocol import bodies
-from namesrv.protocol.codec import RemoteProtocolError
-from namesrv.protocol.codes import RequestCode, ResponseCode
-from namesrv.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
 
 log = logging.getLogger("namesrv.simulate")
 #: one INFO line per event; the CLI turns this logger on while the rest stays quiet

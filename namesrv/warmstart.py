@@ -3,7 +3,7 @@
 A name server that restarts empty answers TOPIC_NOT_EXIST for every topic until each broker's next
 registration (https://github.com/apache/rocketmq/issues/9411).  With ``warmStartFromRedis=true`` a node
 reads, before it listens, the route model the job keeps under ``redisKeyPrefix`` in one MULTI/EXEC (so
-all of it comes from one micro-batch; keys and validation are :mod:`namesrv.routes.snapshot`'s) and
+all of it comes from one micro-batch; keys and validation are :mod:`common.routes.snapshot`'s) and
 loads it with :meth:`RouteInfoManager.load_provisional`: every live broker is provisional until its own
 registration replaces it, and :func:`drop_unconfirmed`, a task of its own so that it also runs while the
 local expiry scan is off, drops those no registration confirms in time.  Nothing here may stop a node
@@ -26,9 +26,9 @@ from common.contract import wall_ms
 # the one masking helper, kept importable from here for callers written before it moved
 from common.redis_clients import redact_url
 from common.redis_keys import RedisKeys
+from common.routes.manager import RouteInfoManager
+from common.routes.snapshot import ModelSnapshot, SnapshotError, decode_model
 from namesrv.liveness import MinIdOutlet, forward_min_broker_id_changes
-from namesrv.routes.manager import RouteInfoManager
-from namesrv.routes.snapshot import ModelSnapshot, SnapshotError, decode_model
 
 if TYPE_CHECKING:
     from namesrv.config import NamesrvConfig
@@ -85,7 +85,7 @@ def parse_model(meta: Mapping[Any, Any], topic_entries: Mapping[Any, Any], broke
     """The model from the raw values of ``P:meta``, ``P:model:topics`` and ``P:model:brokers``.
 
     Raises :class:`WarmStartError` naming the key whose value does not have the documented shape
-    (the one validation of :func:`namesrv.routes.snapshot.decode_model`, which the job shares).
+    (the one validation of :func:`common.routes.snapshot.decode_model`, which the job shares).
     """
     try:
         return decode_model(meta, topic_entries, brokers)

@@ -34,7 +34,7 @@ from common.alerts import (
 
 if TYPE_CHECKING:
     # only a type here: Spark's Python workers import this module, and need not import the route tables
-    from namesrv.routes import RouteHealth
+    from common.routes import RouteHealth
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import NamedTuple, TypedDict
 import orjson
 
 from common.contract import ActionType, EventType, UnregisterSource
-from namesrv.protocol.codes import MASTER_ID
+from common.protocol.codes import MASTER_ID
 from streaming.alerts import AlertKind, AlertState, Severity
 from streaming.health import scan_state
 

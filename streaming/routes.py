@@ -1,7 +1,7 @@
 """Topic routes and cluster info in Redis: the job's store of its route model, and a lookup client.
 
 The model itself (:class:`RouteModel`, fed with the nodes' events and the job's own EXPIRE/REMOVE
-actions) lives in :mod:`namesrv.routes.materialised`, which a node's fallback writer shares. After
+actions) lives in :mod:`common.routes.materialised`, which a node's fallback writer shares. After
 each micro-batch :class:`RedisRouteStore` writes the model's differences, the open alerts and the
 batch id in one MULTI/EXEC with the change notifications, skipping a batch already written, so
 readers never see half a batch and a replay changes nothing.  :class:`RouteLookup` is the reader
@@ -20,12 +20,12 @@ from typing import Any, cast
 from common import redis_clients
 from common.alerts import NODE_OWNED_KINDS
 from common.contract import wall_ms
+from common.protocol import bodies
+from common.protocol.types import TopicRouteData
 from common.redis_keys import RedisKeys
-from namesrv.protocol import bodies
-from namesrv.protocol.types import TopicRouteData
-from namesrv.routes import RouteSettings
-from namesrv.routes.materialised import BrokerKey, RouteChanges, RouteModel, decode_removals, queue_route_writes
-from namesrv.routes.snapshot import OrderConf, decode_model, encode_meta
+from common.routes import RouteSettings
+from common.routes.materialised import BrokerKey, RouteChanges, RouteModel, decode_removals, queue_route_writes
+from common.routes.snapshot import OrderConf, decode_model, encode_meta
 from streaming.alerts import MAX_STORED_TOPICS, Alert, decode_alert, encode_alert
 from streaming.health import MAX_RESOLVED, BrokerHealth, HealthWrites, NodeHealth, load_entries
 

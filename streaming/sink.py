@@ -33,9 +33,9 @@ from common.contract import (
     encode_action,
     wall_ms,
 )
-from namesrv.routes import RouteSettings
-from namesrv.routes.materialised import BrokerKey
-from namesrv.routes.snapshot import SnapshotError
+from common.routes import RouteSettings
+from common.routes.materialised import BrokerKey
+from common.routes.snapshot import SnapshotError
 from streaming.alerts import (
     Alert,
     AlertBook,

@@ -26,10 +26,10 @@ from common.contract import Action, ActionType, SchemaError, decode_action, wall
 from common.kafka_security import KafkaSecurity
 from common.logs import LogThrottle
 from common.retrying import retry_until_stopped
+from common.routes.manager import RouteInfoManager
+from common.routes.model import UnregisterRequest
 from namesrv.handlers import NodeObserver
 from namesrv.liveness import REFUSAL_LOG_INTERVAL_S, Departure, MonitorTrust, MonitorWatchdog, departure
-from namesrv.routes.manager import RouteInfoManager
-from namesrv.routes.model import UnregisterRequest
 
 #: pause after an empty fetch: latency an action may gain against an idle node's CPU (docs/internals/node-liveness.md)
 IDLE_PAUSE_S = 0.05

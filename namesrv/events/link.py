@@ -16,6 +16,7 @@ from typing import Any
 from common import kafka_clients, kafka_refusals
 from common.contract import MAX_NAME_CHARS
 from common.kafka_clients import bootstrap_list
+from common.routes.manager import RouteInfoManager
 from namesrv.config import ConfigError, NamesrvConfig
 from namesrv.events.actions import (
     ActionApplier,
@@ -28,7 +29,6 @@ from namesrv.events.actions import (
 from namesrv.events.publisher import EventPublisher, PublisherSettings, PublisherStats
 from namesrv.handlers import HandlerContext
 from namesrv.liveness import MonitorTrust, MonitorWatchdog, trusted_monitors
-from namesrv.routes.manager import RouteInfoManager
 
 __all__ = ["KafkaLink", "check_bootstrap_servers", "check_names", "default_node_name", "event_publisher"]
 

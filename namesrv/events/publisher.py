@@ -46,14 +46,14 @@ from common.contract import (
 )
 from common.kafka_security import KafkaSecurity
 from common.logs import LogThrottle
+from common.protocol import fastjson
+from common.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS, ORDER_TOPIC_CONFIG, RequestCode
+from common.protocol.headers import RegisterBrokerHeader
+from common.protocol.types import RegisterBrokerBody
+from common.routes.manager import RouteInfoManager
+from common.routes.model import RegisterBrokerResult, UnregisterRequest
 from namesrv.handlers import AdminChange, NodeObserver
 from namesrv.liveness import Cause, Departure, SilenceWatch
-from namesrv.protocol import fastjson
-from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS, ORDER_TOPIC_CONFIG, RequestCode
-from namesrv.protocol.headers import RegisterBrokerHeader
-from namesrv.protocol.types import RegisterBrokerBody
-from namesrv.routes.manager import RouteInfoManager
-from namesrv.routes.model import RegisterBrokerResult, UnregisterRequest
 
 log = logging.getLogger("namesrv.events")
 

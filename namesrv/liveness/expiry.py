@@ -16,10 +16,10 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import Executor
 
+from common.routes.manager import RouteInfoManager, UnregisterRequest
+from common.routes.model import UnregisterOutcome
 from namesrv.liveness.departure import LOCAL_EXPIRY, Departure
 from namesrv.liveness.unregister_batcher import MinIdOutlet, forward_min_broker_id_changes
-from namesrv.routes.manager import RouteInfoManager, UnregisterRequest
-from namesrv.routes.model import UnregisterOutcome
 
 log = logging.getLogger("namesrv.liveness")
 

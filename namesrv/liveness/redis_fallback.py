@@ -7,7 +7,7 @@ it was seen: :meth:`MonitorWatchdog.covers`) is the monitor's to write. One it h
 ``monitorDecisionGraceMillis`` (it stalled, lags behind a backlog, died or is restarting) is written
 by the node that holds the fallback lease (:class:`RedisLease`: one writer at a time among the nodes):
 it removes the broker from the job's model and routes with the job's own code
-(:func:`namesrv.routes.materialised.removal_changes`) and records the removal in ``P:model:removed``,
+(:func:`common.routes.materialised.removal_changes`) and records the removal in ``P:model:removed``,
 so that a returning monitor honours it instead of bringing the broker back. The write watches the
 lease and the model, so a job write or a lost lease in between aborts it and it is tried again.
 Every node notes departures whether or not it holds the lease, so one that takes the lease over from
@@ -28,17 +28,17 @@ from common import redis_clients
 from common.contract import wall_ms
 from common.logs import LogThrottle
 from common.redis_keys import RedisKeys
-from namesrv.liveness.watchdog import MonitorWatchdog
-from namesrv.routes.manager import RouteInfoManager
-from namesrv.routes.materialised import (
+from common.routes.manager import RouteInfoManager
+from common.routes.materialised import (
     BrokerKey,
     decode_removals,
     encode_removal,
     queue_route_writes,
     removal_changes,
 )
-from namesrv.routes.model import RouteSettingsLike
-from namesrv.routes.snapshot import SnapshotError, decode_model
+from common.routes.model import RouteSettingsLike
+from common.routes.snapshot import SnapshotError, decode_model
+from namesrv.liveness.watchdog import MonitorWatchdog
 
 if TYPE_CHECKING:
     from namesrv.config import NamesrvConfig

@@ -14,8 +14,8 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import Executor
 
-from namesrv.routes.manager import RouteInfoManager, UnregisterRequest
-from namesrv.routes.model import MinBrokerIdChange, UnregisterOutcome
+from common.routes.manager import RouteInfoManager, UnregisterRequest
+from common.routes.model import MinBrokerIdChange, UnregisterOutcome
 
 #: where a removal's NOTIFY_MIN_BROKER_ID_CHANGE goes (``HandlerContext.min_broker_id_changed``)
 MinIdOutlet = Callable[[MinBrokerIdChange], None]

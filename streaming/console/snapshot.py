@@ -13,7 +13,7 @@ from collections import defaultdict
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from namesrv.protocol.codes import MASTER_ID
+from common.protocol.codes import MASTER_ID
 from streaming.alerts import Alert, AlertKind
 from streaming.health import BrokerHealth, BrokerStatus, HealthView, MonitorHealth, NodeHealth
 

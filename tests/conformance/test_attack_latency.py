@@ -17,8 +17,8 @@ import time
 
 import pytest
 
+from common.protocol.codes import ResponseCode
 from namesrv.client import NameServerClient
-from namesrv.protocol.codes import ResponseCode
 from tests.support import attacks
 from tests.support.brokers import register_broker
 from tests.support.process import node_process

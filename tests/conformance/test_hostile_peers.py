@@ -16,12 +16,12 @@ import time
 
 import pytest
 
+from common.protocol.codec import MAX_LENGTH, FrameDecoder
+from common.protocol.codes import RequestCode, ResponseCode
+from common.protocol.command import RemotingCommand
 from namesrv import server as server_mod
 from namesrv.client import NameServerClient
 from namesrv.kvconfig import MAX_NAME_CHARS, MAX_VALUE_CHARS
-from namesrv.protocol.codec import MAX_LENGTH, FrameDecoder
-from namesrv.protocol.codes import RequestCode, ResponseCode
-from namesrv.protocol.command import RemotingCommand
 from tests.support.attacks import LONGEST_READ_TOPIC
 from tests.support.brokers import registration
 from tests.support.frames import json_frame

@@ -11,8 +11,8 @@ import subprocess
 import sys
 import urllib.request
 
+from common.protocol.codes import RequestCode
 from namesrv.client import NameServerClient
-from namesrv.protocol.codes import RequestCode
 from tests.support.brokers import register_broker
 from tests.support.node import REPO, free_port
 from tests.support.process import node_process

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import socket
 
+from common.protocol.codes import Flag, RequestCode, ResponseCode
+from common.protocol.command import RemotingCommand
 from namesrv.client import NameServerClient
-from namesrv.protocol.codes import Flag, RequestCode, ResponseCode
-from namesrv.protocol.command import RemotingCommand
 from tests.support.brokers import register_broker
 from tests.support.frames import commands
 from tests.support.node import free_port, running_node

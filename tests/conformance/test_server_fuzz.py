@@ -9,11 +9,11 @@ import struct
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from common.protocol.codec import encode
+from common.protocol.codes import RequestCode
+from common.protocol.command import request
 from namesrv import server as server_mod
 from namesrv.client import NameServerClient
-from namesrv.protocol.codec import encode
-from namesrv.protocol.codes import RequestCode
-from namesrv.protocol.command import request
 from tests.support.frames import json_frame
 
 GOOD = encode(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}, opaque=1))

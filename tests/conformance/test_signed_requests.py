@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from common.protocol.codes import RequestCode, ResponseCode
 from namesrv.acl import Credentials
 from namesrv.client import NameServerClient
-from namesrv.protocol.codes import RequestCode, ResponseCode
 from namesrv.simulate import Fleet, FleetConfig
 from tests.support.brokers import registration
 from tests.support.node import REPO, running_node

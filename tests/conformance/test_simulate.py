@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from common.protocol.codes import ResponseCode
 from namesrv.client import NameServerClient, RemoteError
-from namesrv.protocol.codes import ResponseCode
 from namesrv.simulate import Backoff, Fleet, FleetConfig, HeartbeatKind, State, parse_namesrv_list
 from tests.support.node import REPO, NodeThread, free_port, running_node
 from tests.support.routes import brokers_at

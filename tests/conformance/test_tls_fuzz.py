@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from common.protocol.codes import RequestCode
 from namesrv import handshake
 from namesrv.client import NameServerClient
-from namesrv.protocol.codes import RequestCode
 from tests.conformance.test_server_fuzz import hostile
 from tests.support.node import running_node
 from tests.support.tls import client_hello, client_tls, insecure_tls, make_certificates, node_tls, proxy_v1

@@ -17,13 +17,13 @@ import time
 
 import pytest
 
+from common.protocol.codec import encode
+from common.protocol.codes import RequestCode
+from common.protocol.command import request
 from namesrv import handshake
 from namesrv.client import NameServerClient
 from namesrv.config import REDACTED, ConfigError, load_config
 from namesrv.handshake import TransportSecurity
-from namesrv.protocol.codec import encode
-from namesrv.protocol.codes import RequestCode
-from namesrv.protocol.command import request
 from tests.support.brokers import register_broker
 from tests.support.node import REPO, raw_exchange, running_node
 from tests.support.tls import (

@@ -9,8 +9,8 @@ import struct
 
 import pytest
 
-from namesrv.protocol import fastjson
-from namesrv.protocol.bodies import (
+from common.protocol import fastjson
+from common.protocol.bodies import (
     body_crc32,
     decode_register_broker_body,
     encode_data_version,
@@ -18,10 +18,10 @@ from namesrv.protocol.bodies import (
     encode_route,
     encode_topic_list,
 )
-from namesrv.protocol.codec import FrameDecoder, RemoteProtocolError, decode_frame, encode
-from namesrv.protocol.codes import FRAME_MAX_LENGTH, SerializeType
-from namesrv.protocol.command import RemotingCommand
-from namesrv.protocol.types import BrokerData, DataVersion, QueueData, TopicConfig, TopicRouteData
+from common.protocol.codec import FrameDecoder, RemoteProtocolError, decode_frame, encode
+from common.protocol.codes import FRAME_MAX_LENGTH, SerializeType
+from common.protocol.command import RemotingCommand
+from common.protocol.types import BrokerData, DataVersion, QueueData, TopicConfig, TopicRouteData
 from tests.support.frames import assert_truncation_changes_nothing
 from tests.support.node import VECTORS as VECTORS_DIR
 

@@ -16,11 +16,11 @@ import time
 
 import pytest
 
+from common.protocol import fastjson
+from common.protocol.codec import FrameDecoder, decode_frame, encode
+from common.protocol.codes import RequestCode, ResponseCode, SerializeType, Version
+from common.protocol.command import request
 from namesrv.client import NameServerClient
-from namesrv.protocol import fastjson
-from namesrv.protocol.codec import FrameDecoder, decode_frame, encode
-from namesrv.protocol.codes import RequestCode, ResponseCode, SerializeType, Version
-from namesrv.protocol.command import request
 from tests.support.frames import commands, json_frame
 from tests.support.node import VECTORS, raw_exchange
 from tests.support.wait import wait_until

@@ -21,11 +21,11 @@ import pytest
 import redis
 
 from common.redis_clients import RedisUrlError, connect, describe_error, redact_url
+from common.routes import RouteSettings
+from common.routes.manager import RouteInfoManager
 from infra.processes import free_port
 from infra.redis import RedisServerTls, RedisService
 from namesrv.config import NamesrvConfig
-from namesrv.routes import RouteSettings
-from namesrv.routes.manager import RouteInfoManager
 from namesrv.warmstart import warm_start
 from streaming.routes import RedisRouteStore, RouteLookup, RouteModel
 from tests.support.route_events import A0, A1, B0

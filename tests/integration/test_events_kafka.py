@@ -14,12 +14,12 @@ import pytest
 
 from common import kafka_clients
 from common.contract import Action, ActionType, DataVersionInfo, EventType, QueueInfo
+from common.protocol import bodies
+from common.protocol.codes import RequestCode, ResponseCode
+from common.protocol.types import DataVersion, QueueData, TopicRouteData
 from infra.config import TopicSpec
 from infra.kafka import KafkaService, ensure_topics, kafka_admin
 from namesrv.client import NameServerClient
-from namesrv.protocol import bodies
-from namesrv.protocol.codes import RequestCode, ResponseCode
-from namesrv.protocol.types import DataVersion, QueueData, TopicRouteData
 from tests.support.kafka import EventReader, fresh_topics, kafka_broker, publish_actions
 from tests.support.node import VECTORS, free_port, running_node
 from tests.support.routes import brokers_at

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from common import redis_clients
+from common.routes import RouteInfoManager, RouteSettings
 from namesrv.config import NamesrvConfig
-from namesrv.routes import RouteInfoManager, RouteSettings
 from namesrv.warmstart import warm_start
 from streaming.liveness import KIND_ALERT
 from streaming.routes import RouteLookup

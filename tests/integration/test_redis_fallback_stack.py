@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from common import redis_clients
+from common.routes import RouteInfoManager, RouteSettings
 from namesrv.liveness import ExpiryScan, MonitorWatchdog, RedisFallback
-from namesrv.routes import RouteInfoManager, RouteSettings
 from streaming.routes import RedisRouteStore, RouteLookup, RouteModel
 from tests.support.route_events import A0, A1, B0, CLUSTER, T0
 

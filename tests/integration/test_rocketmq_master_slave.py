@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
+from common.protocol import fastjson
+from common.protocol.codes import RequestCode, Version
 from namesrv.client import NameServerClient
-from namesrv.protocol import fastjson
-from namesrv.protocol.codes import RequestCode, Version
 from tests.support.node import NodeThread, running_node
 from tests.support.rocketmq import (
     ROCKETMQ_5,

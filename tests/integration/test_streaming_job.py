@@ -403,8 +403,8 @@ def test_malformed_events_are_counted_and_skipped(spark, world):
 
 def test_redis_routes_are_the_bytes_two_real_nodes_answer(spark, world, tmp_path):
     """Brokers register with two real nodes that publish to Kafka; Redis must answer what they answer."""
+    from common.protocol.codes import RequestCode
     from namesrv.client import NameServerClient
-    from namesrv.protocol.codes import RequestCode
     from tests.support.brokers import register_broker
     from tests.support.node import running_node
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from namesrv.protocol import bodies
+from common.protocol import bodies
 from streaming.alerts import Alert, AlertKind, AlertState, Severity
 from streaming.routes import RedisRouteStore, RouteLookup, RouteModel
 from tests.support.route_events import A0, A1, B0, CLUSTER, T0

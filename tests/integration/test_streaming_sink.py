@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 
 from common.contract import ActionType, Event, EventType, decode_action, encode_event
+from common.routes.materialised import encode_removal
 from infra.processes import free_port
-from namesrv.routes.materialised import encode_removal
 from streaming.alerts import decode_alert
 from streaming.liveness import KIND_ROUTE
 from streaming.publisher import KafkaPublisher

@@ -15,13 +15,13 @@ import time
 import pytest
 
 from common.contract import DataVersionInfo, Event, EventType, QueueInfo
+from common.protocol import bodies
+from common.protocol.codes import RequestCode, ResponseCode
+from common.protocol.types import DataVersion
+from common.routes import RouteSettings
 from infra.processes import free_port
 from infra.redis import RedisService
 from namesrv.client import NameServerClient
-from namesrv.protocol import bodies
-from namesrv.protocol.codes import RequestCode, ResponseCode
-from namesrv.protocol.types import DataVersion
-from namesrv.routes import RouteSettings
 from namesrv.warmstart import READ_TIMEOUT_S
 from streaming.routes import RedisRouteStore, RouteModel
 from tests.support.brokers import register_broker

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import orjson
 
-from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
-from namesrv.protocol.types import DataVersion
-from namesrv.routes import BrokerAddrInfo, RouteInfoManager, RouteSettings
+from common.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
+from common.protocol.types import DataVersion
+from common.routes import BrokerAddrInfo, RouteInfoManager, RouteSettings
 from namesrv.warmstart import load_model
 from tests.support.brokers import mapping, registration
 from tests.unit.routes_support import (
@@ -56,10 +56,10 @@ class Node:
         mappings: dict | None = None,
     ) -> list:
         """One REGISTER_BROKER through the handler; returns the events the node published."""
+        from common.protocol.codes import RequestCode, ResponseCode
+        from common.protocol.command import request
+        from common.protocol.types import TopicConfig
         from namesrv.handlers import dispatch
-        from namesrv.protocol.codes import RequestCode, ResponseCode
-        from namesrv.protocol.command import request
-        from namesrv.protocol.types import TopicConfig
 
         name, addr, bid = broker
         ext, raw = registration(
@@ -73,9 +73,9 @@ class Node:
 
     def answer(self, topic: str, version: int) -> bytes | None:
         """GET_ROUTEINFO_BY_TOPIC as a client of ``version`` asks it; None for TOPIC_NOT_EXIST."""
+        from common.protocol.codes import RequestCode, ResponseCode
+        from common.protocol.command import request
         from namesrv.handlers import dispatch
-        from namesrv.protocol.codes import RequestCode, ResponseCode
-        from namesrv.protocol.command import request
 
         response = dispatch(self.node, request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, version=version),
                             None)  # fmt: skip
@@ -86,7 +86,7 @@ TOPICS = ("T1", "T2", "T3", "nope")
 
 
 def answers(node: Node) -> dict:
-    from namesrv.protocol.codes import Version
+    from common.protocol.codes import Version
 
     # both dialects: the legacy one writes the mappings' integer keys as integers
     return {(t, v): node.answer(t, v) for t in TOPICS for v in (Version.V4_9_4, Version.V4_9_4 - 1)}

@@ -9,7 +9,7 @@ two-way request gets a bare SUCCESS, and oneway frames get nothing, as a broker 
 
 Threads, not asyncio, because the tests that use it block on subprocesses; ``wait_for`` is the
 only way a test should wait for a frame.  Frames go through our own codec
-(:mod:`namesrv.protocol.codec`), which the conformance tests check against the spec's vectors.
+(:mod:`common.protocol.codec`), which the conformance tests check against the spec's vectors.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from namesrv.protocol.codec import FrameDecoder, RemoteProtocolError, encode
-from namesrv.protocol.codes import ResponseCode
-from namesrv.protocol.command import RemotingCommand
+from common.protocol.codec import FrameDecoder, RemoteProtocolError, encode
+from common.protocol.codes import ResponseCode
+from common.protocol.command import RemotingCommand
 
 log = logging.getLogger(__name__)
 

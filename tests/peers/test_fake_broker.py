@@ -7,9 +7,9 @@ import struct
 
 import pytest
 
-from namesrv.protocol.codec import decode_frame
-from namesrv.protocol.codes import Flag, ResponseCode
-from namesrv.protocol.command import RemotingCommand
+from common.protocol.codec import decode_frame
+from common.protocol.codes import Flag, ResponseCode
+from common.protocol.command import RemotingCommand
 from tests.peers.fake_broker import BrokerCode, FakeBroker
 from tests.support.frames import json_frame
 

@@ -14,12 +14,12 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from common.protocol.codec import FrameDecoder, encode
+from common.protocol.codes import RequestCode, ResponseCode
+from common.protocol.command import request
+from common.protocol.types import TopicConfig
 from namesrv.client import NameServerClient
 from namesrv.handlers import MAX_REQUEST_HEADER_BYTES
-from namesrv.protocol.codec import FrameDecoder, encode
-from namesrv.protocol.codes import RequestCode, ResponseCode
-from namesrv.protocol.command import request
-from namesrv.protocol.types import TopicConfig
 from tests.support.brokers import registration
 from tests.support.frames import json_frame
 

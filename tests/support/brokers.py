@@ -3,10 +3,10 @@ as a RocketMQ 5.x broker would."""
 
 from __future__ import annotations
 
+from common.protocol import bodies
+from common.protocol.codes import ZONE_NAME_EXT, RequestCode, ResponseCode
+from common.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
 from namesrv.client import NameServerClient
-from namesrv.protocol import bodies
-from namesrv.protocol.codes import ZONE_NAME_EXT, RequestCode, ResponseCode
-from namesrv.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
 
 
 def registration(

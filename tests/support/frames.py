@@ -2,7 +2,7 @@
 
 :func:`json_frame` writes the bytes our own encoder never would: a header that is not what a peer
 should send (wrong types, lone surrogates, a 5,001-digit number), or a length prefix a test chooses.
-Everything a well-formed peer sends goes through ``namesrv.protocol.codec.encode`` instead.
+Everything a well-formed peer sends goes through ``common.protocol.codec.encode`` instead.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import struct
 
-from namesrv.protocol.codec import FrameDecoder, decode_frame
-from namesrv.protocol.command import RemotingCommand
+from common.protocol.codec import FrameDecoder, decode_frame
+from common.protocol.command import RemotingCommand
 
 
 def json_frame(header: object, body: bytes = b"", type_byte: int = 0) -> bytes:

@@ -20,6 +20,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.protocol import fastjson
+from common.protocol.bodies import decode_data_version, decode_kv_table, encode_data_version
+from common.protocol.codec import encode
+from common.protocol.codes import RequestCode
+from common.protocol.command import request
+from common.protocol.types import DataVersion
 from infra.processes import java_binary
 
 # the process parts live in infra.rocketmq, for programs that are not tests; re-exported for the tests
@@ -48,12 +54,6 @@ from infra.rocketmq import (
     start_broker,
 )
 from namesrv.client import NameServerClient
-from namesrv.protocol import fastjson
-from namesrv.protocol.bodies import decode_data_version, decode_kv_table, encode_data_version
-from namesrv.protocol.codec import encode
-from namesrv.protocol.codes import RequestCode
-from namesrv.protocol.command import request
-from namesrv.protocol.types import DataVersion
 from tests.support.node import REPO, free_port
 from tests.support.wait import wait_until
 

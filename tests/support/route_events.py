@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from common.contract import DataVersionInfo, Event, EventType, QueueInfo
-from namesrv.protocol import fastjson
+from common.protocol import fastjson
 
 T0 = 1_700_000_000_000
 CLUSTER = "C1"

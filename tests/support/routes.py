@@ -6,9 +6,9 @@ import threading
 import time
 from dataclasses import dataclass
 
+from common.protocol import bodies
+from common.protocol.codes import RequestCode, ResponseCode
 from namesrv.client import NameServerClient
-from namesrv.protocol import bodies
-from namesrv.protocol.codes import RequestCode, ResponseCode
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from namesrv.protocol.proxy import V2_SIGNATURE
+from common.protocol.proxy import V2_SIGNATURE
 from namesrv.tls import client_context
 
 KEY_PASSWORD = "s3cret pass"

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 
+from common.protocol.codes import RequestCode
+from common.protocol.command import request
+from common.routes.manager import RouteInfoManager
 from namesrv.config import load_config
 from namesrv.handlers import HandlerContext, dispatch
 from namesrv.kvconfig import KVConfigManager
 from namesrv.liveness import ExpiryScan, UnregisterBatcher
-from namesrv.protocol.codes import RequestCode
-from namesrv.protocol.command import request
-from namesrv.routes.manager import RouteInfoManager
 from tests.support.clock import Clock
 from tests.support.node import VECTORS
 

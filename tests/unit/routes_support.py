@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from namesrv.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
-from namesrv.routes import BrokerAddrInfo, RegisterBrokerResult, RouteInfoManager, RouteSettings, UnregisterRequest
-from namesrv.routes.model import Registration
-from namesrv.routes.snapshot import ModelSnapshot, SnapshotBroker, decode_model
+from common.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
+from common.routes import BrokerAddrInfo, RegisterBrokerResult, RouteInfoManager, RouteSettings, UnregisterRequest
+from common.routes.model import Registration
+from common.routes.snapshot import ModelSnapshot, SnapshotBroker, decode_model
 from tests.support.clock import Clock
 
 DEF_CLUSTER = "Default_Cluster"

@@ -10,6 +10,8 @@ import logging
 import pytest
 
 from common.logs import LogThrottle, RateLimited
+from common.protocol.codes import RequestCode, ResponseCode, Version
+from common.protocol.command import request
 from namesrv import acl, handlers
 from namesrv.acl import (
     ADMIN_CODES,
@@ -26,8 +28,6 @@ from namesrv.acl import (
 )
 from namesrv.config import load_config
 from namesrv.handlers import HANDLERS, dispatch
-from namesrv.protocol.codes import RequestCode, ResponseCode, Version
-from namesrv.protocol.command import request
 from tests.support.clock import Clock
 from tests.support.node import VECTORS
 

@@ -3,8 +3,8 @@ import zlib
 
 import pytest
 
-from namesrv.protocol import bodies
-from namesrv.protocol.bodies import (
+from common.protocol import bodies
+from common.protocol.bodies import (
     TopicList,
     body_crc32,
     decode_data_version,
@@ -18,7 +18,7 @@ from namesrv.protocol.bodies import (
     encode_route,
     encode_topic_list,
 )
-from namesrv.protocol.types import (
+from common.protocol.types import (
     BodyError,
     BrokerData,
     DataVersion,

@@ -2,7 +2,7 @@ import struct
 
 import pytest
 
-from namesrv.protocol.codec import (
+from common.protocol.codec import (
     MAX_LENGTH,
     FrameDecoder,
     LocalProtocolError,
@@ -11,8 +11,8 @@ from namesrv.protocol.codec import (
     decode_frame,
     encode,
 )
-from namesrv.protocol.codes import FRAME_MAX_LENGTH, Flag, LanguageCode, RequestCode, SerializeType, Version
-from namesrv.protocol.command import RemotingCommand, request
+from common.protocol.codes import FRAME_MAX_LENGTH, Flag, LanguageCode, RequestCode, SerializeType, Version
+from common.protocol.command import RemotingCommand, request
 from tests.support.frames import assert_truncation_changes_nothing, json_frame
 
 V1_JSON_FRAME = bytes.fromhex(
@@ -373,7 +373,7 @@ def test_decode_frame_rejects_incomplete_and_trailing_bytes():
 
 
 def test_codec_module_does_no_io():
-    import namesrv.protocol.codec as codec
+    import common.protocol.codec as codec
 
     source = open(codec.__file__, encoding="utf-8").read()
     assert "import socket" not in source and "import asyncio" not in source
@@ -442,7 +442,7 @@ def test_bodies_within_limits_and_other_codes_are_untouched():
 @pytest.mark.parametrize("body_size", [5000, 300_000], ids=["small", "large"])
 @pytest.mark.parametrize("chunk", [None, 700], ids=["whole", "chunks"])
 def test_a_header_looked_at_for_its_limit_is_parsed_once(monkeypatch, body_size, chunk):
-    from namesrv.protocol import codec
+    from common.protocol import codec
 
     parsed = []
     decode = codec._decode_header
@@ -463,7 +463,7 @@ def test_a_header_looked_at_for_its_limit_is_parsed_once(monkeypatch, body_size,
 
 @pytest.mark.parametrize("sizes", [(256 * 1024,), (1000, 70_000, 3, 300_000), (4096,)], ids=["reads", "mixed", "small"])
 def test_a_large_frame_fed_in_any_chunks_comes_out_whole_with_the_next_frame(sizes):
-    from namesrv.protocol.codec import LARGE_FRAME_BYTES
+    from common.protocol.codec import LARGE_FRAME_BYTES
 
     body = bytes(range(256)) * (4 * LARGE_FRAME_BYTES // 256)  # 1 MiB, every offset distinct mod 256
     stream = encode(request(103, {"brokerName": "b"}, body, opaque=1)) + encode(request(105, {"topic": "T"}, opaque=2))
@@ -482,7 +482,7 @@ def test_a_large_frame_fed_in_any_chunks_comes_out_whole_with_the_next_frame(siz
 
 
 def test_a_large_frame_can_be_received_straight_into_its_own_memory_up_to_its_end():
-    from namesrv.protocol.codec import LARGE_FRAME_BYTES
+    from common.protocol.codec import LARGE_FRAME_BYTES
 
     body = bytes(range(256)) * (4 * LARGE_FRAME_BYTES // 256)
     large = encode(request(103, {"brokerName": "b"}, body, opaque=1))

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from namesrv.protocol import codec
-from namesrv.protocol.codec import FrameDecoder, RemoteProtocolError, decode_frame, encode
-from namesrv.protocol.codes import LanguageCode, SerializeType
-from namesrv.protocol.command import RemotingCommand
+from common.protocol import codec
+from common.protocol.codec import FrameDecoder, RemoteProtocolError, decode_frame, encode
+from common.protocol.codes import LanguageCode, SerializeType
+from common.protocol.command import RemotingCommand
 from tests.support.frames import json_frame
 from tests.support.node import VECTORS
 

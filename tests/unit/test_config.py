@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from common.properties import parse_properties
+from common.protocol.codes import ResponseCode
 from namesrv import fileio
 from namesrv.config import (
     HARD_BLACKLIST,
@@ -25,7 +26,6 @@ from namesrv.config import (
     options_markdown,
     render_properties,
 )
-from namesrv.protocol.codes import ResponseCode
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -233,7 +233,9 @@ def test_option_table_is_complete_and_consistent() -> None:
 
 def test_options_marked_without_effect_are_exactly_those_nothing_reads() -> None:
     """``effect=False`` must stay true to the code: a key someone starts reading, or one nobody reads, fails here."""
-    sources = "\n".join(p.read_text() for p in sorted((REPO / "namesrv").rglob("*.py")) if p.name != "config.py")
+    # the node's code, and the route tables it runs (their settings come from the node's options)
+    files = sorted([*(REPO / "namesrv").rglob("*.py"), *(REPO / "common" / "routes").rglob("*.py")])
+    sources = "\n".join(p.read_text() for p in files if p.name != "config.py")
     names = set(re.findall(r"\w+", sources))  # one pass, instead of a regex search of it all per option
     # kv_config_file, config_blacklist, acl_file_path
     read_in_config_py = {"kvConfigPath", "configStorePath", "configBlackList", "aclFile", "rocketmqHome"}

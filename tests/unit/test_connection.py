@@ -18,15 +18,15 @@ from typing import Any
 import pytest
 
 from common.logs import RateLimited
+from common.protocol.codec import encode
+from common.protocol.codes import FRAME_MAX_LENGTH, RequestCode, ResponseCode
+from common.protocol.command import RemotingCommand, request
 from namesrv import server as server_mod
 from namesrv.app import build_node
 from namesrv.config import load_config
 from namesrv.handlers import MAX_REQUEST_HEADER_BYTES, NodeObserver
 from namesrv.kvconfig import MAX_NAME_CHARS, MAX_VALUE_CHARS
 from namesrv.liveness import Cause, Departure
-from namesrv.protocol.codec import encode
-from namesrv.protocol.codes import FRAME_MAX_LENGTH, RequestCode, ResponseCode
-from namesrv.protocol.command import RemotingCommand, request
 from namesrv.repeats import Repeats
 from namesrv.server import Connection, RemotingServer
 from tests.support.attacks import SMALL_BOMB, zip_bomb_registration

@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 
 from common.contract import Action, ActionType, encode_action
+from common.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
+from common.routes import RouteInfoManager, RouteSettings
 from namesrv.config import load_config
 from namesrv.events.actions import (
     ActionApplier,
@@ -24,8 +26,6 @@ from namesrv.liveness import (
     departure,
     trusted_monitors,
 )
-from namesrv.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
-from namesrv.routes import RouteInfoManager, RouteSettings
 from tests.support.clock import Clock
 
 CLUSTER, NAME, ADDR = "DefaultCluster", "broker-a", "127.0.0.1:10911"

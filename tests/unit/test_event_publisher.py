@@ -22,16 +22,16 @@ from common.contract import (
     encode_event,
     event_key,
 )
+from common.protocol import fastjson
+from common.protocol.codes import RequestCode
+from common.protocol.headers import RegisterBrokerHeader
+from common.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig
+from common.routes import RouteInfoManager, RouteSettings, UnregisterRequest
 from namesrv.config import ConfigError
 from namesrv.events.link import check_bootstrap_servers
 from namesrv.events.publisher import UNREGISTER_SOURCES, EventPublisher, EventQueue, PublisherSettings
 from namesrv.handlers import AdminChange
 from namesrv.liveness import Cause, departure
-from namesrv.protocol import fastjson
-from namesrv.protocol.codes import RequestCode
-from namesrv.protocol.headers import RegisterBrokerHeader
-from namesrv.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig
-from namesrv.routes import RouteInfoManager, RouteSettings, UnregisterRequest
 from tests.support.clock import Clock
 
 REPO = Path(__file__).resolve().parents[2]

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from namesrv.protocol.codes import LanguageCode, Perm
-from namesrv.protocol.fastjson import FastjsonError, dumps_legacy, dumps_standard, dumps_standard_fastjson2, loads
+from common.protocol.codes import LanguageCode, Perm
+from common.protocol.fastjson import FastjsonError, dumps_legacy, dumps_standard, dumps_standard_fastjson2, loads
 
 # ---------------------------------------------------------------------------------------------
 # loads
@@ -209,7 +209,7 @@ def test_standard_is_strict_ascii_json(value):
 def test_standard_writes_byte_for_byte_what_the_stdlib_encoder_writes(value):
     # dumps_standard lets orjson write whenever its output is ASCII; the reference is json.dumps with
     # ensure_ascii (control characters, quotes and backslashes included), escapes upper-cased, '/' escaped
-    from namesrv.protocol import fastjson
+    from common.protocol import fastjson
 
     prepared = fastjson._prepare(value, standard=True)
     text = json.dumps(prepared, ensure_ascii=True, separators=(",", ":"))

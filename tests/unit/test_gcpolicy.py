@@ -16,14 +16,14 @@ from concurrent.futures import ThreadPoolExecutor, wait
 
 import pytest
 
+from common.protocol.codec import FrameDecoder
+from common.protocol.codes import RequestCode, ResponseCode
+from common.protocol.command import request
+from common.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
+from common.routes import RouteInfoManager, RouteSettings
 from namesrv import gcpolicy
 from namesrv.client import NameServerClient
 from namesrv.handlers import Pending
-from namesrv.protocol.codec import FrameDecoder
-from namesrv.protocol.codes import RequestCode, ResponseCode
-from namesrv.protocol.command import request
-from namesrv.protocol.types import DataVersion, RegisterBrokerBody, TopicConfig
-from namesrv.routes import RouteInfoManager, RouteSettings
 from tests.support import attacks
 from tests.support.brokers import registration
 from tests.support.node import running_node

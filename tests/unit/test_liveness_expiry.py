@@ -9,11 +9,11 @@ import time
 
 import pytest
 
+from common.protocol.codec import FrameDecoder, encode
+from common.protocol.codes import RequestCode, ResponseCode
+from common.protocol.command import request
 from namesrv.handlers import dispatch
 from namesrv.liveness import ExpiryScan
-from namesrv.protocol.codec import FrameDecoder, encode
-from namesrv.protocol.codes import RequestCode, ResponseCode
-from namesrv.protocol.command import request
 from tests.support.brokers import registration
 from tests.support.node import running_node
 from tests.support.wait import wait_until

@@ -9,10 +9,10 @@ import logging
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from common.redis_keys import RedisKeys
+from common.routes import RouteInfoManager, RouteSettings
+from common.routes.materialised import RouteModel, decode_removals, encode_removal, removal_changes
+from common.routes.snapshot import decode_model, encode_meta
 from namesrv.liveness import Departures, ExpiryScan, MonitorWatchdog, RedisFallback, RedisLease
-from namesrv.routes import RouteInfoManager, RouteSettings
-from namesrv.routes.materialised import RouteModel, decode_removals, encode_removal, removal_changes
-from namesrv.routes.snapshot import decode_model, encode_meta
 from tests.support.clock import Clock
 from tests.support.route_events import A0, A1, B0, CLUSTER, T0
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from common.protocol.codes import RequestCode, ResponseCode
+from common.protocol.command import request
 from namesrv.handlers import dispatch
-from namesrv.protocol.codes import RequestCode, ResponseCode
-from namesrv.protocol.command import request
 from tests.unit.liveness_support import V3_EXT, Channel, Clock, make_node, register, route_code
 
 #: the UNREGISTER_BROKER header of the broker register() registers

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from common.routes import RouteInfoManager, RouteSettings
 from namesrv.liveness import ExpiryScan, MonitorWatchdog
-from namesrv.routes import RouteInfoManager, RouteSettings
 from tests.support.clock import Clock
 
 

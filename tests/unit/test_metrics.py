@@ -11,14 +11,14 @@ from dataclasses import dataclass
 import pytest
 
 from common.metrics import Buckets, histogram_buckets
+from common.protocol.codes import RequestCode, ResponseCode
+from common.protocol.command import request
 from namesrv.app import build_node
 from namesrv.config import load_config
 from namesrv.events.actions import ActionStats
 from namesrv.events.publisher import PublisherStats
 from namesrv.handlers import HANDLERS, dispatch
 from namesrv.metrics import NodeCollector
-from namesrv.protocol.codes import RequestCode, ResponseCode
-from namesrv.protocol.command import request
 from namesrv.request_stats import ONEWAY, OTHER, RPC_LATENCY_BUCKETS_MS, SAMPLE_EVERY, RequestStats
 from tests.support.brokers import registration
 from tests.support.clock import Clock

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from common.protocol.codec import decode_frame, encode
+from common.protocol.codes import Flag, RequestCode, ResponseCode, SerializeType
+from common.protocol.command import request
+from common.routes import MinBrokerIdChange
 from namesrv import notify as notify_mod
 from namesrv.app import build_node
 from namesrv.config import load_config
 from namesrv.handlers import HandlerContext, dispatch
 from namesrv.notify import BrokerNotifier, min_broker_id_change_request
-from namesrv.protocol.codec import decode_frame, encode
-from namesrv.protocol.codes import Flag, RequestCode, ResponseCode, SerializeType
-from namesrv.protocol.command import request
-from namesrv.routes import MinBrokerIdChange
 from tests.support.brokers import registration
 from tests.support.clock import Clock
 from tests.support.frames import commands

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from namesrv.protocol.codec import RemoteProtocolError
-from namesrv.protocol.proxy import (
+from common.protocol.codec import RemoteProtocolError
+from common.protocol.proxy import (
     V1_MAX_BYTES,
     V2_HEADER_BYTES,
     V2_SIGNATURE,

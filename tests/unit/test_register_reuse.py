@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from common.protocol import bodies
+from common.protocol.codes import RequestCode, ResponseCode
+from common.protocol.command import request
+from common.protocol.types import DataVersion, TopicConfig
+from common.routes.manager import RouteInfoManager
 from namesrv.config import load_config
 from namesrv.handlers import OFF_LOOP_BODY_BYTES, REUSED_ON_LOOP_BODY_BYTES, HandlerContext, Pending, dispatch
 from namesrv.kvconfig import KVConfigManager
-from namesrv.protocol import bodies
-from namesrv.protocol.codes import RequestCode, ResponseCode
-from namesrv.protocol.command import request
-from namesrv.protocol.types import DataVersion, TopicConfig
-from namesrv.routes.manager import RouteInfoManager
 from tests.support.brokers import registration
 
 TOPICS = 800  # ~100 KB: past the off-loop size, within the size a reused table is applied on the loop

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
+from common.protocol.codec import encode
+from common.protocol.codes import RequestCode
+from common.protocol.command import request
 from namesrv import handlers
 from namesrv.app import build_node
 from namesrv.config import load_config
 from namesrv.handlers import NodeObserver
-from namesrv.protocol.codec import encode
-from namesrv.protocol.codes import RequestCode
-from namesrv.protocol.command import request
 from namesrv.repeats import Repeats
 from namesrv.request_stats import RequestStats
 from namesrv.server import Connection, RemotingServer

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from common.protocol.codes import RequestCode, ResponseCode, Version
+from common.protocol.command import request
+from common.routes.manager import RouteInfoManager
 from namesrv.config import load_config
 from namesrv.handlers import HandlerContext, dispatch
 from namesrv.kvconfig import KVConfigManager
-from namesrv.protocol.codes import RequestCode, ResponseCode, Version
-from namesrv.protocol.command import request
-from namesrv.routes.manager import RouteInfoManager
 from tests.support.brokers import registration
 
 NAME = "broker/é"

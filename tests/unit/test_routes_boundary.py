@@ -1,7 +1,7 @@
-"""Nothing outside ``namesrv/routes/`` touches a route table or the lock that guards them.
+"""Nothing outside ``common/routes/`` touches a route table or the lock that guards them.
 
 The tables are plain data whose functions assume the caller holds ``RouteInfoManager``'s lock
-(see :mod:`namesrv.routes.manager` for the threads it is for); these checks keep it that way.
+(see :mod:`common.routes.manager` for the threads it is for); these checks keep it that way.
 Tests may call the pure functions on tables they build themselves, so they are only held to the
 second rule.
 """
@@ -11,13 +11,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from namesrv.routes import RouteInfoManager, RouteSettings
-from namesrv.routes.tables import RouteTables
+from common.routes import RouteInfoManager, RouteSettings
+from common.routes.tables import RouteTables
 
 REPO = Path(__file__).resolve().parents[2]
 ROUTES = REPO / "namesrv" / "routes"
 #: modules whose functions assume the lock is held
-INTERNAL = {f"namesrv.routes.{m}" for m in ("tables", "register", "unregister", "provisional", "queries", "admin")}
+INTERNAL = {f"common.routes.{m}" for m in ("tables", "register", "unregister", "provisional", "queries", "admin")}
 
 
 def sources(*dirs: str) -> list[Path]:
@@ -48,7 +48,7 @@ def reaches_inside(tree: ast.AST) -> list[int]:
 def test_production_code_outside_the_package_imports_no_table_module():
     found = {}
     for path in sources("namesrv", "streaming", "bench", "tools", "infra"):
-        text = path.read_text()  # only a file that spells "routes" can import a module under namesrv.routes
+        text = path.read_text()  # only a file that spells "routes" can import a module under common.routes
         if "routes" in text and (bad := imports(ast.parse(text, str(path))) & INTERNAL):
             found[str(path.relative_to(REPO))] = sorted(bad)
     assert found == {}

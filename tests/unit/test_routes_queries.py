@@ -19,12 +19,12 @@ from routes_support import (
     unregister,
 )
 
-from namesrv.protocol.bodies import encode_route
-from namesrv.protocol.codes import SYNC_BROKER_MEMBER_GROUP_PREFIX, Perm, TopicSysFlag
-from namesrv.protocol.types import BrokerData, DataVersion, QueueData, RegisterBrokerBody, TopicConfig
-from namesrv.routes.queries import pickup_topic_route_data
-from namesrv.routes.snapshot import decode_model
-from namesrv.routes.tables import RouteTables
+from common.protocol.bodies import encode_route
+from common.protocol.codes import SYNC_BROKER_MEMBER_GROUP_PREFIX, Perm, TopicSysFlag
+from common.protocol.types import BrokerData, DataVersion, QueueData, RegisterBrokerBody, TopicConfig
+from common.routes.queries import pickup_topic_route_data
+from common.routes.snapshot import decode_model
+from common.routes.tables import RouteTables
 
 READ = int(Perm.READ)
 RW = int(Perm.READ | Perm.WRITE)

@@ -25,11 +25,11 @@ from routes_support import (
     unregister,
 )
 
-from namesrv.protocol.codes import Perm
-from namesrv.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig
-from namesrv.routes import RouteSettings
-from namesrv.routes.register import register_broker
-from namesrv.routes.tables import RouteTables
+from common.protocol.codes import Perm
+from common.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig
+from common.routes import RouteSettings
+from common.routes.register import register_broker
+from common.routes.tables import RouteTables
 
 WRITABLE = int(Perm.READ | Perm.WRITE)
 
@@ -433,7 +433,7 @@ def test_no_min_broker_id_change_for_a_registration_that_lowers_nothing():
 
 def _walks(monkeypatch) -> list[str]:
     """The groups whose rows each registration from now on walks, in order."""
-    import namesrv.routes.register as register_module
+    import common.routes.register as register_module
 
     walked: list[str] = []
     rewrite, fill = register_module._rewrite_rows, register_module._create_and_update_queue_data

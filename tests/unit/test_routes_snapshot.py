@@ -1,4 +1,4 @@
-"""The Redis route model (namesrv.routes.snapshot): what the job writes, the job and warm start read back.
+"""The Redis route model (common.routes.snapshot): what the job writes, the job and warm start read back.
 
 No Redis here: the values are the bytes the job's store would write (redis-py returns hash keys and
 values as bytes, so they are handed over as bytes too).
@@ -13,10 +13,10 @@ import pytest
 from routes_support import Clock
 
 from common.contract import DataVersionInfo, Event, EventType, QueueInfo
-from namesrv.protocol import bodies, fastjson
-from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
-from namesrv.routes import BrokerAddrInfo, RouteInfoManager, RouteSettings
-from namesrv.routes.snapshot import OrderConf, SnapshotError, decode_model, encode_meta
+from common.protocol import bodies, fastjson
+from common.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
+from common.routes import BrokerAddrInfo, RouteInfoManager, RouteSettings
+from common.routes.snapshot import OrderConf, SnapshotError, decode_model, encode_meta
 from namesrv.warmstart import WarmStartError, load_model, parse_model
 from streaming.routes import RouteModel
 

@@ -20,9 +20,9 @@ from routes_support import (
     unregister,
 )
 
-from namesrv.protocol.codes import Perm
-from namesrv.protocol.types import DataVersion
-from namesrv.routes import FenceReason, UnregisterRequest
+from common.protocol.codes import Perm
+from common.protocol.types import DataVersion
+from common.routes import FenceReason, UnregisterRequest
 
 
 def request(mgr, broker, seq=None):

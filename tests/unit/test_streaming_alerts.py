@@ -5,9 +5,9 @@ import logging
 import orjson
 import pytest
 
-from namesrv.protocol.types import BrokerData, QueueData
-from namesrv.routes.queries import route_health
-from namesrv.routes.tables import RouteTables
+from common.protocol.types import BrokerData, QueueData
+from common.routes.queries import route_health
+from common.routes.tables import RouteTables
 from streaming.alerts import (
     MAX_NAMED_TOPICS,
     Alert,

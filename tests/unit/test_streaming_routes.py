@@ -14,16 +14,16 @@ from common.contract import (
     decode_event,
     encode_event,
 )
+from common.protocol import bodies, fastjson
+from common.protocol.codes import ORDER_TOPIC_CONFIG, RequestCode, ResponseCode
+from common.protocol.command import request
+from common.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig
+from common.routes import RouteInfoManager, RouteSettings
+from common.routes.snapshot import decode_model
 from namesrv.config import load_config
 from namesrv.events.publisher import EventPublisher, PublisherSettings
 from namesrv.handlers import HandlerContext, dispatch
 from namesrv.kvconfig import KVConfigManager
-from namesrv.protocol import bodies, fastjson
-from namesrv.protocol.codes import ORDER_TOPIC_CONFIG, RequestCode, ResponseCode
-from namesrv.protocol.command import request
-from namesrv.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig
-from namesrv.routes import RouteInfoManager, RouteSettings
-from namesrv.routes.snapshot import decode_model
 from streaming.routes import RedisKeys, RouteModel
 from tests.support.brokers import mapping, registration
 from tests.support.route_events import A0, A1, B0, CLUSTER, T0, reg_event

@@ -30,10 +30,10 @@ from routes_support import (
     unregister,
 )
 
+from common.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
+from common.protocol.types import DataVersion, QueueData
+from common.routes import BrokerAddrInfo, RouteInfoManager
 from namesrv.config import NamesrvConfig
-from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
-from namesrv.protocol.types import DataVersion, QueueData
-from namesrv.routes import BrokerAddrInfo, RouteInfoManager
 from namesrv.warmstart import (
     RedisModel,
     WarmStartError,

@@ -3,7 +3,7 @@
 These mirror RocketMQ's ``DataVersion``, ``TopicConfig``, ``QueueData``, ``BrokerData`` and
 ``TopicRouteData``.  ``to_wire`` gives a dict whose keys are the Java property names and whose
 integer map keys stay integers, so one dict can be written in either fastjson dialect
-(:mod:`namesrv.protocol.fastjson`); ``from_wire`` accepts what fastjson peers send.
+(:mod:`common.protocol.fastjson`); ``from_wire`` accepts what fastjson peers send.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from namesrv.protocol.codes import Perm
+from common.protocol.codes import Perm
 
 
 class BodyError(ValueError):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from namesrv.protocol.codes import Flag, LanguageCode, ResponseCode, SerializeType, Version
+from common.protocol.codes import Flag, LanguageCode, ResponseCode, SerializeType, Version
 
 _RESPONSE, _ONEWAY = int(Flag.RESPONSE), int(Flag.ONEWAY)
 _JAVA, _OUR_VERSION = LanguageCode.JAVA, int(Version.CURRENT)

@@ -4,7 +4,7 @@ The job (``streaming/routes.py``) writes a copy of the nodes' route tables after
 under a key prefix ``P``: ``P:model:topics`` (:func:`encode_topic_entry`), ``P:model:brokers``
 (:func:`encode_brokers`) and ``P:meta`` (:func:`encode_meta`), all documented in
 ``docs/redis-keys.md``.  Two readers take it back, a restarted job (:func:`restore`) and a node's
-warm start (:mod:`namesrv.routes.provisional`), and both go through :func:`decode_model`, the one
+warm start (:mod:`common.routes.provisional`), and both go through :func:`decode_model`, the one
 validation of that layout: it raises :class:`SnapshotError` naming the key and the field before any
 table changes, and accepts models written before later fields existed.  Nothing here does I/O: the
 callers read and write Redis with the keys of :class:`RedisKeys`.
@@ -18,11 +18,11 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from namesrv.protocol import fastjson
-from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
-from namesrv.protocol.types import BrokerData, DataVersion, QueueData
-from namesrv.routes.model import BrokerAddrInfo, BrokerLiveInfo
-from namesrv.routes.tables import RouteTables, index_members
+from common.protocol import fastjson
+from common.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
+from common.protocol.types import BrokerData, DataVersion, QueueData
+from common.routes.model import BrokerAddrInfo, BrokerLiveInfo
+from common.routes.tables import RouteTables, index_members
 
 _JSON_OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 

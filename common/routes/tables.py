@@ -8,7 +8,7 @@ provisional entries.  The operations are functions over a :class:`RouteTables`, 
 concern (register, unregister, provisional, queries, admin, snapshot); they never lock, await or do
 I/O, reads hand out copies, and a mutation returns what the caller must do (channels to close,
 brokers to notify) for after the lock is released.  A ``RouteTables`` belongs to one
-:class:`~namesrv.routes.manager.RouteInfoManager`, which calls one function per lock acquisition.
+:class:`~common.routes.manager.RouteInfoManager`, which calls one function per lock acquisition.
 ``docs/internals/routes.md`` describes each table and module.
 """
 
@@ -18,8 +18,8 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
-from namesrv.protocol.types import BrokerData, QueueData
-from namesrv.routes.model import BrokerAddrInfo, BrokerLiveInfo, ProvisionalStats
+from common.protocol.types import BrokerData, QueueData
+from common.routes.model import BrokerAddrInfo, BrokerLiveInfo, ProvisionalStats
 
 
 @dataclass(slots=True, eq=False)

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.contract import AdminOp, Event, EventType, SchemaError
+from common.protocol import bodies, fastjson
+from common.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig, TopicRouteData
 from common.redis_keys import RedisKeys
-from namesrv.protocol import bodies, fastjson
-from namesrv.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig, TopicRouteData
-from namesrv.routes.manager import RouteInfoManager
-from namesrv.routes.model import RouteSettings, RouteSettingsLike
-from namesrv.routes.snapshot import ModelSnapshot, OrderConf, encode_topic_entry
+from common.routes.manager import RouteInfoManager
+from common.routes.model import RouteSettings, RouteSettingsLike
+from common.routes.snapshot import ModelSnapshot, OrderConf, encode_topic_entry
 
 #: (cluster name, broker address)
 BrokerKey = tuple[str, str]
@@ -321,7 +321,7 @@ class RouteModel:
     def from_snapshot(
         cls, snap: ModelSnapshot, settings: RouteSettingsLike | None = None, *, order_message_enable: bool = False
     ) -> RouteModel:
-        """The model as a store last wrote it (:func:`namesrv.routes.snapshot.decode_model` of its keys)."""
+        """The model as a store last wrote it (:func:`common.routes.snapshot.decode_model` of its keys)."""
         model = cls(settings, order_message_enable=order_message_enable)
         m = model.manager
         m.restore(snap)

@@ -1,10 +1,10 @@
 """Provisional entries: routes a warm-started node serves before the brokers register (:mod:`namesrv.warmstart`).
 
 :func:`load_provisional` fills empty tables from the streaming job's model
-(:mod:`namesrv.routes.snapshot`), so routes are answered before the brokers register.  Until a
+(:mod:`common.routes.snapshot`), so routes are answered before the brokers register.  Until a
 broker's own REGISTER_BROKER arrives its live entry is *provisional*: it answers clients but never
 brokers, as if the broker had not registered here yet (the rules are in
-:mod:`namesrv.routes.register`), and the first registration of a group's writer rewrites that
+:mod:`common.routes.register`), and the first registration of a group's writer rewrites that
 group's copied topic rows in full.  The expiry scan skips provisional entries;
 :func:`drop_unconfirmed_provisional` removes those unconfirmed one heartbeat timeout after loading,
 even while the monitor has the scan switched off.  ``docs/internals/routes.md`` and
@@ -13,12 +13,12 @@ even while the monitor has the scan switched off.  ``docs/internals/routes.md`` 
 
 from __future__ import annotations
 
-from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
-from namesrv.protocol.types import DataVersion
-from namesrv.routes.model import BrokerAddrInfo, BrokerLiveInfo, RouteSettingsLike, UnregisterOutcome
-from namesrv.routes.snapshot import ModelSnapshot
-from namesrv.routes.tables import RouteTables, index_members
-from namesrv.routes.unregister import request_for, unregister_brokers
+from common.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS
+from common.protocol.types import DataVersion
+from common.routes.model import BrokerAddrInfo, BrokerLiveInfo, RouteSettingsLike, UnregisterOutcome
+from common.routes.snapshot import ModelSnapshot
+from common.routes.tables import RouteTables, index_members
+from common.routes.unregister import request_for, unregister_brokers
 
 
 def load_provisional(t: RouteTables, now_ms: int, snap: ModelSnapshot) -> None:

@@ -1,4 +1,4 @@
-"""Unregistration, channel close and expiry over :class:`~namesrv.routes.tables.RouteTables` (spec §3.4, §3.5).
+"""Unregistration, channel close and expiry over :class:`~common.routes.tables.RouteTables` (spec §3.4, §3.5).
 
 Deciding and applying are separate, as in Java: :func:`on_channel_destroy`,
 :func:`build_unregister_request` and :func:`scan_not_active_broker` return
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 
-from namesrv.protocol.codes import MASTER_ID, Perm
-from namesrv.routes.model import (
+from common.protocol.codes import MASTER_ID, Perm
+from common.routes.model import (
     BrokerAddrInfo,
     FencedRequest,
     FenceReason,
@@ -24,7 +24,7 @@ from namesrv.routes.model import (
     UnregisterOutcome,
     UnregisterRequest,
 )
-from namesrv.routes.tables import RouteTables, drop_live, groups_listing, with_perm
+from common.routes.tables import RouteTables, drop_live, groups_listing, with_perm
 
 _WRITE = int(Perm.WRITE)
 _NOT_WRITE = ~_WRITE
@@ -75,7 +75,7 @@ def on_channel_destroy(t: RouteTables, channel: Hashable) -> list[UnregisterRequ
 def scan_not_active_broker(t: RouteTables, now_ms: int, *, kept_through: int | None = None) -> list[UnregisterRequest]:
     """Requests removing every broker silent for longer than its timeout (not applied).
 
-    Provisional entries are left to :mod:`namesrv.routes.provisional`'s own deadline; ``kept_through``
+    Provisional entries are left to :mod:`common.routes.provisional`'s own deadline; ``kept_through``
     as :func:`overdue_brokers`.
     """
     keys = overdue_brokers(t, now_ms, kept_through=kept_through)

@@ -1,4 +1,4 @@
-"""REGISTER_BROKER and heartbeats over :class:`~namesrv.routes.tables.RouteTables` (spec §3.2).
+"""REGISTER_BROKER and heartbeats over :class:`~common.routes.tables.RouteTables` (spec §3.2).
 
 :func:`register_broker` reads as the spec's steps, in order, each a function below: join the group
 (:func:`_join_group`), drop the address's other ids (:func:`_drop_other_ids`), refuse a stateVersion
@@ -6,7 +6,7 @@ conflict or a single-topic first registration before anything is written, take t
 (:func:`_take_id`), write the group's topic rows when this member is the one that writes them
 (:func:`_apply_group_topics`), refresh the live entry with a new sequence number for fencing
 (:func:`_refresh_live`), and build the answer (:func:`_answer`).  An id held only provisionally
-(warm start) counts as unregistered: see :mod:`namesrv.routes.provisional`.  :func:`touch` is the
+(warm start) counts as unregistered: see :mod:`common.routes.provisional`.  :func:`touch` is the
 heartbeat.  ``docs/internals/routes.md`` lists what each step decides.
 """
 
@@ -15,9 +15,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
-from namesrv.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS, MASTER_ID, Perm
-from namesrv.protocol.types import BrokerData, DataVersion, QueueData, RegisterBrokerBody, TopicConfig
-from namesrv.routes.model import (
+from common.protocol.codes import DEFAULT_BROKER_CHANNEL_EXPIRED_MILLIS, MASTER_ID, Perm
+from common.protocol.types import BrokerData, DataVersion, QueueData, RegisterBrokerBody, TopicConfig
+from common.routes.model import (
     BrokerAddrInfo,
     BrokerLiveInfo,
     MinBrokerIdChange,
@@ -25,7 +25,7 @@ from namesrv.routes.model import (
     Registration,
     RouteSettingsLike,
 )
-from namesrv.routes.tables import RouteTables, drop_live, drop_rows_missing_from, note_member, shared_queue_data
+from common.routes.tables import RouteTables, drop_live, drop_rows_missing_from, note_member, shared_queue_data
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Request and response bodies: bytes to the typed values of :mod:`namesrv.protocol.types` and back.
+"""Request and response bodies: bytes to the typed values of :mod:`common.protocol.types` and back.
 
 Theory of operation: bodies are fastjson JSON (spec 2.3), except a compressed REGISTER_BROKER body,
 which is a zlib stream of length-prefixed pieces (spec 2.3.3).  Readers raise :class:`BodyError` for
@@ -19,9 +19,9 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from namesrv.protocol import fastjson
-from namesrv.protocol.codes import FRAME_MAX_LENGTH, Version
-from namesrv.protocol.types import BodyError, BrokerData, DataVersion, RegisterBrokerBody, TopicConfig, TopicRouteData
+from common.protocol import fastjson
+from common.protocol.codes import FRAME_MAX_LENGTH, Version
+from common.protocol.types import BodyError, BrokerData, DataVersion, RegisterBrokerBody, TopicConfig, TopicRouteData
 
 __all__ = [
     "TopicList",

@@ -1,7 +1,7 @@
-"""The route tables behind one lock: the only way into them from outside ``namesrv/routes/``.
+"""The route tables behind one lock: the only way into them from outside ``common/routes/``.
 
 :class:`RouteInfoManager` keeps RocketMQ's name and its public operations but holds no logic: the
-tables are plain data (:mod:`namesrv.routes.tables`), every operation is a function of one concern
+tables are plain data (:mod:`common.routes.tables`), every operation is a function of one concern
 module, and each method here takes the lock, calls one of them, and returns a value that shares
 nothing mutable with the tables.  On a node exactly two threads use the tables: the event loop and
 the node's one worker thread, which applies large registrations, batched unregistrations and the
@@ -19,9 +19,9 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
 
-from namesrv.protocol.types import BrokerData, DataVersion, QueueData, RegisterBrokerBody, TopicRouteData
-from namesrv.routes import admin, provisional, queries, register, snapshot, unregister
-from namesrv.routes.model import (
+from common.protocol.types import BrokerData, DataVersion, QueueData, RegisterBrokerBody, TopicRouteData
+from common.routes import admin, provisional, queries, register, snapshot, unregister
+from common.routes.model import (
     ProvisionalStats,
     RegisterBrokerResult,
     Registration,
@@ -31,8 +31,8 @@ from namesrv.routes.model import (
     UnregisterOutcome,
     UnregisterRequest,
 )
-from namesrv.routes.snapshot import ModelSnapshot, OrderConf
-from namesrv.routes.tables import RouteTables
+from common.routes.snapshot import ModelSnapshot, OrderConf
+from common.routes.tables import RouteTables
 
 __all__ = ["RouteInfoManager", "RouteSettingsLike", "UnregisterRequest", "monotonic_ms"]
 
@@ -271,7 +271,7 @@ class RouteInfoManager:
             return admin.delete_topic(self._tables, topic, cluster_name)
 
     def register_topic(self, topic: str, queue_datas: Iterable[QueueData]) -> bool:
-        """REGISTER_TOPIC_IN_NAMESRV (see :func:`namesrv.routes.admin.register_topic`)."""
+        """REGISTER_TOPIC_IN_NAMESRV (see :func:`common.routes.admin.register_topic`)."""
         with self._lock:
             return admin.register_topic(self._tables, topic, queue_datas)
 
@@ -298,7 +298,7 @@ class RouteInfoManager:
     def encode_model_brokers(
         self, order_topic_conf: Mapping[str, OrderConf] | None = None, order_message_enable: bool = False
     ) -> bytes:
-        """The ``P:model:brokers`` value of these tables (:mod:`namesrv.routes.snapshot`)."""
+        """The ``P:model:brokers`` value of these tables (:mod:`common.routes.snapshot`)."""
         with self._lock:
             return snapshot.encode_brokers(self._tables, order_topic_conf or {}, order_message_enable)
 

@@ -1,4 +1,4 @@
-"""Every read of :class:`~namesrv.routes.tables.RouteTables` (spec §3.6, §3.7, §2.2 list codes).
+"""Every read of :class:`~common.routes.tables.RouteTables` (spec §3.6, §3.7, §2.2 list codes).
 
 Reads return copies of mutable parts (BrokerData, lists, dicts) and share immutable ones
 (QueueData, DataVersion), so callers encode and keep them after the lock is released.
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
 
-from namesrv.protocol.codes import MASTER_ID, SYNC_BROKER_MEMBER_GROUP_PREFIX, Perm, TopicSysFlag
-from namesrv.protocol.types import BrokerData, QueueData, TopicRouteData
-from namesrv.routes.model import BrokerAddrInfo, RouteCounts, RouteHealth
-from namesrv.routes.tables import RouteTables, groups_listing
+from common.protocol.codes import MASTER_ID, SYNC_BROKER_MEMBER_GROUP_PREFIX, Perm, TopicSysFlag
+from common.protocol.types import BrokerData, QueueData, TopicRouteData
+from common.routes.model import BrokerAddrInfo, RouteCounts, RouteHealth
+from common.routes.tables import RouteTables, groups_listing
 
 _WRITE = int(Perm.WRITE)
 _UNIT = int(TopicSysFlag.UNIT)

@@ -19,7 +19,7 @@ import ipaddress
 import struct
 from dataclasses import dataclass
 
-from namesrv.protocol.codec import RemoteProtocolError
+from common.protocol.codec import RemoteProtocolError
 
 __all__ = [
     "V1_PREFIX",

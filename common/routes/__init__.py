@@ -1,13 +1,14 @@
 """The route tables: who serves which topic, which brokers are alive, and the operations on them.
 
-The tables are plain data (:mod:`namesrv.routes.tables`) and the operations are functions, one
-module per concern; :class:`RouteInfoManager` (:mod:`namesrv.routes.manager`) puts them behind
-the lock and is the only way in from outside this package.  :mod:`namesrv.routes.snapshot` is the
-route model the streaming job keeps in Redis.
+The tables are plain data (:mod:`common.routes.tables`) and the operations are functions, one
+module per concern; :class:`RouteInfoManager` (:mod:`common.routes.manager`) puts them behind
+the lock and is the only way in from outside this package.  The node serves them; the streaming job
+runs the same tables for the route model it keeps in Redis (:mod:`common.routes.materialised`, encoded
+by :mod:`common.routes.snapshot`), so a route there is byte for byte what a node answers.
 """
 
-from namesrv.routes.manager import RouteInfoManager, monotonic_ms
-from namesrv.routes.model import (
+from common.routes.manager import RouteInfoManager, monotonic_ms
+from common.routes.model import (
     BrokerAddrInfo,
     BrokerLiveInfo,
     FencedRequest,

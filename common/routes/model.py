@@ -1,7 +1,7 @@
 """Value types of the route tables: keys, live entries, requests and results.
 
 Results are values the caller inspects; nothing here logs or talks to the network.  The types the
-wire carries (QueueData, BrokerData, DataVersion, ...) live in :mod:`namesrv.protocol.types`.
+wire carries (QueueData, BrokerData, DataVersion, ...) live in :mod:`common.protocol.types`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from namesrv.protocol.types import BrokerData, DataVersion, QueueData, RegisterBrokerBody
+from common.protocol.types import BrokerData, DataVersion, QueueData, RegisterBrokerBody
 
 
 class BrokerAddrInfo(NamedTuple):  # a tuple: hashed and built in C, on every heartbeat
@@ -23,7 +23,7 @@ class BrokerAddrInfo(NamedTuple):  # a tuple: hashed and built in C, on every he
 
 @dataclass(slots=True)
 class BrokerLiveInfo:
-    """What we know about one registered broker process (see :mod:`namesrv.routes.tables` on who may mutate it)."""
+    """What we know about one registered broker process (see :mod:`common.routes.tables` on who may mutate it)."""
 
     last_update_timestamp: int
     heartbeat_timeout_millis: int

@@ -1,7 +1,7 @@
 """RocketMQ remoting frames: bytes in, :class:`RemotingCommand` out, and back.  No I/O here.
 
 Every frame is ``length:u32  type<<24|headerLen:u32  header  body``, with a JSON or ROCKETMQ
-(binary) header; the body stays opaque bytes here (:mod:`namesrv.protocol.bodies` reads it).
+(binary) header; the body stays opaque bytes here (:mod:`common.protocol.bodies` reads it).
 :class:`FrameDecoder` is fed whatever the socket delivered and hands out whole commands.  It judges
 a frame by its first 8 bytes, so a peer can make us buffer neither more than the 16 MiB Java allows
 nor a header over ``max_header``; anything that is not a frame raises :class:`RemoteProtocolError`
@@ -25,9 +25,9 @@ from typing import Any, Final
 
 import orjson
 
-from namesrv.protocol import fastjson
-from namesrv.protocol.codes import FRAME_MAX_LENGTH, LanguageCode, SerializeType
-from namesrv.protocol.command import RemotingCommand
+from common.protocol import fastjson
+from common.protocol.codes import FRAME_MAX_LENGTH, LanguageCode, SerializeType
+from common.protocol.command import RemotingCommand
 
 __all__ = [
     "RemoteProtocolError",

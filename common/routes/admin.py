@@ -1,4 +1,4 @@
-"""The admin writes over :class:`~namesrv.routes.tables.RouteTables` (spec §2.2 codes 205, 216, 222, 223).
+"""The admin writes over :class:`~common.routes.tables.RouteTables` (spec §2.2 codes 205, 216, 222, 223).
 
 Each returns what the handler answers with; each bumps ``version`` only when an answer changes.
 """
@@ -8,9 +8,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from namesrv.protocol.codes import Perm
-from namesrv.protocol.types import QueueData
-from namesrv.routes.tables import RouteTables, with_perm
+from common.protocol.codes import Perm
+from common.protocol.types import QueueData
+from common.routes.tables import RouteTables, with_perm
 
 log = logging.getLogger(__name__)
 
