@@ -1,7 +1,7 @@
 """The job's Spark session: its Python, its Kafka connector, its log, and how its JVM takes a stop signal.
 
 :func:`build_spark` starts (or joins, under ``spark-submit``) the driver's JVM with the job's
-settings: every Python worker runs this interpreter and can import ``namesrv`` and ``streaming``
+settings: every Python worker runs this interpreter and can import ``common`` and ``streaming``
 (:func:`python_settings`), Spark's Kafka connector is on the driver's class path
 (:func:`launch_settings`, checked by :func:`check_connector`, which says how to fix it), and
 Spark's per-batch chatter is kept out of the job's log (:data:`QUIET_SPARK_LOGGERS`). A JVM it
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: the directory holding the namesrv and streaming packages this driver runs
+#: the directory holding the common and streaming packages this driver runs
 _PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -57,7 +57,7 @@ def python_settings(
 ) -> tuple[str, dict[str, str]]:
     """The Python that Spark must run for this job, and the ``spark.*`` settings that say so.
 
-    Every Python worker of the job must import ``namesrv`` and ``streaming`` and run the same
+    Every Python worker of the job must import ``common`` and ``streaming`` and run the same
     PySpark as the driver. PySpark runs ``$PYSPARK_PYTHON``, else ``python3`` from PATH, which
     outside an activated venv has neither. So, whatever the master and launcher:
     ``spark.pyspark.python`` if given (``spark_conf``: the job's settings and the launcher's), else
