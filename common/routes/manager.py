@@ -84,8 +84,7 @@ class RouteInfoManager:
         reg = Registration(cluster_name, broker_addr, broker_name, broker_id, ha_server_addr, zone_name,
                            timeout_millis, enable_acting_master, body, channel)  # fmt: skip
         with self._lock:
-            now_ms = self.now_ms() if heard_at_ms is None else heard_at_ms
-            return register.register_broker(self._tables, self.settings, now_ms, reg)
+            return register.register_broker(self._tables, self.settings, self._heard_ms(heard_at_ms), reg)
 
     def touch(self, cluster_name: str, broker_addr: str, heard_at_ms: int | None = None) -> DataVersion | None:
         """Refresh a live entry and return the DataVersion it holds (None: not registered).
@@ -93,16 +92,19 @@ class RouteInfoManager:
         QUERY_DATA_VERSION needs both, and one lock acquisition is cheaper than two on that hot path.
         """
         with self._lock:
-            now_ms = self.now_ms() if heard_at_ms is None else heard_at_ms
-            return register.touch(self._tables, cluster_name, broker_addr, now_ms)
+            return register.touch(self._tables, cluster_name, broker_addr, self._heard_ms(heard_at_ms))
 
     def touch_each(
         self, brokers: Iterable[tuple[str, str]], heard_at_ms: int | None = None
     ) -> list[DataVersion | None]:
         """:meth:`touch` each (cluster, address) in turn, under one lock acquisition."""
         with self._lock:
-            t, now_ms = self._tables, self.now_ms() if heard_at_ms is None else heard_at_ms
+            t, now_ms = self._tables, self._heard_ms(heard_at_ms)
             return [register.touch(t, cluster_name, broker_addr, now_ms) for cluster_name, broker_addr in brokers]
+
+    def _heard_ms(self, heard_at_ms: int | None) -> int:
+        """When a registration or heartbeat counts as heard: ``heard_at_ms`` if given, else now."""
+        return self.now_ms() if heard_at_ms is None else heard_at_ms
 
     def data_version(self, cluster_name: str, broker_addr: str) -> DataVersion | None:
         """The DataVersion :meth:`touch` would return, without refreshing anything."""
