@@ -389,7 +389,11 @@ class EventPublisher(NodeObserver):
 
     @_never_raises
     def broker_unregistered(self, request: UnregisterRequest, departure: Departure) -> None:
-        self._silence.forget((request.cluster_name, request.broker_addr))
+        key = (request.cluster_name, request.broker_addr)
+        if departure.cause.connection_ended:
+            self._silence.disconnected(key)
+        else:
+            self._silence.forget(key)
         identity: dict[str, Any] = dict(
             cluster_name=request.cluster_name, broker_name=request.broker_name,
             broker_id=request.broker_id, broker_addr=request.broker_addr,

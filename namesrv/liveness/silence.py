@@ -71,6 +71,16 @@ class SilenceWatch:
         self._heard.pop(key, None)
         self._timeouts.pop(key, None)
 
+    def disconnected(self, key: BrokerKey) -> None:
+        """The broker's connection here ended: its silence is still reported when its deadline passes.
+
+        The node dropped the broker, but nothing more will be heard from it here, which is what a SILENT
+        says. Where the other nodes that held it are dead or frozen, this report is what lets the monitor
+        decide at the deadline rather than on its own timer a batch later. Only the timeout is forgotten:
+        a broker that comes back registers again, and says its timeout then.
+        """
+        self._timeouts.pop(key, None)
+
     def next_deadline(self) -> int | None:
         """The earliest deadline still to report (None: none): when the caller should look again."""
         while self._heap:

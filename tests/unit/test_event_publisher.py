@@ -345,11 +345,31 @@ def test_a_deadline_between_two_ticks_is_reported_when_it_passes_not_at_the_next
     assert asyncio.run(run()) == [EventType.TICK, EventType.SILENT]
 
 
-def test_a_broker_that_left_the_node_is_never_reported_silent():
+def test_a_broker_that_unregistered_is_never_reported_silent():
     p, routes = make_publisher()
     register(p, routes, timeout=10_000)
-    p.broker_unregistered(UnregisterRequest(CLUSTER, ADDR, NAME, 0, 1), departure.PEER_CLOSED)
+    p.broker_unregistered(UnregisterRequest(CLUSTER, ADDR, NAME, 0, 1), departure.BROKER_ASKED)
     drain(p)
+    p.clock_ms.advance(60_000)
+    p.tick()
+    assert [e.type for e in drain(p)] == [EventType.TICK]
+
+
+def test_a_broker_whose_connection_closed_is_still_reported_silent_at_its_deadline_once():
+    # the node dropped it, but heard nothing since: where the other nodes that held it are dead, this
+    # report is what lets the monitor decide at the deadline
+    p, routes = make_publisher()
+    register(p, routes, timeout=10_000)
+    heard = drain(p)[-1].event_time
+    p.broker_unregistered(UnregisterRequest(CLUSTER, ADDR, NAME, 0, 1), departure.PEER_CLOSED)
+    assert [e.type for e in drain(p)] == [EventType.CHANNEL_CLOSED]
+    p.clock_ms.ms = heard + 10_000 - 1
+    p.tick()
+    assert [e.type for e in drain(p)] == [EventType.TICK]
+    p.tick()
+    tick, silent = drain(p)
+    assert (silent.type, silent.broker_addr, silent.broker_name) == (EventType.SILENT, ADDR, NAME)
+    assert silent.reason == f"nothing heard since {heard} (timeout 10000 ms)"
     p.clock_ms.advance(60_000)
     p.tick()
     assert [e.type for e in drain(p)] == [EventType.TICK]
