@@ -151,14 +151,6 @@ def system(
         system.stop()
 
 
-def pytest_terminal_summary(terminalreporter) -> None:
-    """What the scenarios measured, and where each part of the system ran and logged."""
-    if SUMMARY:
-        terminalreporter.section("integration: measured")
-        for line in SUMMARY:
-            terminalreporter.write_line(line)
-
-
 @pytest.fixture(scope="module")
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaService, RedisService]]:
     """Apache Kafka (one KRaft node) and a Redis for one module, stopped by PID afterwards."""

@@ -17,7 +17,7 @@ from tests.support import alertmanager
 from tests.support.chaos.harness import Chaos
 from tests.support.chaos.schedule import SHORT, schedule
 
-pytestmark = pytest.mark.timeout(1800)
+pytestmark = [pytest.mark.alone, pytest.mark.timeout(1800)]
 
 SEED = 31
 

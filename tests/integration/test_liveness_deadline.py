@@ -28,7 +28,7 @@ from tests.support.liveness import Stack, bounds_now, gone_times, last_heard_ms,
 from tests.support.system import ACTIONS, EVENTS, SHIPPED, System
 from tests.support.wait import wait_until
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.alone, pytest.mark.timeout(900)]
 
 BROKER_TIMEOUT_MS = SHIPPED.broker_timeout_ms
 #: Deadline -> gone at every node and in Redis: the monitor's targets, a 1 s median and a 2 s max. A

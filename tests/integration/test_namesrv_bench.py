@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 WORKLOADS = ["route 16x1", "route 16x16", "route 64x4", "heartbeat 16x16", "register 4x1", "register 1x1"]
 SERVERS = ["ours", "Java 4.9.7", "Java 5.5.0"]
 
-pytestmark = [pytest.mark.rocketmq, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.rocketmq, pytest.mark.alone, pytest.mark.timeout(420)]
 
 
 def cells(line: str) -> list[str]:

@@ -54,7 +54,7 @@ from tests.support.rocketmq import ROCKETMQ_5, broker_topics, controller_master,
 from tests.support.system import SHIPPED, System
 from tests.support.wait import wait_until
 
-pytestmark = [pytest.mark.rocketmq, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.rocketmq, pytest.mark.alone, pytest.mark.timeout(900)]
 
 GROUP = "broker-a"
 CLUSTER = "ControllerCluster"

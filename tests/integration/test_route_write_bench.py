@@ -8,6 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+#: a bench: it needs the machine to itself
+pytestmark = pytest.mark.alone
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -7,6 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+#: a bench: it needs the machine to itself
+pytestmark = pytest.mark.alone
+
 REPO = Path(__file__).resolve().parents[2]
 PARTS = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution")
 
