@@ -79,6 +79,16 @@ class RedisKeys:
         return f"{self.base}:fallback:lease"
 
     @property
+    def fallback_nodes(self) -> str:
+        """The nodes whose fallback writers share what they hold: node name -> wall ms of its last look."""
+        return f"{self.base}:fallback:nodes"
+
+    def fallback_holds(self, node: str) -> str:
+        """The brokers one node holds (in its tables, not past their deadline there), ``cluster|addr``; expires
+        unless the node renews it, so a dead or frozen node holds nothing."""
+        return f"{self.base}:fallback:holds:{node}"
+
+    @property
     def monitor_down(self) -> str:
         """The open MONITOR_DOWN as the nodes paged it (its notice): the one a node resolves, with its labels."""
         return f"{self.base}:alerts:monitor-down"

@@ -5,7 +5,8 @@ While the streaming monitor keeps up, it writes the routes in Redis. Every node'
 A departure the monitor has decided on (its MONITOR_HEARTBEAT's ``decidedThrough`` reached the moment
 it was seen: :meth:`MonitorWatchdog.covers`) is the monitor's to write. One it has not decided within
 ``monitorDecisionGraceMillis`` (it stalled, lags behind a backlog, died or is restarting) is written
-by the node that holds the fallback lease (:class:`RedisLease`: one writer at a time among the nodes):
+by the node that holds the fallback lease (:class:`RedisLease`: one writer at a time among the nodes),
+once no other node holds the broker (:class:`SharedHolds`: a close at one node only is that node's):
 it removes the broker from the job's model and routes with the job's own code
 (:func:`common.routes.materialised.removal_changes`) and records the removal in ``P:model:removed``,
 so that a returning monitor honours it instead of bringing the broker back. The write watches the
@@ -60,6 +61,9 @@ WRITE_ATTEMPTS = 3
 #: is forgotten; so is the oldest past MAX_PENDING, so a flood of departures cannot fill memory
 PENDING_KEPT_MS = 300_000
 MAX_PENDING = 65_536
+#: the most other nodes the lease holder asks what they hold (the newest in ``P:fallback:nodes``): a list
+#: swollen by many node names, or by hostile entries, costs one look no more than that
+MAX_SHARING_NODES = 64
 #: taking or losing the lease is a warning at most this often; more often, news at INFO
 LEASE_NEWS_INTERVAL_S = 60.0
 
@@ -117,6 +121,71 @@ class Departures:
             self.pending.pop(key, None)
 
 
+class SharedHolds:
+    """What each node holds, shared in Redis, so that the lease holder leaves a broker another node holds.
+
+    A close or a deadline at one node only is that node's to act on, as the monitor's own rule has it
+    (REMOVE once no node holds a connection): the broker may be heard at the others all along. Each node
+    keeps ``P:fallback:holds:<node>`` equal to the brokers in its tables and not overdue there, by the
+    difference since its last look, and renews its time to live at every look: a dead or frozen node's set
+    runs out and it holds nothing. ``P:fallback:nodes`` names the nodes that share one.
+    """
+
+    def __init__(self, keys: RedisKeys, node: str, ttl_ms: int) -> None:
+        self.keys, self.node, self.ttl_ms = keys, node, ttl_ms
+        #: what this node's set in Redis holds, as far as this node knows; None: unknown (rewritten whole)
+        self._shared: set[BrokerKey] | None = None
+
+    def publish(self, client: redis_clients.Client, holds: set[BrokerKey], now_ms: int) -> None:
+        """Bring this node's set in Redis to ``holds`` and renew it; on a failure the next call rewrites it."""
+        key = self.keys.fallback_holds(self.node)
+        shared, self._shared = self._shared, None  # unknown until the write is through
+        pipe = client.pipeline(transaction=False)
+        if shared is None:
+            pipe.delete(key)
+            added, dropped = holds, set()
+        else:
+            added, dropped = holds - shared, shared - holds
+        if added:
+            pipe.sadd(key, *(_member(k) for k in added))
+        if dropped:
+            pipe.srem(key, *(_member(k) for k in dropped))
+        pipe.pexpire(key, self.ttl_ms)
+        pipe.hset(self.keys.fallback_nodes, self.node, now_ms)
+        renewed = pipe.execute()[-2]
+        if holds and not renewed:
+            return  # the set ran out meanwhile (this node stood still): rewritten whole next time
+        self._shared = set(holds)
+
+    def held_elsewhere(self, client: redis_clients.Client, keys: set[BrokerKey], now_ms: int) -> set[BrokerKey]:
+        """Those of ``keys`` that another node holds. The newest MAX_SHARING_NODES of the list are asked; a
+        node not heard for a day, or an entry that is no node's (not a time), is dropped from the list."""
+        nodes, bad = {}, []
+        for field, value in client.hgetall(self.keys.fallback_nodes).items():
+            node, at = _text(field), _int(value)
+            if node is None or at is None:
+                bad.append(field)
+            elif node != self.node:
+                nodes[node] = at
+        bad += [n for n, at in nodes.items() if now_ms - at > REMOVALS_KEPT_MS]
+        if bad:
+            client.hdel(self.keys.fallback_nodes, *bad)
+        others = sorted((n for n in nodes if n not in bad), key=nodes.__getitem__)[-MAX_SHARING_NODES:]
+        order = sorted(keys)
+        members = [_member(k) for k in order]
+        pipe = client.pipeline(transaction=False)
+        for node in others:
+            pipe.smismember(self.keys.fallback_holds(node), members)
+        held: set[BrokerKey] = set()
+        for answer in pipe.execute():
+            held.update(k for k, is_member in zip(order, answer, strict=False) if is_member)
+        return held
+
+
+def _member(key: BrokerKey) -> str:
+    return f"{key[0]}|{key[1]}"
+
+
 class RedisLease:
     """A lease in one Redis key: its holder's name, with a time to live renewed by the holder."""
 
@@ -170,6 +239,7 @@ class RedisFallback:
     ) -> None:
         self.client, self.keys, self.routes, self.monitor, self.settings = client, keys, routes, monitor, settings
         self.lease = RedisLease(client, keys.fallback_lease, owner, int(PERIOD_S * 1000 * LEASE_PERIODS))
+        self.holds = SharedHolds(keys, owner, int(PERIOD_S * 1000 * LEASE_PERIODS))
         self.departures = Departures()
         self.now_ms = now_ms
         self.holding = False
@@ -199,6 +269,7 @@ class RedisFallback:
         if self._last_look_ms is not None and now - self._last_look_ms > self.monitor.grace_ms:
             self._resumed_ms = now
         self._last_look_ms = now
+        await self._io(functools.partial(self.holds.publish, self.client, live - overdue, now), quiet=True)
         self.departures.observe(live, overdue, now)
         self.departures.settle(self.monitor.covers, now - PENDING_KEPT_MS)
         due = self._after_a_stall(self.departures.due(now - self.monitor.grace_ms), now)
@@ -220,7 +291,11 @@ class RedisFallback:
                 "took" if held else "lost", "this node" if held else "another node",
             )  # fmt: skip
         if held and due:
-            written = await self._io(functools.partial(self.remove, due))
+            elsewhere = await self._io(functools.partial(self.holds.held_elsewhere, self.client, set(due), now))
+            if elsewhere is None:
+                return
+            due = {key: at for key, at in due.items() if key not in elsewhere}  # pending while another holds it
+            written = await self._io(functools.partial(self.remove, due)) if due else set()
             if written is not None:
                 self.departures.written(written)
 
@@ -244,12 +319,14 @@ class RedisFallback:
         finally:
             self.client.close()
 
-    async def _io(self, call: Callable[[], _T]) -> _T | None:
-        """``call`` on a thread (redis-py blocks); None, and a warning, when Redis failed."""
+    async def _io(self, call: Callable[[], _T], *, quiet: bool = False) -> _T | None:
+        """``call`` on a thread (redis-py blocks); None, and a warning (``quiet``: at DEBUG, where the lease's
+        own call in the same look warns), when Redis failed."""
         try:
             return await asyncio.to_thread(call)
         except redis_clients.failures() as exc:
-            log.warning("fallback writer: redis failed (%r); trying again in %.2f s", exc, PERIOD_S)
+            level = logging.DEBUG if quiet else logging.WARNING
+            log.log(level, "fallback writer: redis failed (%r); trying again in %.2f s", exc, PERIOD_S)
             return None
 
     def remove(self, gone: dict[BrokerKey, int]) -> set[BrokerKey] | None:
@@ -292,4 +369,16 @@ class RedisFallback:
 
 
 def _text(value: bytes | str | None) -> str | None:
-    return value.decode() if isinstance(value, bytes) else value
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            return None
+    return value
+
+
+def _int(value: object) -> int | None:
+    try:
+        return int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None

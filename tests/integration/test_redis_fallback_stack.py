@@ -14,7 +14,9 @@ from common import redis_clients
 from common.routes import RouteInfoManager, RouteSettings
 from namesrv.liveness import ExpiryScan, MonitorWatchdog, RedisFallback
 from streaming.routes import RedisRouteStore, RouteLookup, RouteModel
+from tests.support.clock import Clock
 from tests.support.route_events import A0, A1, B0, CLUSTER, T0
+from tests.support.wait import wait_until
 
 GONE = (CLUSTER, B0.broker_addr)
 
@@ -63,6 +65,45 @@ def test_the_lease_holder_removes_a_broker_and_a_restarted_job_honours_it(store,
         lookup.close()
         node1.client.close()
         node2.client.close()
+
+
+def test_the_lease_holder_leaves_a_broker_another_node_holds_and_a_stopped_node_holds_nothing(store, redis_url):
+    """On a real Redis: a close at node 1 only leaves the broker, which node 2 still holds, in the routes while no
+    monitor decides; once node 2 stops renewing what it holds (dead, frozen), its set runs out and it goes."""
+    import asyncio
+
+    model = RouteModel()
+    for e in (A0, A1, B0):
+        model.apply_event(e)
+    store.commit("q1", 3, model.changes(), watermark=T0, replace=True)
+    clock = Clock(T0 + 10_000)  # after the broker's last heartbeat in the model
+    nodes = []
+    for owner in ("node-1", "node-2"):
+        routes = RouteInfoManager(RouteSettings())
+        watchdog = MonitorWatchdog(ExpiryScan(routes, 5000), 30_000, now=clock.seconds, wall_clock_ms=clock)
+        client = redis_clients.connect(redis_url)
+        nodes.append(RedisFallback(client, store.keys, owner, routes, watchdog, RouteSettings(), now_ms=clock))
+    one, two = nodes
+    lookup = RouteLookup(redis_url, prefix=store.keys.prefix)
+    try:
+        for node in nodes:
+            asyncio.run(node.look({GONE}, set()))  # both hold it
+        clock.advance(250)
+        asyncio.run(one.look(set(), set()))  # closed at node 1 only
+        while clock.ms < T0 + 10_000 + 4 * one.monitor.grace_ms:
+            clock.advance(250)
+            asyncio.run(two.look({GONE}, set()))
+            asyncio.run(one.look(set(), set()))
+        assert one.holding and lookup.get("T3") is not None, "removed while node 2 holds it"
+        # node 2 stops looking: its set runs out (its time to live is the lease's)
+        wait_until(lambda: not store.client.exists(store.keys.fallback_holds("node-2")), 10, "node 2's set ran out")
+        asyncio.run(one.look(set(), set()))
+        assert lookup.get("T3") is None and "b" not in lookup.cluster_info()[0]
+    finally:
+        lookup.close()
+        for node in nodes:
+            node.close()
+        store.client.delete(store.keys.fallback_nodes, *(store.keys.fallback_holds(n) for n in ("node-1", "node-2")))
 
 
 # --------------------------------------------------------------------------- the stack, job killed

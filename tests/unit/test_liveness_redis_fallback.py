@@ -68,6 +68,14 @@ class RedisDown:
     def set(self, *args: object, **kwargs: object) -> object:
         raise RedisConnectionError("Connection refused")
 
+    def pipeline(self, transaction: bool = True) -> RedisDown:
+        return self
+
+    def __getattr__(self, command: str) -> object:  # a pipeline's queued commands, then its execute
+        if command == "execute":
+            return lambda: self.eval()
+        return lambda *args, **kwargs: None
+
 
 def test_a_departure_waits_out_a_redis_failure_and_the_writer_claims_no_change_of_lease(caplog):
     caplog.set_level(logging.INFO, logger="namesrv.liveness")
@@ -135,10 +143,58 @@ def test_without_a_stall_an_undecided_departure_is_written_after_the_grace_as_be
 
 
 class FakeRedis:
-    """SET NX PX and the lease's two scripts, on one dict (time does not pass)."""
+    """SET NX PX and the lease's two scripts, on one dict, and what the shared holds need (time does not pass)."""
 
     def __init__(self) -> None:
         self.values: dict[str, str] = {}
+        self.sets: dict[str, set[str]] = {}
+        self.hashes: dict[str, dict[str, int]] = {}
+        self._queued: list[object] | None = None
+
+    def pipeline(self, transaction: bool = True) -> FakeRedis:
+        self._queued = []
+        return self
+
+    def execute(self) -> list[object]:
+        done, self._queued = self._queued or [], None
+        return done
+
+    def _answer(self, value: object) -> object:
+        if self._queued is None:
+            return value
+        self._queued.append(value)
+        return self
+
+    def delete(self, key: str) -> object:
+        return self._answer(int(self.sets.pop(key, None) is not None))
+
+    def sadd(self, key: str, *members: str) -> object:
+        self.sets.setdefault(key, set()).update(members)
+        return self._answer(len(members))
+
+    def srem(self, key: str, *members: str) -> object:
+        self.sets.get(key, set()).difference_update(members)
+        if not self.sets.get(key, True):
+            del self.sets[key]
+        return self._answer(len(members))
+
+    def pexpire(self, key: str, ms: int) -> object:
+        return self._answer(int(key in self.sets))
+
+    def hset(self, key: str, field: str, value: int) -> object:
+        self.hashes.setdefault(key, {})[field] = value
+        return self._answer(1)
+
+    def hgetall(self, key: str) -> dict[str, int]:
+        return dict(self.hashes.get(key, {}))
+
+    def hdel(self, key: str, *fields: str) -> int:
+        for f in fields:
+            self.hashes.get(key, {}).pop(f, None)
+        return len(fields)
+
+    def smismember(self, key: str, members: list[str]) -> object:
+        return self._answer([int(m in self.sets.get(key, set())) for m in members])
 
     def set(self, key: str, value: str, nx: bool, px: int) -> bool:
         assert nx and px > 0
@@ -222,3 +278,65 @@ def test_the_returning_job_neither_brings_the_broker_back_nor_removes_it_twice()
 def test_removals_round_trip_and_bad_entries_are_skipped():
     field, value = encode_removal(CLUSTER, "10.0.0.3:1", T0)
     assert decode_removals({field.encode(): value, b"junk": b"1", b"C|a": b"x"}) == {GONE: T0}
+
+
+# --------------------------------------------------------------------------- what the other nodes hold
+
+
+def two_nodes() -> tuple[Clock, FakeRedis, list[tuple[RedisFallback, list[dict]]]]:
+    """Two nodes' writers on one Redis, no monitor heard; each records its writes instead of making them."""
+    clock, redis, out = Clock(), FakeRedis(), []
+    for name in ("node-1", "node-2"):
+        routes = RouteInfoManager(RouteSettings())
+        monitor = MonitorWatchdog(ExpiryScan(routes, 5000), 30_000, now=clock.seconds, wall_clock_ms=clock)
+        writer = RedisFallback(redis, RedisKeys("p"), name, routes, monitor, RouteSettings(), now_ms=clock)  # type: ignore[arg-type]
+        writes: list[dict] = []
+        writer.remove = lambda gone, writes=writes: writes.append(dict(gone)) or set(gone)  # type: ignore[method-assign]
+        out.append((writer, writes))
+    return clock, redis, out
+
+
+def test_the_lease_holder_leaves_a_broker_another_node_holds_until_no_node_does():
+    clock, _, [(one, writes), (two, _)] = two_nodes()
+    b = ("c", "b")
+    for writer in (one, two):
+        asyncio.run(writer.look({b}, set()))  # both hold it
+    clock.advance(250)
+    asyncio.run(one.look(set(), set()))  # its connection closed at node 1 only
+    seen_at = clock.ms
+    while clock.ms < seen_at + 3 * one.monitor.grace_ms:
+        clock.advance(250)
+        asyncio.run(two.look({b}, set()))  # node 2 hears it all along
+        asyncio.run(one.look(set(), set()))
+    assert one.holding and writes == [], "the lease holder removed a broker another node holds"
+    asyncio.run(two.look(set(), set()))  # now gone at node 2 too: no node holds it
+    clock.advance(250)
+    asyncio.run(one.look(set(), set()))
+    assert writes == [{b: seen_at}]
+
+
+def test_a_node_whose_set_ran_out_holds_nothing_and_rewrites_it_whole_when_it_looks_again():
+    clock, redis, [(one, writes), (two, _)] = two_nodes()
+    b = ("c", "b")
+    for writer in (one, two):
+        asyncio.run(writer.look({b}, set()))
+    clock.advance(250)
+    asyncio.run(one.look(set(), set()))
+    seen_at = clock.ms
+    del redis.sets[RedisKeys("p").fallback_holds("node-2")]  # node 2 froze past its set's time to live
+    clock.advance(one.monitor.grace_ms)
+    asyncio.run(one.look(set(), set()))
+    assert writes == [{b: seen_at}]  # nobody else holds it: removed
+    for _ in range(2):  # node 2 wakes: the renewal finds its set gone, and the next look writes it whole
+        asyncio.run(two.look({b}, set()))
+    assert redis.sets[RedisKeys("p").fallback_holds("node-2")] == {"c|b"}
+
+
+def test_entries_of_the_node_list_that_are_no_node_s_are_dropped_and_ask_nothing():
+    clock, redis, [(one, _), (two, _)] = two_nodes()
+    b = ("c", "b")
+    asyncio.run(two.look({b}, set()))
+    nodes = RedisKeys("p").fallback_nodes
+    redis.hashes[nodes].update({b"\xff": 1, "node-9": "not a time", "node-8": clock.ms - 2 * 86_400_000})  # type: ignore[dict-item]
+    assert one.holds.held_elsewhere(redis, {b, ("c", "x")}, clock.ms) == {b}  # type: ignore[arg-type]
+    assert set(redis.hashes[nodes]) == {"node-2"}
