@@ -157,6 +157,11 @@ class SharedHolds:
             return  # the set ran out meanwhile (this node stood still): rewritten whole next time
         self._shared = set(holds)
 
+    def withdraw(self, client: redis_clients.Client) -> None:
+        """This node stops: it holds nothing, from now rather than once its set runs out."""
+        self._shared = None
+        client.delete(self.keys.fallback_holds(self.node))
+
     def held_elsewhere(self, client: redis_clients.Client, keys: set[BrokerKey], now_ms: int) -> set[BrokerKey]:
         """Those of ``keys`` that another node holds. The newest MAX_SHARING_NODES of the list are asked; a
         node not heard for a day, or an entry that is no node's (not a time), is dropped from the list."""
@@ -310,12 +315,14 @@ class RedisFallback:
         return {key: at for key, at in due.items() if at < resumed}
 
     def close(self) -> None:
-        """Give the lease back if held (the next node takes over at once) and close the connection."""
+        """Give the lease back if held (the next node takes over at once), hold nothing any more, and close
+        the connection."""
         try:
             if self.holding:
                 self.lease.release()
+            self.holds.withdraw(self.client)
         except redis_clients.failures():
-            pass  # the lease runs out by itself
+            pass  # the lease and the set run out by themselves
         finally:
             self.client.close()
 

@@ -99,10 +99,16 @@ def test_the_lease_holder_leaves_a_broker_another_node_holds_and_a_stopped_node_
         wait_until(lambda: not store.client.exists(store.keys.fallback_holds("node-2")), 10, "node 2's set ran out")
         asyncio.run(one.look(set(), set()))
         assert lookup.get("T3") is None and "b" not in lookup.cluster_info()[0]
+        # node 2 comes back: its first renewal finds the set gone, its next look writes it whole
+        asyncio.run(two.look({GONE}, set()))
+        asyncio.run(two.look({GONE}, set()))
+        assert store.client.smembers(store.keys.fallback_holds("node-2")) == {f"{CLUSTER}|{GONE[1]}".encode()}
+        # a node that stops cleanly holds nothing from then on
+        two.close()
+        assert not store.client.exists(store.keys.fallback_holds("node-2"))
     finally:
         lookup.close()
-        for node in nodes:
-            node.close()
+        one.close()
         store.client.delete(store.keys.fallback_nodes, *(store.keys.fallback_holds(n) for n in ("node-1", "node-2")))
 
 
