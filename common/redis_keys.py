@@ -9,6 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def broker_field(cluster_name: str, broker_addr: str) -> str:
+    """A broker as the hashes and sets under the prefix name it: the route tables' key, ``cluster|addr``."""
+    return f"{cluster_name}|{broker_addr}"
+
+
 @dataclass(frozen=True)
 class RedisKeys:
     """Every key and channel the job writes under its prefix; ``docs/redis-keys.md`` explains each.

@@ -34,7 +34,7 @@ from common.contract import (
     IsBool,
     SchemaError,
 )
-from common.redis_keys import RedisKeys
+from common.redis_keys import RedisKeys, broker_field
 from streaming.alerts import MAX_MESSAGE_CHARS, Alert, AlertKind, AlertState, cut, decode_alert
 
 log = logging.getLogger(__name__)
@@ -71,11 +71,6 @@ _ROW_STATES = {"ALIVE": BrokerStatus.ALIVE, "EXPIRED": BrokerStatus.EXPIRED, "RE
 def scan_state(local_scan: bool | None) -> str | None:
     """The health row ``state`` of a node whose newest TICK says ``localScan``."""
     return None if local_scan is None else SCAN_ON if local_scan else SCAN_OFF
-
-
-def broker_field(cluster_name: str, broker_addr: str) -> str:
-    """The hash field of a broker in ``P:health:brokers``: the broker key of the route tables."""
-    return f"{cluster_name}|{broker_addr}"
 
 
 # --------------------------------------------------------------------------- values

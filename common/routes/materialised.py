@@ -19,7 +19,7 @@ from typing import Any
 from common.contract import AdminOp, Event, EventType, SchemaError
 from common.protocol import bodies, fastjson
 from common.protocol.types import DataVersion, QueueData, RegisterBrokerBody, TopicConfig, TopicRouteData
-from common.redis_keys import RedisKeys
+from common.redis_keys import RedisKeys, broker_field
 from common.routes.manager import RouteInfoManager
 from common.routes.model import RouteSettings, RouteSettingsLike
 from common.routes.snapshot import ModelSnapshot, OrderConf, encode_topic_entry
@@ -390,7 +390,7 @@ def _chunks(items: list[Any], size: int = 1000) -> Iterator[list[Any]]:
 
 def encode_removal(cluster_name: str, broker_addr: str, at: int) -> tuple[str, bytes]:
     """The ``P:model:removed`` field and value of a fallback removal at ``at`` (the node's wall clock, ms)."""
-    return f"{cluster_name}|{broker_addr}", str(at).encode()
+    return broker_field(cluster_name, broker_addr), str(at).encode()
 
 
 def decode_removals(raw: Mapping[Any, Any]) -> dict[BrokerKey, int]:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, TypeVar
 from common import redis_clients
 from common.contract import wall_ms
 from common.logs import LogThrottle
-from common.redis_keys import RedisKeys
+from common.redis_keys import RedisKeys, broker_field
 from common.routes.manager import RouteInfoManager
 from common.routes.materialised import (
     BrokerKey,
@@ -52,6 +52,8 @@ _T = TypeVar("_T")
 #: that stopped is replaced within that
 PERIOD_S = 0.25
 LEASE_PERIODS = 8
+#: the lease's time to live, and that of each node's shared holds: a node that stopped holds nothing after it
+LEASE_TTL_MS = int(PERIOD_S * 1000 * LEASE_PERIODS)
 #: how long ``P:model:removed`` is kept after its last write: a returning job reads it before it
 #: replays its backlog, and no backlog is a day long
 REMOVALS_KEPT_MS = 86_400_000
@@ -147,9 +149,9 @@ class SharedHolds:
         else:
             added, dropped = holds - shared, shared - holds
         if added:
-            pipe.sadd(key, *(_member(k) for k in added))
+            pipe.sadd(key, *(broker_field(*k) for k in added))
         if dropped:
-            pipe.srem(key, *(_member(k) for k in dropped))
+            pipe.srem(key, *(broker_field(*k) for k in dropped))
         pipe.pexpire(key, self.ttl_ms)
         pipe.hset(self.keys.fallback_nodes, self.node, now_ms)
         renewed = pipe.execute()[-2]
@@ -177,7 +179,7 @@ class SharedHolds:
             client.hdel(self.keys.fallback_nodes, *bad)
         others = sorted((n for n in nodes if n not in bad), key=nodes.__getitem__)[-MAX_SHARING_NODES:]
         order = sorted(keys)
-        members = [_member(k) for k in order]
+        members = [broker_field(*k) for k in order]
         pipe = client.pipeline(transaction=False)
         for node in others:
             pipe.smismember(self.keys.fallback_holds(node), members)
@@ -185,10 +187,6 @@ class SharedHolds:
         for answer in pipe.execute():
             held.update(k for k, is_member in zip(order, answer, strict=False) if is_member)
         return held
-
-
-def _member(key: BrokerKey) -> str:
-    return f"{key[0]}|{key[1]}"
 
 
 class RedisLease:
@@ -243,8 +241,8 @@ class RedisFallback:
         now_ms: Callable[[], int] = wall_ms,
     ) -> None:
         self.client, self.keys, self.routes, self.monitor, self.settings = client, keys, routes, monitor, settings
-        self.lease = RedisLease(client, keys.fallback_lease, owner, int(PERIOD_S * 1000 * LEASE_PERIODS))
-        self.holds = SharedHolds(keys, owner, int(PERIOD_S * 1000 * LEASE_PERIODS))
+        self.lease = RedisLease(client, keys.fallback_lease, owner, LEASE_TTL_MS)
+        self.holds = SharedHolds(keys, owner, LEASE_TTL_MS)
         self.departures = Departures()
         self.now_ms = now_ms
         self.holding = False
